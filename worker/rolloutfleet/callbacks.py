@@ -1,0 +1,51 @@
+"""Hooks into sampling, like RLlib's ``RLlibCallback``: subclass and override what you need.
+
+Set ``spec.sampling.callbacks: "pkg.module:MyCallbacks"`` or pass ``callbacks=`` to
+:class:`~rolloutfleet.EnvRunner`. ``on_episode_step`` is only called when overridden,
+since it runs once per sub-env per step::
+
+    class CountLongEpisodes(Callbacks):
+        def __init__(self):
+            self.long = 0
+
+        def on_episode_end(self, *, runner, env_index, eps_id, episode_return, episode_length, **kw):
+            self.long += episode_length >= 500
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rolloutfleet.batch import SampleBatch
+    from rolloutfleet.sampler import EnvRunner
+
+
+class Callbacks:
+    def on_episode_start(self, *, runner: EnvRunner, env_index: int, eps_id: int) -> None:
+        """A new episode began in sub-env ``env_index`` (after reset)."""
+
+    def on_episode_step(
+        self, *, runner: EnvRunner, env_index: int, eps_id: int, action: Any, reward: float, new_obs: Any
+    ) -> None:
+        """One transition of an ongoing episode (called only when overridden)."""
+
+    def on_episode_end(
+        self,
+        *,
+        runner: EnvRunner,
+        env_index: int,
+        eps_id: int,
+        episode_return: float,
+        episode_length: int,
+        terminated: bool,
+        truncated: bool,
+    ) -> None:
+        """An episode ended by termination or truncation (not when dropped after an env failure)."""
+
+    def on_sample_end(self, *, runner: EnvRunner, batch: SampleBatch) -> None:
+        """``sample()`` is about to return ``batch``."""
+
+
+def overrides(callbacks: Callbacks, name: str) -> bool:
+    return getattr(type(callbacks), name) is not getattr(Callbacks, name)

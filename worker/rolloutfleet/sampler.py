@@ -1,0 +1,533 @@
+"""EnvRunner: step a vector of environments with a torch policy, return SampleBatches.
+
+What RLlib's ``SingleAgentEnvRunner`` does for one process, with a fraction of the
+machinery. The hot loop writes into preallocated ``(steps, num_envs)`` column buffers
+(one numpy assignment per column per vector step) and does per-env Python work only for
+the sub-envs whose episode ended. At the end of a chunk of steps the valid rows are
+moved, env-major, into a store; ``sample()`` cuts its batch from that store and keeps
+the rest (the start of the next fragment) for the next call.
+
+Autoreset (gymnasium 1.x): with NEXT_STEP envs the step after an episode's end returns
+the next episode's first observation and is not a transition, so its row is marked
+invalid and never reaches a batch; SAME_STEP envs return the true final observation in
+``info["final_obs"]``, which becomes that row's ``new_obs``. Either way no row pairs the
+last observation of one episode with the first of the next.
+
+>>> job = RolloutJob.from_dict({"metadata": {"name": "cp"}, "spec": {"env": {"id": "CartPole-v1", "numEnvs": 4}}})
+>>> runner = EnvRunner(job)
+>>> batch = runner.sample()
+>>> len(batch)    # numEnvs x rolloutFragmentLength
+800
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from rolloutfleet import batch as sb
+from rolloutfleet.batch import SampleBatch
+from rolloutfleet.callbacks import Callbacks, overrides
+from rolloutfleet.entry_points import load_entry_point
+from rolloutfleet.envs import FAILED, choose_vectorization, derive_seed, make_vector_env
+from rolloutfleet.filters import MeanStdFilter
+from rolloutfleet.policy import Policy
+from rolloutfleet.spec import RolloutJob, SpecError
+
+log = logging.getLogger(__name__)
+
+_VALID = "_valid"
+_TICK = "_tick"  # global vector-step counter: orders episode ends across sub-envs
+_METRICS_WINDOW = 100
+_POLICY_SEED_PATH = 0xFFFFFFFF
+_INIT_SEED_PATH = 0xFFFFFFFE
+
+
+class EnvRunner:
+    """Samples experience for one worker of a RolloutJob.
+
+    ``worker_index`` (0-based) and ``num_workers`` (default ``spec.replicas``) go into
+    every sub-env's :class:`~rolloutfleet.envs.EnvContext` and into the derived seeds.
+    """
+
+    def __init__(
+        self,
+        job: RolloutJob,
+        worker_index: int = 0,
+        num_workers: int | None = None,
+        callbacks: Callbacks | None = None,
+    ) -> None:
+        spec = job.spec
+        self.job = job
+        self.worker_index = worker_index
+        self.num_workers = spec.replicas if num_workers is None else num_workers
+        self.sampling = spec.sampling
+        self.num_envs = spec.env.num_envs
+        self.vectorization = choose_vectorization(spec.env)
+        self.explore = spec.policy.explore
+        self._seed = spec.sampling.seed
+        self.env = make_vector_env(spec.env, worker_index, self.num_workers)
+        self.observation_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        mode = self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._same_step = AutoresetMode(mode) == AutoresetMode.SAME_STEP
+        if AutoresetMode(mode) == AutoresetMode.DISABLED:
+            raise SpecError("spec.env: vector envs with autoreset disabled are not supported")
+        self.policy = Policy(
+            spec.policy,
+            self.observation_space,
+            self.action_space,
+            seed=derive_seed(self._seed, worker_index, _POLICY_SEED_PATH),
+            init_seed=derive_seed(self._seed, _INIT_SEED_PATH),
+        )
+        self.filter = self._build_filter()
+        self.callbacks = callbacks or self._load_callbacks()
+        self._call_step = overrides(self.callbacks, "on_episode_step")
+        self._clip = self._action_clipper()
+
+        n = self.num_envs
+        self._columns: dict[str, np.ndarray] = {}
+        self._capacity = 0
+        self._store: dict[str, np.ndarray] | None = None
+        self._obs: np.ndarray | None = None
+        self._pending_reset = np.zeros(n, np.bool_)  # NEXT_STEP: this step's row is the reset step
+        self._eps_id = np.zeros(n, np.int64)
+        self._t = np.zeros(n, np.int64)
+        self._ep_return = np.zeros(n, np.float64)
+        # eps_ids stay unique across workers and across restarts of the same worker.
+        self._eps_base = (worker_index << 44) | (secrets.randbits(20) << 24)
+        self._eps_counter = 0
+        self._tick = 0
+        self._env_restarts = 0
+        self._episodes_dropped = 0
+        self._returns: deque[float] = deque(maxlen=_METRICS_WINDOW)
+        self._lengths: deque[int] = deque(maxlen=_METRICS_WINDOW)
+        self._period = _Period()
+        self._lifetime_steps = 0
+        self._lifetime_episodes = 0
+
+    # -- construction helpers ---------------------------------------------------------
+
+    def _build_filter(self) -> MeanStdFilter | None:
+        if self.sampling.observation_filter == "none":
+            return None
+        space = self.observation_space
+        if not isinstance(space, spaces.Box):
+            raise SpecError(f"spec.sampling.observationFilter: meanStd needs a Box observation space, got {space}")
+        return MeanStdFilter(space.shape)
+
+    def _load_callbacks(self) -> Callbacks:
+        if self.sampling.callbacks is None:
+            return Callbacks()
+        cls = load_entry_point(self.sampling.callbacks, "spec.sampling.callbacks")
+        try:
+            callbacks = cls()
+        except Exception as exc:  # noqa: BLE001
+            raise SpecError(f"spec.sampling.callbacks: {self.sampling.callbacks}() failed: {exc}") from None
+        if not isinstance(callbacks, Callbacks):
+            raise SpecError(f"spec.sampling.callbacks: {self.sampling.callbacks} is not a rolloutfleet Callbacks subclass")
+        return callbacks
+
+    def _action_clipper(self) -> tuple[np.ndarray, np.ndarray] | None:
+        space = self.action_space
+        if self.sampling.clip_actions and isinstance(space, spaces.Box):
+            return space.low, space.high
+        return None
+
+    def _allocate(self, steps: int) -> None:
+        if steps <= self._capacity:
+            return
+        n = self.num_envs
+        obs_space = self.observation_space
+        obs_dtype = np.float32 if self.filter is not None else obs_space.dtype
+        obs_shape = obs_space.shape or ()
+        act_shape = self.action_space.shape or ()
+        dist = self.policy.distribution.num_inputs
+        specs: dict[str, tuple[tuple[int, ...], Any]] = {
+            sb.OBS: (obs_shape, obs_dtype),
+            sb.NEW_OBS: (obs_shape, obs_dtype),
+            sb.ACTIONS: (act_shape, self.action_space.dtype),
+            sb.REWARDS: ((), np.float32),
+            sb.TERMINATEDS: ((), np.bool_),
+            sb.TRUNCATEDS: ((), np.bool_),
+            sb.EPS_ID: ((), np.int64),
+            sb.T: ((), np.int64),
+            sb.ACTION_LOGP: ((), np.float32),
+            sb.ACTION_DIST_INPUTS: ((dist,), np.float32),
+            sb.VF_PREDS: ((), np.float32),
+            sb.WEIGHTS_SEQ_NO: ((), np.int64),
+            _VALID: ((), np.bool_),
+            _TICK: ((), np.int64),
+        }
+        self._columns = {name: np.empty((steps, n, *shape), dtype) for name, (shape, dtype) in specs.items()}
+        self._capacity = steps
+
+    # -- episodes ---------------------------------------------------------------------
+
+    def _reset_envs(self) -> None:
+        restarts = self._env_restarts
+        if self.vectorization == "vector":
+            seed: Any = derive_seed(self._seed, self.worker_index, restarts)
+        else:
+            seed = [derive_seed(self._seed, self.worker_index, j, restarts) for j in range(self.num_envs)]
+        obs, _ = self.env.reset(seed=seed)
+        self._obs = self._filter(obs)
+        self._pending_reset[:] = False
+        for i in range(self.num_envs):
+            self._start_episode(i)
+
+    def _start_episode(self, i: int) -> None:
+        self._eps_counter += 1
+        self._eps_id[i] = self._eps_base | self._eps_counter
+        self._t[i] = 0
+        self._ep_return[i] = 0.0
+        self.callbacks.on_episode_start(runner=self, env_index=i, eps_id=int(self._eps_id[i]))
+
+    def _end_episode(self, i: int, terminated: bool, truncated: bool) -> None:
+        episode_return, length = float(self._ep_return[i]), int(self._t[i])
+        self._returns.append(episode_return)
+        self._lengths.append(length)
+        self._period.returns.append(episode_return)
+        self._period.lengths.append(length)
+        self._lifetime_episodes += 1
+        self.callbacks.on_episode_end(
+            runner=self,
+            env_index=i,
+            eps_id=int(self._eps_id[i]),
+            episode_return=episode_return,
+            episode_length=length,
+            terminated=terminated,
+            truncated=truncated,
+        )
+
+    def _drop_episodes(self, env_indices: np.ndarray, upto: int) -> None:
+        """Forget the ongoing episodes of these sub-envs: their rows never reach a batch."""
+        cols = self._columns
+        for i in env_indices:
+            eps = self._eps_id[i]
+            cols[_VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
+            if self._store is not None:
+                keep = self._store[sb.EPS_ID] != eps
+                if not keep.all():
+                    self._store = {k: v[keep] for k, v in self._store.items()}
+            self._episodes_dropped += 1
+            self._period.dropped += 1
+            self._start_episode(int(i))
+
+    def _filter(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
+        if self.filter is None:
+            return obs
+        return self.filter(obs, update=update)
+
+    # -- the hot loop -----------------------------------------------------------------
+
+    def _run_steps(self, steps: int, explore: bool, random_actions: bool) -> None:
+        self._allocate(steps)
+        if self._obs is None:
+            self._reset_envs()
+        cols = self._columns
+        c_obs, c_new_obs, c_act = cols[sb.OBS], cols[sb.NEW_OBS], cols[sb.ACTIONS]
+        c_rew, c_term, c_trunc = cols[sb.REWARDS], cols[sb.TERMINATEDS], cols[sb.TRUNCATEDS]
+        c_eps, c_t, c_logp = cols[sb.EPS_ID], cols[sb.T], cols[sb.ACTION_LOGP]
+        c_dist, c_vf, c_seq = cols[sb.ACTION_DIST_INPUTS], cols[sb.VF_PREDS], cols[sb.WEIGHTS_SEQ_NO]
+        c_valid, c_tick = cols[_VALID], cols[_TICK]
+        clip_rewards = self.sampling.clip_rewards
+        same_step = self._same_step
+        policy, env, clip = self.policy, self.env, self._clip
+        n = self.num_envs
+        seq_no = policy.weights_seq_no
+        pending = self._pending_reset
+
+        for s in range(steps):
+            obs = self._obs
+            assert obs is not None
+            out = policy.random_actions(n) if random_actions else policy.compute_actions(obs, explore)
+            actions = out.actions
+            try:
+                next_obs, rewards, terminateds, truncateds, info = env.step(
+                    actions if clip is None else np.clip(actions, clip[0], clip[1])
+                )
+            except Exception as exc:
+                self._restart_vector_env(exc, s)
+                continue
+            c_obs[s] = obs
+            c_act[s] = actions
+            c_logp[s] = out.logp
+            c_dist[s] = out.dist_inputs
+            c_vf[s] = out.values
+            c_eps[s] = self._eps_id
+            c_t[s] = self._t
+            c_seq[s] = seq_no
+            c_tick[s] = self._tick
+            self._tick += 1
+            np.logical_not(pending, out=c_valid[s])
+            c_term[s] = terminateds
+            c_trunc[s] = truncateds
+            if clip_rewards is None:
+                c_rew[s] = rewards
+            else:
+                np.clip(rewards, -clip_rewards, clip_rewards, out=c_rew[s])
+            next_obs = self._filter(next_obs)
+            c_new_obs[s] = next_obs
+            self._obs = next_obs
+
+            valid = c_valid[s]
+            self._ep_return += np.where(valid, rewards, 0.0) if pending.any() else rewards
+            self._t += valid
+            done = terminateds | truncateds
+            if pending.any():
+                done &= valid
+                pending[:] = False
+            failed = info.get(FAILED)
+            if failed is not None:
+                c_valid[s] &= ~failed
+                done &= ~failed
+            if same_step and done.any():
+                final = info["final_obs"]
+                for i in np.flatnonzero(done):
+                    c_new_obs[s, i] = self._filter(np.asarray(final[i])[None], update=False)[0]
+            if self._call_step:
+                for i in np.flatnonzero(c_valid[s]):
+                    self.callbacks.on_episode_step(
+                        runner=self,
+                        env_index=int(i),
+                        eps_id=int(c_eps[s, i]),
+                        action=actions[i],
+                        reward=float(rewards[i]),
+                        new_obs=c_new_obs[s, i],
+                    )
+            if done.any():
+                for i in np.flatnonzero(done):
+                    self._end_episode(int(i), bool(terminateds[i]), bool(truncateds[i]))
+                    self._start_episode(int(i))
+                if not same_step:
+                    pending |= done
+            if failed is not None and failed.any():
+                self._env_restarts += int(failed.sum())
+                self._drop_episodes(np.flatnonzero(failed), s)
+        transitions = int(c_valid[:steps].sum())
+        self._lifetime_steps += transitions
+        self._period.steps += transitions
+
+    def _restart_vector_env(self, exc: Exception, step: int) -> None:
+        """The whole vector env raised (vector/async modes): rebuild it, drop ongoing episodes."""
+        if not self.job.spec.env.restart_failed_sub_envs:
+            raise exc
+        log.warning("vector env raised %s: %s; recreating it", type(exc).__name__, exc)
+        self._columns[_VALID][step] = False
+        self._columns[_TICK][step] = self._tick
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001 - it is being replaced anyway
+            log.debug("closing the failed vector env raised", exc_info=True)
+        self._env_restarts += 1
+        self.env = make_vector_env(self.job.spec.env, self.worker_index, self.num_workers)
+        self._drop_episodes(np.arange(self.num_envs), step)
+        obs, _ = self.env.reset(seed=self._reset_seed())
+        self._obs = self._filter(obs)
+        self._pending_reset[:] = False
+
+    def _reset_seed(self) -> Any:
+        if self.vectorization == "vector":
+            return derive_seed(self._seed, self.worker_index, self._env_restarts)
+        return [derive_seed(self._seed, self.worker_index, j, self._env_restarts) for j in range(self.num_envs)]
+
+    # -- store: valid rows, env-major, in time order per env ---------------------------
+
+    def _harvest(self, steps: int) -> None:
+        cols = self._columns
+        take = cols[_VALID][:steps].T  # (envs, steps)
+        rows = {name: np.swapaxes(col[:steps], 0, 1)[take] for name, col in cols.items() if name != _VALID}
+        rows[sb.ENV_ID] = np.nonzero(take)[0].astype(np.int32)
+        if self._store is None or len(self._store[sb.ENV_ID]) == 0:
+            self._store = rows
+            return
+        merged = {k: np.concatenate([self._store[k], rows[k]]) for k in rows}
+        order = np.argsort(merged[sb.ENV_ID], kind="stable")
+        self._store = {k: v[order] for k, v in merged.items()}
+
+    def _store_size(self) -> int:
+        return 0 if self._store is None else len(self._store[sb.ENV_ID])
+
+    def _rank_in_env(self) -> np.ndarray:
+        assert self._store is not None
+        env_id = self._store[sb.ENV_ID]
+        counts = np.bincount(env_id, minlength=self.num_envs)
+        starts = np.r_[0, np.cumsum(counts)[:-1]]
+        return np.arange(len(env_id)) - starts[env_id]
+
+    def _min_rows_per_env(self) -> int:
+        if self._store is None:
+            return 0
+        return int(np.bincount(self._store[sb.ENV_ID], minlength=self.num_envs).min())
+
+    def _complete_mask(self, max_episodes: int | None = None) -> np.ndarray:
+        """Rows belonging to completed episodes (optionally only the first ``max_episodes`` to end)."""
+        assert self._store is not None
+        store = self._store
+        ended = store[sb.TERMINATEDS] | store[sb.TRUNCATEDS]
+        positions = np.flatnonzero(ended)
+        if max_episodes is not None and len(positions) > max_episodes:
+            first = np.argsort(store[_TICK][positions], kind="stable")[:max_episodes]
+            positions = positions[first]
+        last_end = np.full(self.num_envs, -1)
+        np.maximum.at(last_end, store[sb.ENV_ID][positions], positions)
+        return np.arange(len(ended)) <= last_end[store[sb.ENV_ID]]
+
+    def _cut(self, mask: np.ndarray) -> SampleBatch:
+        assert self._store is not None
+        out = {k: v[mask] for k, v in self._store.items()}
+        rest = ~mask
+        self._store = {k: v[rest] for k, v in self._store.items()}
+        columns = {name: out[name] for name in sb.COLUMNS if name in out}
+        columns[sb.AGENT_INDEX] = np.zeros(len(out[sb.ENV_ID]), np.int32)
+        return SampleBatch({name: columns[name] for name in sb.COLUMNS})
+
+    # -- public API -------------------------------------------------------------------
+
+    def sample(
+        self,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool | None = None,
+        random_actions: bool = False,
+    ) -> SampleBatch:
+        """Step the envs and return a batch.
+
+        * default, ``truncate_episodes``: ``numEnvs x rolloutFragmentLength`` rows;
+        * default, ``complete_episodes``: whole episodes only, at least that many rows;
+        * ``num_timesteps``: at least this many rows (rounded up to a multiple of numEnvs
+          in truncate mode; whole episodes in complete mode);
+        * ``num_episodes``: exactly this many complete episodes.
+
+        Episodes that are still running continue in the next call, with the same ``eps_id``.
+        """
+        if num_timesteps is not None and num_episodes is not None:
+            raise ValueError("give num_timesteps or num_episodes, not both")
+        if (num_timesteps is not None and num_timesteps < 1) or (num_episodes is not None and num_episodes < 1):
+            raise ValueError("num_timesteps and num_episodes must be at least 1")
+        explore = self.explore if explore is None else explore
+        started = time.perf_counter()
+        fragment = self.sampling.rollout_fragment_length
+        n = self.num_envs
+        if num_episodes is not None:
+            while int(self._complete_ends()) < num_episodes:
+                self._step_and_harvest(fragment, explore, random_actions)
+            batch = self._cut(self._complete_mask(num_episodes))
+        elif self.sampling.batch_mode == "complete_episodes":
+            target = num_timesteps if num_timesteps is not None else fragment * n
+            while self._store is None or int(self._complete_mask().sum()) < target:
+                self._step_and_harvest(fragment, explore, random_actions)
+            batch = self._cut(self._complete_mask())
+        else:
+            per_env = fragment if num_timesteps is None else -(-num_timesteps // n)
+            while (missing := per_env - self._min_rows_per_env()) > 0:
+                self._step_and_harvest(missing, explore, random_actions)
+            batch = self._cut(self._rank_in_env() < per_env)
+        self._period.seconds += time.perf_counter() - started
+        self.callbacks.on_sample_end(runner=self, batch=batch)
+        return batch
+
+    def _complete_ends(self) -> int:
+        if self._store is None:
+            return 0
+        return int((self._store[sb.TERMINATEDS] | self._store[sb.TRUNCATEDS]).sum())
+
+    def _step_and_harvest(self, steps: int, explore: bool, random_actions: bool) -> None:
+        self._run_steps(steps, explore, random_actions)
+        self._harvest(steps)
+
+    # weights, filters, state ---------------------------------------------------------
+
+    @property
+    def weights_seq_no(self) -> int:
+        return self.policy.weights_seq_no
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.get_weights()
+
+    def set_weights(self, weights: Mapping[str, Any], seq_no: int | None = None) -> bool:
+        """Load weights unless ``seq_no`` is not newer than the loaded one; returns whether loaded."""
+        return self.policy.set_weights(weights, seq_no)
+
+    def get_filters(self, flush_after: bool = False) -> dict[str, MeanStdFilter]:
+        """Copies of the observation filters, keyed by policy id (``"default"``)."""
+        if self.filter is None:
+            return {}
+        copy = self.filter.copy()
+        if flush_after:
+            self.filter.flush()
+        return {"default": copy}
+
+    def sync_filters(self, filters: Mapping[str, MeanStdFilter]) -> None:
+        """Adopt merged filter statistics (keeping what this runner saw since its last flush)."""
+        if self.filter is not None and "default" in filters:
+            self.filter.sync(filters["default"])
+
+    def get_state(self) -> dict[str, Any]:
+        """Weights, their seq no, filter state and lifetime counters: plain dicts and arrays."""
+        return {
+            "weights": self.get_weights(),
+            "weights_seq_no": self.policy.weights_seq_no,
+            "filters": {"default": self.filter.get_state()} if self.filter is not None else {},
+            "num_env_steps_sampled_lifetime": self._lifetime_steps,
+            "num_episodes_lifetime": self._lifetime_episodes,
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if "weights" in state:
+            self.policy.set_weights(state["weights"])
+            self.policy.weights_seq_no = int(state.get("weights_seq_no", self.policy.weights_seq_no))
+        filters = state.get("filters", {})
+        if self.filter is not None and "default" in filters:
+            self.filter.set_state(filters["default"])
+        self._lifetime_steps = int(state.get("num_env_steps_sampled_lifetime", self._lifetime_steps))
+        self._lifetime_episodes = int(state.get("num_episodes_lifetime", self._lifetime_episodes))
+
+    def get_metrics(self) -> dict[str, float | int]:
+        """Episode statistics over the last 100 episodes, and counters since the previous call."""
+        period, self._period = self._period, _Period()
+        returns = list(self._returns)
+        nan = float("nan")
+        return {
+            "episode_return_mean": float(np.mean(returns)) if returns else nan,
+            "episode_return_min": float(np.min(returns)) if returns else nan,
+            "episode_return_max": float(np.max(returns)) if returns else nan,
+            "episode_len_mean": float(np.mean(self._lengths)) if self._lengths else nan,
+            "num_episodes": len(period.returns),
+            "num_env_steps_sampled": period.steps,
+            "env_steps_per_s": period.steps / period.seconds if period.seconds > 0 else 0.0,
+            "num_episodes_dropped": period.dropped,
+            "num_env_steps_sampled_lifetime": self._lifetime_steps,
+            "num_episodes_lifetime": self._lifetime_episodes,
+            "num_env_restarts": self._env_restarts,
+            "weights_seq_no": self.policy.weights_seq_no,
+        }
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __enter__(self) -> EnvRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Period:
+    __slots__ = ("returns", "lengths", "steps", "seconds", "dropped")
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.steps = 0
+        self.seconds = 0.0
+        self.dropped = 0
