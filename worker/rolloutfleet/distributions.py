@@ -35,15 +35,19 @@ class Categorical:
         return self.n
 
     def sample(self, inputs: np.ndarray, rng: np.random.Generator, explore: bool) -> tuple[np.ndarray, np.ndarray]:
-        logp_all = _log_softmax(inputs)
+        shifted = inputs - inputs.max(axis=-1, keepdims=True)
+        weights = np.exp(shifted)
+        total = weights.sum(axis=-1, keepdims=True)
         if explore:
-            # Gumbel-max: argmax(logp + Gumbel noise) is an exact categorical sample.
-            noise = -np.log(-np.log(rng.random(inputs.shape, dtype=np.float32)))
-            actions = np.argmax(logp_all + noise, axis=-1)
+            # Inverse CDF on unnormalized weights: the index of the first cumulative weight
+            # above u * total. Fewer numpy calls than Gumbel-max, same distribution.
+            threshold = rng.random((len(inputs), 1), dtype=np.float32) * total
+            actions = (np.cumsum(weights, axis=-1)[:, :-1] < threshold).sum(axis=-1)
         else:
-            actions = np.argmax(logp_all, axis=-1)
-        logp = np.take_along_axis(logp_all, actions[:, None], axis=-1)[:, 0]
-        return actions.astype(np.int64) + self.start, logp.astype(np.float32)
+            actions = np.argmax(shifted, axis=-1)
+        rows = np.arange(len(inputs))
+        logp = shifted[rows, actions] - np.log(total[:, 0])
+        return actions + self.start, logp.astype(np.float32, copy=False)
 
     def logp(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         index = actions.astype(np.int64)[:, None] - self.start

@@ -17,6 +17,7 @@ from torch import nn
 from rolloutfleet.distributions import distribution_for
 from rolloutfleet.entry_points import load_entry_point
 from rolloutfleet.models import DefaultModel
+from rolloutfleet.numpy_inference import NumpyMLP, supports
 from rolloutfleet.spec import PolicySpec, SpecError
 
 
@@ -71,6 +72,9 @@ class Policy:
         self.rng = np.random.default_rng(seed)
         self.weights_seq_no = 0
         self._pinned: torch.Tensor | None = None
+        self._numpy: NumpyMLP | None = None
+        if spec.inference == "auto" and self.device.type == "cpu" and supports(self.model):
+            self._numpy = NumpyMLP(self.model)  # type: ignore[arg-type]
 
     def _build_model(self) -> nn.Module:
         if self.spec.entry_point is None:
@@ -95,6 +99,8 @@ class Policy:
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The model's ``(action_dist_inputs, vf_preds)`` for a numpy batch, as numpy."""
+        if self._numpy is not None:
+            return self._numpy(obs)
         with torch.inference_mode():
             tensor = torch.from_numpy(obs)
             if self.device.type != "cpu":
@@ -169,6 +175,8 @@ class Policy:
                 )
             tensors[name] = tensor
         self.model.load_state_dict(tensors)
+        if self._numpy is not None:
+            self._numpy.refresh()
         if seq_no is not None:
             self.weights_seq_no = seq_no
         return True

@@ -98,6 +98,9 @@ class PolicySpec(_Model):
     """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``."""
     explore: bool = True
     """Sample actions from the distribution (True) or take the most likely one (False)."""
+    inference: Literal["auto", "torch"] = "auto"
+    """``auto`` runs the default MLP's forward pass through a numpy mirror of its weights on the
+    CPU (several times faster for per-step batches); ``torch`` always calls the module."""
     num_threads: int | None = Field(default=1, ge=1)
     """torch intra-op threads for CPU inference; 1 is fastest for small models (null: torch's default)."""
 

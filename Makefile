@@ -1,0 +1,63 @@
+# RolloutFleet. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The venv is rebuilt only when what it is built from changes.
+DEPS_HASH := $(shell cat requirements.lock worker/pyproject.toml $(wildcard operator/pyproject.toml) | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.installed-$(DEPS_HASH)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST := $(BIN)/python -m pytest
+
+.PHONY: help install redis-server test test-unit test-integration lint fmt bench demo lock clean
+
+help: ## this list
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+install: $(STAMP) redis-server ## venv in .venv from requirements.lock, plus redis-server (Debian)
+
+$(STAMP): requirements.lock worker/pyproject.toml
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e worker $(if $(wildcard operator/pyproject.toml),-e operator)
+	touch $@
+
+redis-server: ## install Debian's redis-server when missing (tests start their own)
+	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+	@redis-server --version
+
+test: install ## every test tier: unit, integration (real redis-server)
+	$(PYTEST) tests -q
+
+test-unit: install ## unit tests only: no servers
+	$(PYTEST) tests/unit -q
+
+test-integration: install ## integration tests: a real redis-server started by the tests
+	$(PYTEST) tests/integration -q
+
+lint: install ## ruff (lint + format check) and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: install ## apply ruff's formatting and safe fixes
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install ## throughput figures, ours next to the ceiling and the peer, measured in one run
+	$(BIN)/python bench/bench_sampling.py
+	@if [ -f bench/bench_transport.py ]; then $(BIN)/python bench/bench_transport.py; fi
+
+demo: install ## sample CartPole locally and print what came back
+	$(BIN)/rolloutfleet sample examples/cartpole.yaml --steps 20000 --output /tmp/rolloutfleet-demo.npz
+
+lock: ## re-resolve requirements.in into requirements.lock (needs network)
+	rm -rf /tmp/rolloutfleet-lock && $(PYTHON) -m venv /tmp/rolloutfleet-lock
+	/tmp/rolloutfleet-lock/bin/pip install --quiet -r requirements.in
+	/tmp/rolloutfleet-lock/bin/pip freeze --exclude-editable > requirements.lock
+
+clean: ## remove the venv and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,110 @@
+"""Sampling throughput: our EnvRunner next to the bare environments, measured in one run.
+
+Rows (env steps/s, every sub-env step counted, medians of interleaved repeats):
+
+* ceiling: ``gymnasium.make_vec(..., vectorization_mode="vector_entry_point")`` stepped
+  with ``action_space.sample()`` — the fastest way gymnasium offers to step CartPole;
+* SyncVectorEnv with random actions;
+* EnvRunner with the default 64x64 MLP (auto vectorization), full ``sample()`` calls;
+* RLlib's SingleAgentEnvRunner: measured here when ray is installed (``pip install
+  'ray[rllib]'``), else the figure from ../shared/ANCHORS.md, marked as such.
+
+Usage: ``python bench/bench_sampling.py [--seconds 2] [--repeats 3] [--envs 1 8 64]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+
+from rolloutfleet import EnvRunner, RolloutJob
+
+# ANCHORS.md, 2-core machine of this workplace, same env and model: used only when ray
+# is not installed, and printed as "(anchors)".
+RLLIB_ANCHOR = {1: 2_200, 8: 10_800, 64: 15_500}
+
+
+def rate(step: Callable[[], int], seconds: float) -> float:
+    step()  # warm-up
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        steps += step()
+    return steps / elapsed
+
+
+def bare(mode: str, num_envs: int) -> Callable[[], int]:
+    env = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode=mode)
+    env.reset(seed=0)
+
+    def step() -> int:
+        for _ in range(100):
+            env.step(env.action_space.sample())
+        return 100 * num_envs
+
+    return step
+
+
+def ours(num_envs: int) -> Callable[[], int]:
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "bench"},
+            "spec": {"env": {"id": "CartPole-v1", "numEnvs": num_envs}, "sampling": {"seed": 0}},
+        }
+    )
+    runner = EnvRunner(job)
+    return lambda: len(runner.sample())
+
+
+def rllib(num_envs: int) -> Callable[[], int] | None:
+    try:
+        from ray.rllib.algorithms.ppo import PPOConfig  # type: ignore[import-not-found]
+        from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=200)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    return lambda: sum(len(e) for e in runner.sample(num_timesteps=200 * num_envs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64])
+    args = parser.parse_args()
+    print(f"sampling, CartPole-v1, MLP 64x64, env steps/s, median of {args.repeats} x {args.seconds}s (pid {os.getpid()})")
+    header = f"{'envs':>5} {'ceiling':>11} {'sync':>11} {'ours':>11} {'rllib':>16} {'ours/ceiling':>13} {'ours/rllib':>11}"
+    print(header)
+    for n in args.envs:
+        runs: dict[str, Callable[[], int]] = {
+            "ceiling": bare("vector_entry_point", n),
+            "sync": bare("sync", n),
+            "ours": ours(n),
+        }
+        peer = rllib(n)
+        if peer is not None:
+            runs["rllib"] = peer
+        samples: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(args.repeats):  # interleaved, so drift on a shared machine hits all alike
+            for name, step in runs.items():
+                samples[name].append(rate(step, args.seconds))
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        peer_rate = med.get("rllib", RLLIB_ANCHOR.get(n, float("nan")))
+        peer_label = f"{peer_rate:>11,.0f}" + ("" if "rllib" in med else " (anc)")
+        print(
+            f"{n:>5} {med['ceiling']:>11,.0f} {med['sync']:>11,.0f} {med['ours']:>11,.0f} {peer_label:>16}"
+            f" {med['ours'] / med['ceiling']:>12.0%} {med['ours'] / peer_rate:>10.1f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+# Shared helpers for up.sh / down.sh (sourced, not executed).
+# shellcheck shell=bash
+
+cluster_here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cluster_repo_root="$(cd "$cluster_here/../.." && pwd)"
+# File that marks a directory as a state dir made by up.sh: nothing else is
+# ever deleted by these scripts.
+cluster_marker=".rolloutfleet-cluster"
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Absolute path of STATE_DIR (default: <repo>/.cluster); need not exist yet.
+cluster_state_dir() {
+  local d="${1:-$cluster_repo_root/.cluster}"
+  case "$d" in /*) ;; *) d="$PWD/$d" ;; esac
+  printf '%s\n' "${d%/}"
+}
+
+# Refuse to delete a directory that up.sh did not make.
+cluster_check_deletable() {
+  local d="$1"
+  [[ -n "$d" && "$d" != / && "$d" != "$HOME" && "$d" != "$cluster_repo_root" ]] \
+    || die "refusing to use $d as a state dir"
+  if [[ -d "$d" && ! -f "$d/$cluster_marker" ]] && [[ -n "$(ls -A "$d" 2>/dev/null)" ]]; then
+    die "$d exists, is not empty and was not made by up.sh (no $cluster_marker); refusing to touch it"
+  fi
+}
+
+# True if PID is alive and is still the program we started (guards against
+# PID reuse): its /proc/PID/exe or argv[0] ends with the recorded name.
+cluster_pid_is() {
+  local pid="$1" name="$2" exe argv0
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
+  exe="${exe% (deleted)}"
+  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1 || true)"
+  [[ "${exe##*/}" == "$name" || "${argv0##*/}" == "$name" ]]
+}
+
+# Stop the processes listed in STATE_DIR/pids ("name pid" lines), in reverse
+# start order: TERM, wait up to CLUSTER_STOP_GRACE seconds (default 10), KILL.
+cluster_stop_pids() {
+  local d="$1" grace="${CLUSTER_STOP_GRACE:-10}" name pid i
+  local -a names=() pids=() live=()
+  [[ -f "$d/pids" ]] || return 0
+  while read -r name pid; do
+    [[ -n "${name:-}" ]] || continue
+    names+=("$name"); pids+=("$pid")
+  done <"$d/pids"
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    if cluster_pid_is "${pids[i]}" "${names[i]}"; then
+      kill -TERM "${pids[i]}" 2>/dev/null || true
+      live+=("${pids[i]}:${names[i]}")
+    fi
+  done
+  local deadline=$((SECONDS + grace)) entry any
+  while :; do
+    any=0
+    for entry in "${live[@]}"; do
+      cluster_pid_is "${entry%%:*}" "${entry#*:}" && any=1
+    done
+    [[ $any == 0 || $SECONDS -ge $deadline ]] && break
+    sleep 0.2
+  done
+  for entry in "${live[@]}"; do
+    if cluster_pid_is "${entry%%:*}" "${entry#*:}"; then
+      log "${entry#*:} (pid ${entry%%:*}) ignored TERM for ${grace}s; sending KILL"
+      kill -KILL "${entry%%:*}" 2>/dev/null || true
+    fi
+  done
+  # Wait until KILLed processes are really gone (they are not our children).
+  deadline=$((SECONDS + 5))
+  for entry in "${live[@]}"; do
+    while cluster_pid_is "${entry%%:*}" "${entry#*:}" && [[ $SECONDS -lt $deadline ]]; do sleep 0.1; done
+  done
+  rm -f "$d/pids"
+}
+
+# True if every process in STATE_DIR/pids is alive (and there are three).
+cluster_all_alive() {
+  local d="$1" name pid n=0
+  [[ -f "$d/pids" ]] || return 1
+  while read -r name pid; do
+    [[ -n "${name:-}" ]] || continue
+    cluster_pid_is "$pid" "$name" || return 1
+    n=$((n + 1))
+  done <"$d/pids"
+  [[ $n -eq 3 ]]
+}
