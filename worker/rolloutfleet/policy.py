@@ -116,7 +116,7 @@ class Policy:
                 f"spec.policy: the model returned action_dist_inputs of shape {tuple(dist_inputs.shape)}, "
                 f"expected ({len(obs)}, {expected}) for {self.action_space}"
             )
-        return dist_inputs.numpy(), values.reshape(-1).numpy()
+        return dist_inputs.detach().numpy(), values.detach().reshape(-1).numpy()
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         # A reused pinned staging buffer lets the copy to the GPU run asynchronously.

@@ -1,0 +1,95 @@
+"""Small environments for the sampler's tests, built through entry points (pkg.module:fn)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class CounterEnv(gym.Env[np.ndarray, np.int64]):
+    """obs = [episode id within this env, step]; ends (terminated) after ``length`` steps.
+
+    Raises on step ``fail_at`` of episode ``fail_episode`` when configured, to test
+    recreation of failed sub-environments.
+    """
+
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        self.length = int(ctx.get("length", 5))
+        self.fail_episode = ctx.get("fail_episode")
+        self.fail_at = ctx.get("fail_at", 2)
+        self.fail_env = ctx.get("fail_env", 0)
+        self.vector_index = getattr(ctx, "vector_index", 0)
+        self.worker_index = getattr(ctx, "worker_index", 0)
+        self.observation_space = spaces.Box(0, 1e6, (2,), np.float32)
+        self.action_space = spaces.Discrete(3)
+        self.episode = -1
+        self.step_count = 0
+        self.seen_actions: list[int] = []
+        CounterEnv.instances.append(self)
+
+    instances: list[CounterEnv] = []
+    failures_left = 0  # tests set this; recreated envs share it, so each crash happens once
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.episode += 1
+        self.step_count = 0
+        return self._obs(), {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.episode, self.step_count], np.float32)
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if (
+            self.fail_episode is not None
+            and CounterEnv.failures_left > 0
+            and self.vector_index == self.fail_env
+            and self.episode == self.fail_episode
+            and self.step_count == self.fail_at
+        ):
+            CounterEnv.failures_left -= 1
+            raise RuntimeError("simulated crash")
+        self.seen_actions.append(int(action))
+        self.step_count += 1
+        return self._obs(), float(self.step_count), self.step_count >= self.length, False, {}
+
+
+def make_counter(ctx: dict[str, Any]) -> CounterEnv:
+    return CounterEnv(ctx)
+
+
+def make_flaky(ctx: dict[str, Any]) -> CounterEnv:
+    """Sub-env ``fail_env`` raises once, in its second episode; recreated ones never fail."""
+    config = {"length": 5, "fail_episode": 1, "fail_at": 2, "fail_env": 1, **ctx}
+    env = CounterEnv(config)
+    env.vector_index = getattr(ctx, "vector_index", 0)
+    return env
+
+
+class ClipProbe(gym.Env[np.ndarray, np.ndarray]):
+    """Box actions in [-1, 1]; records what the env received."""
+
+    received: list[np.ndarray] = []
+
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        self.observation_space = spaces.Box(-1, 1, (1,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        ClipProbe.received.append(np.array(action))
+        return np.zeros(1, np.float32), 100.0, False, False, {}
+
+
+def make_clip_probe(ctx: dict[str, Any]) -> ClipProbe:
+    return ClipProbe(ctx)
+
+
+def not_an_env(ctx: dict[str, Any]) -> str:
+    return "nope"
