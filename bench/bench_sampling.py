@@ -81,8 +81,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64])
     args = parser.parse_args()
-    print(f"sampling, CartPole-v1, MLP 64x64, env steps/s, median of {args.repeats} x {args.seconds}s (pid {os.getpid()})")
-    header = f"{'envs':>5} {'ceiling':>11} {'sync':>11} {'ours':>11} {'rllib':>16} {'ours/ceiling':>13} {'ours/rllib':>11}"
+    print(
+        f"sampling, CartPole-v1, MLP 64x64, env steps/s, median of {args.repeats} x {args.seconds}s (pid {os.getpid()})"
+    )
+    header = (
+        f"{'envs':>5} {'ceiling':>11} {'sync':>11} {'ours':>11} {'rllib':>16} {'ours/ceiling':>13} {'ours/rllib':>11}"
+    )
     print(header)
     for n in args.envs:
         runs: dict[str, Callable[[], int]] = {

@@ -33,7 +33,9 @@ class CounterEnv(gym.Env[np.ndarray, np.int64]):
     instances: list[CounterEnv] = []
     failures_left = 0  # tests set this; recreated envs share it, so each crash happens once
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.episode += 1
         self.step_count = 0
@@ -78,7 +80,9 @@ class ClipProbe(gym.Env[np.ndarray, np.ndarray]):
         self.observation_space = spaces.Box(-1, 1, (1,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         return np.zeros(1, np.float32), {}
 

@@ -27,7 +27,9 @@ class ImageEnv(gym.Env[np.ndarray, np.int64]):
         self.observation_space = spaces.Box(0, 255, (40, 40, 3), np.uint8)
         self.action_space = spaces.Discrete(4)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         return self.np_random.integers(0, 255, (40, 40, 3), dtype=np.uint8), {}
 

@@ -31,8 +31,12 @@ def test_multi_categorical_matches_independent_components() -> None:
     inputs = rng.normal(size=(50, 5)).astype(np.float32)
     dist = MultiCategorical((2, 3))
     actions, logp = dist.sample(inputs, rng, explore=True)
-    expected = torch.distributions.Categorical(logits=torch.from_numpy(inputs[:, :2])).log_prob(torch.from_numpy(actions[:, 0]))
-    expected += torch.distributions.Categorical(logits=torch.from_numpy(inputs[:, 2:])).log_prob(torch.from_numpy(actions[:, 1]))
+    expected = torch.distributions.Categorical(logits=torch.from_numpy(inputs[:, :2])).log_prob(
+        torch.from_numpy(actions[:, 0])
+    )
+    expected += torch.distributions.Categorical(logits=torch.from_numpy(inputs[:, 2:])).log_prob(
+        torch.from_numpy(actions[:, 1])
+    )
     np.testing.assert_allclose(logp, expected.numpy(), rtol=1e-5)
 
 

@@ -44,4 +44,5 @@ def test_sync_keeps_the_unflushed_buffer_and_state_round_trips() -> None:
     np.testing.assert_allclose(worker.stats.mean, [14 / 3])
     clone = MeanStdFilter((1,))
     clone.set_state(worker.get_state())
-    assert clone.stats.count == 3 and clone.buffer.count == 1
+    assert clone.stats.count == 3
+    assert clone.buffer.count == 1

@@ -22,11 +22,12 @@ def test_default_model_shapes(obs_space: spaces.Space, act_space: spaces.Space, 
     model = DefaultModel(obs_space, act_space, distribution_for(act_space))
     obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(3)]))
     logits, values = model(obs)
-    assert logits.shape == (3, outputs) and values.shape == (3,)
+    assert logits.shape == (3, outputs)
+    assert values.shape == (3,)
 
 
 def test_unsupported_spaces_say_what_to_do() -> None:
-    with pytest.raises(ValueError, match="policy.entryPoint"):
+    with pytest.raises(ValueError, match=r"policy\.entryPoint"):
         DefaultModel(spaces.Text(5), spaces.Discrete(2), distribution_for(spaces.Discrete(2)))
     with pytest.raises(ValueError, match="unsupported action space"):
         distribution_for(spaces.MultiBinary(3))

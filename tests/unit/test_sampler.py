@@ -13,7 +13,9 @@ from sampler_test_envs import ClipProbe, CounterEnv
 from rolloutfleet import Callbacks, EnvRunner, RolloutJob, SampleBatch, SpecError
 
 
-def job(env: dict[str, Any], sampling: dict[str, Any] | None = None, policy: dict[str, Any] | None = None) -> RolloutJob:
+def job(
+    env: dict[str, Any], sampling: dict[str, Any] | None = None, policy: dict[str, Any] | None = None
+) -> RolloutJob:
     spec: dict[str, Any] = {"env": env, "sampling": {"seed": 0, **(sampling or {})}}
     if policy:
         spec["policy"] = policy
@@ -50,12 +52,15 @@ def test_cartpole_transitions_follow_the_dynamics(vectorization: str) -> None:
     np.testing.assert_array_equal(ended, out_of_bounds(batch["new_obs"]))
     # Episodes start from the documented reset distribution U(-0.05, 0.05).
     starts = batch["obs"][batch["t"] == 0]
-    assert len(starts) > 0 and np.all(np.abs(starts) <= 0.05)
+    assert len(starts) > 0
+    assert np.all(np.abs(starts) <= 0.05)
 
 
 @pytest.mark.parametrize("vectorization", ["vector", "sync"])
 def test_no_row_crosses_an_episode_boundary(vectorization: str) -> None:
-    runner = EnvRunner(job({"id": "CartPole-v1", "numEnvs": 3, "vectorization": vectorization}, {"rolloutFragmentLength": 50}))
+    runner = EnvRunner(
+        job({"id": "CartPole-v1", "numEnvs": 3, "vectorization": vectorization}, {"rolloutFragmentLength": 50})
+    )
     batch = SampleBatch.concat([runner.sample() for _ in range(4)])
     for chunk in batch.split_by_episode():
         t = chunk["t"]
@@ -114,9 +119,12 @@ def test_complete_episodes_and_num_episodes() -> None:
     batch = runner.sample()
     assert len(batch) >= 12
     for chunk in batch.split_by_episode():
-        assert chunk["t"][0] == 0 and chunk["terminateds"][-1] and len(chunk) == 6
+        assert chunk["t"][0] == 0
+        assert chunk["terminateds"][-1]
+        assert len(chunk) == 6
     episodes = runner.sample(num_episodes=5).split_by_episode()
-    assert len(episodes) == 5 and all(len(e) == 6 and e["t"][0] == 0 for e in episodes)
+    assert len(episodes) == 5
+    assert all(len(e) == 6 and e["t"][0] == 0 for e in episodes)
 
 
 def test_num_timesteps_rounds_up_to_whole_vector_steps() -> None:
@@ -159,7 +167,9 @@ def test_weights_round_trip_and_stale_seq_numbers_are_ignored() -> None:
     probe = EnvRunner(spec, worker_index=5)
     probe.set_weights(weights, seq_no=1)
     greedy = other.sample(explore=False)
-    np.testing.assert_allclose(probe.policy.forward(greedy["obs"])[0], greedy["action_dist_inputs"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        probe.policy.forward(greedy["obs"])[0], greedy["action_dist_inputs"], rtol=1e-5, atol=1e-6
+    )
     with pytest.raises(ValueError, match="missing"):
         other.set_weights({"nope": np.zeros(1)}, seq_no=9)
 
@@ -171,7 +181,8 @@ def test_state_round_trip_includes_filters() -> None:
     state = runner.get_state()
     fresh = EnvRunner(spec, worker_index=3)
     fresh.set_state(state)
-    assert fresh.filter is not None and runner.filter is not None
+    assert fresh.filter is not None
+    assert runner.filter is not None
     np.testing.assert_array_equal(fresh.filter.stats.mean, runner.filter.stats.mean)
     assert fresh.filter.stats.count == runner.filter.stats.count == 2 * 51
     assert fresh.get_state()["num_env_steps_sampled_lifetime"] == 100
@@ -205,7 +216,8 @@ def test_filters_sync_like_rllib() -> None:
     central.apply_changes(b.get_filters(flush_after=True)["default"])
     a.sync_filters({"default": central})
     b.sync_filters({"default": central})
-    assert a.filter is not None and b.filter is not None
+    assert a.filter is not None
+    assert b.filter is not None
     assert a.filter.stats.count == b.filter.stats.count == central.stats.count == 2 * 2 * 21
     np.testing.assert_allclose(a.filter.stats.mean, b.filter.stats.mean)
 
@@ -232,11 +244,15 @@ def test_clipping_rewards_and_actions() -> None:
 def test_a_failing_sub_env_is_recreated_and_only_its_episode_dropped() -> None:
     CounterEnv.failures_left = 1
     runner = EnvRunner(
-        job({"entryPoint": "sampler_test_envs:make_flaky", "numEnvs": 3, "vectorization": "sync"}, {"rolloutFragmentLength": 12})
+        job(
+            {"entryPoint": "sampler_test_envs:make_flaky", "numEnvs": 3, "vectorization": "sync"},
+            {"rolloutFragmentLength": 12},
+        )
     )
     batch = runner.sample()
     metrics = runner.get_metrics()
-    assert metrics["num_env_restarts"] == 1 and metrics["num_episodes_dropped"] == 1
+    assert metrics["num_env_restarts"] == 1
+    assert metrics["num_episodes_dropped"] == 1
     healthy = batch["env_id"] != 1
     assert healthy.sum() == 2 * 12  # the other sub-envs lost nothing
     failed_rows = batch.rows(batch["env_id"] == 1)
@@ -272,17 +288,23 @@ class Recorder(Callbacks):
 def test_callbacks_see_every_episode() -> None:
     recorder = Recorder()
     runner = EnvRunner(
-        job({"entryPoint": "sampler_test_envs:make_counter", "numEnvs": 2, "config": {"length": 3}}, {"rolloutFragmentLength": 9}),
+        job(
+            {"entryPoint": "sampler_test_envs:make_counter", "numEnvs": 2, "config": {"length": 3}},
+            {"rolloutFragmentLength": 9},
+        ),
         callbacks=recorder,
     )
     batch = runner.sample()
-    assert recorder.samples == 1 and recorder.steps == len(batch) == 18
+    assert recorder.samples == 1
+    assert recorder.steps == len(batch) == 18
     assert {length for _, length in recorder.ends} == {3}
     assert {eps for eps, _ in recorder.ends} <= set(recorder.starts)
     assert len(recorder.ends) == int(batch["terminateds"].sum()) == 6
     assert len(recorder.starts) == 2 + 6  # the first two, then one after each end
     metrics = runner.get_metrics()
-    assert metrics["num_episodes"] == 6 and metrics["episode_len_mean"] == 3 and metrics["episode_return_mean"] == 6
+    assert metrics["num_episodes"] == 6
+    assert metrics["episode_len_mean"] == 3
+    assert metrics["episode_return_mean"] == 6
 
 
 @pytest.mark.parametrize(
@@ -305,14 +327,22 @@ def test_bad_policy_entry_point_names_the_field() -> None:
 
 
 def test_custom_policy_module(tmp_path: Any) -> None:
-    runner = EnvRunner(job({"id": "CartPole-v1", "numEnvs": 2}, {"rolloutFragmentLength": 5}, {"entryPoint": "sampler_test_policies:AlwaysRight"}))
+    runner = EnvRunner(
+        job(
+            {"id": "CartPole-v1", "numEnvs": 2},
+            {"rolloutFragmentLength": 5},
+            {"entryPoint": "sampler_test_policies:AlwaysRight"},
+        )
+    )
     batch = runner.sample()
     assert (batch["actions"] == 1).all()
     np.testing.assert_allclose(batch["vf_preds"], 7.0)
 
 
 def test_async_vectorization_samples_the_same_dynamics() -> None:
-    runner = EnvRunner(job({"id": "CartPole-v1", "numEnvs": 2, "vectorization": "async"}, {"rolloutFragmentLength": 30}))
+    runner = EnvRunner(
+        job({"id": "CartPole-v1", "numEnvs": 2, "vectorization": "async"}, {"rolloutFragmentLength": 30})
+    )
     try:
         batch = runner.sample()
     finally:
@@ -322,9 +352,10 @@ def test_async_vectorization_samples_the_same_dynamics() -> None:
 
 
 def test_image_observations_use_the_cnn() -> None:
-    runner = EnvRunner(job({"entryPoint": "sampler_test_policies:make_image_env", "numEnvs": 2}, {"rolloutFragmentLength": 3}))
+    runner = EnvRunner(
+        job({"entryPoint": "sampler_test_policies:make_image_env", "numEnvs": 2}, {"rolloutFragmentLength": 3})
+    )
     batch = runner.sample()
-    assert batch["obs"].shape == (6, 40, 40, 3) and batch["obs"].dtype == np.uint8
+    assert batch["obs"].shape == (6, 40, 40, 3)
+    assert batch["obs"].dtype == np.uint8
     assert np.isfinite(batch["vf_preds"]).all()
-
-

@@ -29,7 +29,8 @@ def test_examples_validate(path: Path) -> None:
 def test_defaults_and_camel_case_round_trip() -> None:
     job = RolloutJob.from_dict(manifest(sampling={"rolloutFragmentLength": 50, "batchMode": "complete_episodes"}))
     assert job.spec.sampling.rollout_fragment_length == 50
-    assert job.spec.policy.hidden == [64, 64] and job.spec.policy.device == "auto"
+    assert job.spec.policy.hidden == [64, 64]
+    assert job.spec.policy.device == "auto"
     assert job.namespace == "default"
     again = RolloutJob.from_dict(job.to_dict())
     assert again == job

@@ -1,6 +1,6 @@
 """``rolloutfleet``: the command line.
 
-    rolloutfleet sample examples/cartpole.yaml --steps 10000 --output cartpole.npz
+rolloutfleet sample examples/cartpole.yaml --steps 10000 --output cartpole.npz
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ def _sample(args: argparse.Namespace) -> int:
         batches = []
         rows = 0
         while rows < args.steps:
-            batch = runner.sample(num_timesteps=args.steps - rows) if job.spec.sampling.batch_mode == "truncate_episodes" else runner.sample()
+            batch = (
+                runner.sample(num_timesteps=args.steps - rows)
+                if job.spec.sampling.batch_mode == "truncate_episodes"
+                else runner.sample()
+            )
             batches.append(batch)
             rows += len(batch)
         metrics = runner.get_metrics()
@@ -33,7 +37,8 @@ def _sample(args: argparse.Namespace) -> int:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
-    np.savez_compressed(output, **dict(result.items())) if args.compress else np.savez(output, **dict(result.items()))
+    save = np.savez_compressed if args.compress else np.savez
+    save(output, **dict(result.items()))  # type: ignore[arg-type]
     print(
         f"wrote {len(result)} rows ({metrics['num_episodes']} episodes ended, "
         f"return mean {metrics['episode_return_mean']:.1f}, {metrics['env_steps_per_s']:,.0f} env steps/s) to {output}"

@@ -74,7 +74,7 @@ class MultiCategorical:
             a, lp = Categorical(n).sample(part, rng, explore)
             actions.append(a)
             logps.append(lp)
-        return np.stack(actions, axis=-1), np.sum(logps, axis=0, dtype=np.float32)
+        return np.stack(actions, axis=-1), np.asarray(np.sum(logps, axis=0, dtype=np.float32))
 
     def logp(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         parts = self._parts(inputs)

@@ -150,11 +150,13 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
                 raise SpecError(f"spec.env: sub-env {index} has different spaces than sub-env 0")
         self.observation_space = batch_space(first.observation_space, num_envs)
         self.action_space = batch_space(first.action_space, num_envs)
-        self._obs = create_empty_array(first.observation_space, num_envs)
+        self._obs: Any = create_empty_array(first.observation_space, num_envs)
         self._seeds: list[int | None] = [None] * num_envs
         self.restarts = 0
 
-    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         seeds = seed if isinstance(seed, list) else [None if seed is None else seed + i for i in range(self.num_envs)]
         self._seeds = list(seeds)
         observations = []
@@ -201,7 +203,7 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
     def _recreate(self, index: int) -> Any:
         try:
             self.envs[index].close()
-        except Exception:  # noqa: BLE001 - a broken env may fail to close too; we replace it anyway
+        except Exception:
             log.debug("closing failed sub-env %d raised", index, exc_info=True)
         self.restarts += 1
         self.envs[index] = self._create(index)

@@ -21,13 +21,13 @@ class RunningStat:
 
     shape: tuple[int, ...]
     count: float = 0.0
-    mean: np.ndarray = field(default=None)  # type: ignore[assignment]
-    m2: np.ndarray = field(default=None)  # type: ignore[assignment]
+    mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    m2: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
-        if self.mean is None:
+        if self.mean.shape != self.shape:
             self.mean = np.zeros(self.shape, np.float64)
-        if self.m2 is None:
+        if self.m2.shape != self.shape:
             self.m2 = np.zeros(self.shape, np.float64)
 
     def push_batch(self, values: np.ndarray) -> None:

@@ -10,8 +10,9 @@ for flat observations, a shared Nature-CNN trunk for image observations.
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -19,6 +20,8 @@ from gymnasium import spaces
 from torch import nn
 
 from rolloutfleet.distributions import ActionDistribution, DiagGaussian
+
+_Layer = TypeVar("_Layer", nn.Linear, nn.Conv2d)
 
 
 def is_image_space(space: spaces.Space[Any]) -> bool:
@@ -45,7 +48,6 @@ class ObsEncoder(nn.Module):
     def __init__(self, space: spaces.Space[Any]) -> None:
         super().__init__()
         self.kind = "box"
-        self.offsets: torch.Tensor | None = None
         if isinstance(space, spaces.Discrete):
             self.kind, self.n, self.start = "discrete", int(space.n), int(space.start)
         elif isinstance(space, spaces.MultiDiscrete):
@@ -61,7 +63,7 @@ class ObsEncoder(nn.Module):
         if self.kind == "discrete":
             return nn.functional.one_hot(obs.long() - self.start, self.n).float()
         if self.kind == "multi_discrete":
-            index = obs.long().reshape(len(obs), -1) + self.offsets_buf
+            index = obs.long().reshape(len(obs), -1) + self.get_buffer("offsets_buf")
             out = torch.zeros(len(obs), self.n, device=obs.device)
             return out.scatter_(1, index, 1.0)
         x = obs.float()
@@ -70,14 +72,15 @@ class ObsEncoder(nn.Module):
 
 def _mlp(sizes: list[int], activation: type[nn.Module]) -> list[nn.Module]:
     layers: list[nn.Module] = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         layers += [_init(nn.Linear(fan_in, fan_out), math.sqrt(2)), activation()]
     return layers
 
 
-def _init(layer: nn.Linear | nn.Conv2d, gain: float) -> nn.Linear | nn.Conv2d:
+def _init(layer: _Layer, gain: float) -> _Layer:
     nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -105,7 +108,7 @@ class DefaultModel(nn.Module):
         self.gaussian = isinstance(distribution, DiagGaussian)
         num_outputs = distribution.num_inputs // 2 if self.gaussian else distribution.num_inputs
         if is_image_space(observation_space):
-            trunk, features = _cnn(observation_space.shape)
+            trunk, features = _cnn(tuple(observation_space.shape or ()))
             self.actor_trunk: nn.Module = trunk
             self.critic_trunk: nn.Module | None = None
             self.pi = _init(nn.Linear(features, num_outputs), 0.01)
@@ -132,10 +135,7 @@ class DefaultModel(nn.Module):
 def _cnn(shape: tuple[int, ...]) -> tuple[nn.Module, int]:
     """Nature-CNN for HWC images of at least 36x36; smaller images get 3x3 convolutions."""
     height, width, channels = shape
-    if min(height, width) >= 36:
-        convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
-    else:
-        convs = [(16, 3, 1), (32, 3, 1)]
+    convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)] if min(height, width) >= 36 else [(16, 3, 1), (32, 3, 1)]
     layers: list[nn.Module] = [_HWCtoCHW()]
     in_channels = channels
     for out_channels, kernel, stride in convs:

@@ -21,9 +21,7 @@ from rolloutfleet.models import DefaultModel
 def supports(model: nn.Module) -> bool:
     """Whether ``model`` is a default MLP over flat Box or Discrete observations."""
     return (
-        isinstance(model, DefaultModel)
-        and model.critic_trunk is not None
-        and model.encoder.kind in ("box", "discrete")
+        isinstance(model, DefaultModel) and model.critic_trunk is not None and model.encoder.kind in ("box", "discrete")
     )
 
 

@@ -92,9 +92,13 @@ class Policy:
         try:
             model = cls(self.observation_space, self.action_space, **self.spec.config)
         except Exception as exc:  # noqa: BLE001 - report the user's constructor error in one line
-            raise SpecError(f"spec.policy.entryPoint: {self.spec.entry_point}(...) failed: {type(exc).__name__}: {exc}") from None
+            raise SpecError(
+                f"spec.policy.entryPoint: {self.spec.entry_point}(...) failed: {type(exc).__name__}: {exc}"
+            ) from None
         if not isinstance(model, nn.Module):
-            raise SpecError(f"spec.policy.entryPoint: {self.spec.entry_point} built a {type(model).__name__}, not a torch.nn.Module")
+            raise SpecError(
+                f"spec.policy.entryPoint: {self.spec.entry_point} built a {type(model).__name__}, not a torch.nn.Module"
+            )
         return model
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +187,7 @@ class Policy:
 
 
 class ActionOutput:
-    __slots__ = ("actions", "logp", "dist_inputs", "values")
+    __slots__ = ("actions", "dist_inputs", "logp", "values")
 
     def __init__(self, actions: np.ndarray, logp: np.ndarray, dist_inputs: np.ndarray, values: np.ndarray) -> None:
         self.actions = actions

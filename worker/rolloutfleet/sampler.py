@@ -138,7 +138,9 @@ class EnvRunner:
         except Exception as exc:  # noqa: BLE001
             raise SpecError(f"spec.sampling.callbacks: {self.sampling.callbacks}() failed: {exc}") from None
         if not isinstance(callbacks, Callbacks):
-            raise SpecError(f"spec.sampling.callbacks: {self.sampling.callbacks} is not a rolloutfleet Callbacks subclass")
+            raise SpecError(
+                f"spec.sampling.callbacks: {self.sampling.callbacks} is not a rolloutfleet Callbacks subclass"
+            )
         return callbacks
 
     def _action_clipper(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -269,7 +271,7 @@ class EnvRunner:
                 next_obs, rewards, terminateds, truncateds, info = env.step(
                     actions if clip is None else np.clip(actions, clip[0], clip[1])
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
                 self._restart_vector_env(exc, s)
                 continue
             c_obs[s] = obs
@@ -338,7 +340,7 @@ class EnvRunner:
         self._columns[_VALID][step] = False
         try:
             self.env.close()
-        except Exception:  # noqa: BLE001 - it is being replaced anyway
+        except Exception:
             log.debug("closing the failed vector env raised", exc_info=True)
         self._env_restarts += 1
         self.env = make_vector_env(self.job.spec.env, self.worker_index, self.num_workers)
@@ -598,7 +600,7 @@ class _Selection(NamedTuple):
 
 
 class _Period:
-    __slots__ = ("returns", "lengths", "steps", "seconds", "dropped")
+    __slots__ = ("dropped", "lengths", "returns", "seconds", "steps")
 
     def __init__(self) -> None:
         self.returns: list[float] = []

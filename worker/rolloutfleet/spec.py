@@ -221,9 +221,7 @@ class ObjectMeta(_Model):
     @classmethod
     def _dns_label(cls, value: str) -> str:
         if len(value) > 50 or not _DNS_LABEL.match(value):
-            raise ValueError(
-                f"must be a lowercase DNS label (a-z, 0-9, '-'), at most 50 characters, got {value!r}"
-            )
+            raise ValueError(f"must be a lowercase DNS label (a-z, 0-9, '-'), at most 50 characters, got {value!r}")
         return value
 
 
@@ -237,8 +235,8 @@ class RolloutJob(_Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
 
-    api_version: Literal["rolloutfleet.io/v1alpha1"] = API_VERSION
-    kind: Literal["RolloutJob"] = KIND
+    api_version: Literal["rolloutfleet.io/v1alpha1"] = "rolloutfleet.io/v1alpha1"
+    kind: Literal["RolloutJob"] = "RolloutJob"
     metadata: ObjectMeta
     spec: RolloutJobSpec
 
