@@ -18,7 +18,10 @@ from rolloutfleet.distributions import distribution_for
 from rolloutfleet.entry_points import load_entry_point
 from rolloutfleet.models import DefaultModel
 from rolloutfleet.numpy_inference import NumpyMLP, supports
-from rolloutfleet.spec import PolicySpec, SpecError
+from rolloutfleet.spec import PolicySpec, RolloutJob, SpecError
+
+INIT_SEED_PATH = 0xFFFFFFFE
+"""Seed path of the initial weights: derived from the job's seed only, equal on every worker."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -184,6 +187,25 @@ class Policy:
         if seq_no is not None:
             self.weights_seq_no = seq_no
         return True
+
+
+def build_model(job: RolloutJob) -> nn.Module:
+    """The job's policy model with the weights every worker starts from (for a learner).
+
+    Builds one sub-environment to learn the spaces, then the model exactly as workers do
+    (same seed, same initial weights), on the CPU.
+
+    >>> model = build_model(RolloutJob.from_file("examples/cartpole.yaml"))  # doctest: +SKIP
+    """
+    from rolloutfleet.envs import derive_seed, env_creator  # envs imports gymnasium envs: keep it lazy
+
+    env = env_creator(job.spec.env, worker_index=0, num_workers=job.spec.replicas)(0)
+    try:
+        spec = job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None})
+        policy = Policy(spec, env.observation_space, env.action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH))
+    finally:
+        env.close()
+    return policy.model
 
 
 class ActionOutput:

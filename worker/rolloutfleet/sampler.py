@@ -39,7 +39,7 @@ from rolloutfleet.callbacks import Callbacks, overrides
 from rolloutfleet.entry_points import load_entry_point
 from rolloutfleet.envs import FAILED, choose_vectorization, derive_seed, make_vector_env
 from rolloutfleet.filters import MeanStdFilter
-from rolloutfleet.policy import Policy
+from rolloutfleet.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.spec import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ _VALID = "_valid"
 _TICK = "_tick"  # global vector-step counter: orders episode ends across sub-envs
 _METRICS_WINDOW = 100
 _POLICY_SEED_PATH = 0xFFFFFFFF
-_INIT_SEED_PATH = 0xFFFFFFFE
 
 
 class EnvRunner:
@@ -86,7 +85,7 @@ class EnvRunner:
             self.observation_space,
             self.action_space,
             seed=derive_seed(self._seed, worker_index, _POLICY_SEED_PATH),
-            init_seed=derive_seed(self._seed, _INIT_SEED_PATH),
+            init_seed=derive_seed(self._seed, INIT_SEED_PATH),
         )
         self.filter = self._build_filter()
         self.callbacks = callbacks or self._load_callbacks()

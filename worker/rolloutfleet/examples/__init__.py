@@ -1,0 +1,1 @@
+"""Example learners that use only RolloutFleet's public API (run them with ``python -m``)."""
