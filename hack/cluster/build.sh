@@ -52,6 +52,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kube_ldflags+=" -X ${pkg}.gitVersion=${k8s_version}"
   kube_ldflags+=" -X ${pkg}.gitMajor=${k8s_major}"
   kube_ldflags+=" -X ${pkg}.gitMinor=${k8s_minor}"
+  kube_ldflags+=" -X ${pkg}.gitCommit="   # unknown from the module proxy; empty beats "$Format:%H$"
   kube_ldflags+=" -X ${pkg}.gitTreeState=clean"
   kube_ldflags+=" -X ${pkg}.buildDate=${build_date}"
 done

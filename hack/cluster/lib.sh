@@ -33,47 +33,38 @@ cluster_pid_is() {
   local pid="$1" name="$2" exe argv0
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
+  # An exited process that nobody has reaped yet (a zombie) counts as gone.
+  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || return 1
   exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
   exe="${exe% (deleted)}"
-  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1 || true)"
+  argv0="$( { tr '\0' '\n' <"/proc/$pid/cmdline" | head -n1; } 2>/dev/null || true)"
   [[ "${exe##*/}" == "$name" || "${argv0##*/}" == "$name" ]]
 }
 
-# Stop the processes listed in STATE_DIR/pids ("name pid" lines), in reverse
-# start order: TERM, wait up to CLUSTER_STOP_GRACE seconds (default 10), KILL.
+# Stop the processes listed in STATE_DIR/pids ("name pid" lines) one at a time,
+# in reverse start order (controller-manager, apiserver, etcd: the apiserver
+# shuts down in about a second while etcd is still there): TERM, wait up to
+# CLUSTER_STOP_GRACE seconds (default 10), then KILL.
 cluster_stop_pids() {
-  local d="$1" grace="${CLUSTER_STOP_GRACE:-10}" name pid i
-  local -a names=() pids=() live=()
+  local d="$1" grace="${CLUSTER_STOP_GRACE:-10}" name pid i deadline
+  local -a names=() pids=()
   [[ -f "$d/pids" ]] || return 0
   while read -r name pid; do
     [[ -n "${name:-}" ]] || continue
     names+=("$name"); pids+=("$pid")
   done <"$d/pids"
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    if cluster_pid_is "${pids[i]}" "${names[i]}"; then
-      kill -TERM "${pids[i]}" 2>/dev/null || true
-      live+=("${pids[i]}:${names[i]}")
+    name="${names[i]}"; pid="${pids[i]}"
+    cluster_pid_is "$pid" "$name" || continue
+    kill -TERM "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + grace))
+    while cluster_pid_is "$pid" "$name" && [[ $SECONDS -lt $deadline ]]; do sleep 0.1; done
+    if cluster_pid_is "$pid" "$name"; then
+      log "$name (pid $pid) ignored TERM for ${grace}s; sending KILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      deadline=$((SECONDS + 5))
+      while cluster_pid_is "$pid" "$name" && [[ $SECONDS -lt $deadline ]]; do sleep 0.1; done
     fi
-  done
-  local deadline=$((SECONDS + grace)) entry any
-  while :; do
-    any=0
-    for entry in "${live[@]}"; do
-      cluster_pid_is "${entry%%:*}" "${entry#*:}" && any=1
-    done
-    [[ $any == 0 || $SECONDS -ge $deadline ]] && break
-    sleep 0.2
-  done
-  for entry in "${live[@]}"; do
-    if cluster_pid_is "${entry%%:*}" "${entry#*:}"; then
-      log "${entry#*:} (pid ${entry%%:*}) ignored TERM for ${grace}s; sending KILL"
-      kill -KILL "${entry%%:*}" 2>/dev/null || true
-    fi
-  done
-  # Wait until KILLed processes are really gone (they are not our children).
-  deadline=$((SECONDS + 5))
-  for entry in "${live[@]}"; do
-    while cluster_pid_is "${entry%%:*}" "${entry#*:}" && [[ $SECONDS -lt $deadline ]]; do sleep 0.1; done
   done
   rm -f "$d/pids"
 }

@@ -62,7 +62,7 @@ done
 
 t_start=$SECONDS
 mkdir -p "$state/pki" "$state/logs" "$state/etcd"
-chmod 700 "$state"
+chmod 700 "$state" "$state/etcd"
 touch "$state/$cluster_marker"
 
 # --- ports ----------------------------------------------------------------------
@@ -145,10 +145,12 @@ write_kubeconfig "$state/kubeconfig-controller-manager" system:kube-controller-m
 start() { # name args...
   local name="$1"; shift
   # setsid: own session, so the processes outlive this script and a Ctrl-C of
-  # the caller; the pid is written by the process itself right before exec.
+  # the caller. A small bash parent in that session waits for the process, so it
+  # is reaped as soon as it exits (no zombie left behind even where PID 1 reaps
+  # slowly); the recorded pid is the real server process, not that parent.
   # shellcheck disable=SC2016  # expanded by the inner bash
-  setsid bash -c 'echo "$$" >"$1"; shift; exec "$@"' _ "$state/logs/$name.pid" \
-    "$bindir/$name" "$@" </dev/null >"$state/logs/$name.log" 2>&1 &
+  setsid bash -c 'pidfile="$1"; shift; "$@" & echo "$!" >"$pidfile"; wait "$!"' _ \
+    "$state/logs/$name.pid" "$bindir/$name" "$@" </dev/null >"$state/logs/$name.log" 2>&1 &
   for _ in $(seq 50); do [[ -s "$state/logs/$name.pid" ]] && break; sleep 0.1; done
   [[ -s "$state/logs/$name.pid" ]] || die "$name did not start"
   echo "$name $(cat "$state/logs/$name.pid")" >>"$state/pids"
@@ -216,6 +218,7 @@ start kube-apiserver \
   --service-account-key-file="$pki/sa.pub" \
   --service-account-signing-key-file="$pki/sa.key" \
   --allow-privileged=true \
+  --endpoint-reconciler-type=none \
   "${admission[@]}" \
   --profiling=false \
   --v=1

@@ -14,6 +14,7 @@ from rolloutfleet.models import DefaultModel
 from rolloutfleet.numpy_inference import NumpyMLP, supports
 
 
+@pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize(
     ("obs_space", "act_space", "activation", "hidden"),
     [
@@ -23,9 +24,11 @@ from rolloutfleet.numpy_inference import NumpyMLP, supports
         (spaces.Box(0, 255, (5, 2), np.uint8), spaces.Discrete(3), "tanh", [8]),
     ],
 )
-def test_matches_the_torch_forward(obs_space: Any, act_space: Any, activation: str, hidden: list[int]) -> None:
+def test_matches_the_torch_forward(obs_space: Any, act_space: Any, activation: str, hidden: list[int], shared: bool) -> None:
     torch.manual_seed(0)
-    model = DefaultModel(obs_space, act_space, distribution_for(act_space), hidden=hidden, activation=activation)
+    model = DefaultModel(
+        obs_space, act_space, distribution_for(act_space), hidden=hidden, activation=activation, vf_share_layers=shared
+    )
     # Non-trivial biases and log_std, so every parameter matters.
     with torch.no_grad():
         for param in model.parameters():

@@ -52,6 +52,18 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from rolloutfleet.worker import main as worker_main
+
+    return worker_main()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rolloutfleet.fleet_cli import run_fleet
+
+    return run_fleet(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
     parser.add_argument("--log-level", default="WARNING", help="python logging level (default: WARNING)")
@@ -65,6 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--num-workers", type=int, default=None)
     sample.add_argument("--compress", action="store_true", help="write a compressed .npz")
     sample.set_defaults(run=_sample)
+
+    worker = commands.add_parser("worker", help="run one worker (the container entrypoint; configured by ROLLOUTFLEET_* env)")
+    worker.set_defaults(run=_worker)
+
+    run = commands.add_parser(
+        "run",
+        help="run the job's workers locally with an embedded Redis",
+        description="Run spec.replicas workers on this machine. With `-- COMMAND`, run COMMAND (e.g. a learner) "
+        "with ROLLOUTFLEET_REDIS_URL set, and stop the fleet when it exits.",
+    )
+    run.add_argument("manifest")
+    run.add_argument("--redis", default=None, help="use this Redis instead of starting one")
+    run.add_argument("--replicas", type=int, default=None, help="override spec.replicas")
+    run.add_argument("--no-status", action="store_true", help="no live status table (log lines only)")
+    run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] to run beside the fleet")
+    run.set_defaults(run=_run)
 
     validate = commands.add_parser("validate", help="check a manifest and name every invalid field")
     validate.add_argument("manifest")

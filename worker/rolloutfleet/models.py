@@ -4,8 +4,8 @@ A policy model is any ``nn.Module`` whose ``forward(obs)`` returns
 ``(action_dist_inputs, vf_preds)``: a ``(batch, num_inputs)`` tensor laid out as
 :mod:`rolloutfleet.distributions` documents, and a ``(batch,)`` value estimate (or
 ``None``). Custom models are built as ``Model(observation_space, action_space, **config)``.
-The default: an actor MLP and a separate critic MLP (RLlib's ``vf_share_layers=False``)
-for flat observations, a shared Nature-CNN trunk for image observations.
+The default: an MLP for flat observations, a Nature CNN for images, with policy and value
+heads on shared hidden layers (RLlib's default) or, optionally, a separate value MLP.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def _init(layer: _Layer, gain: float) -> _Layer:
 
 
 class DefaultModel(nn.Module):
-    """MLP actor + MLP critic for flat observations; CNN trunk + two heads for images.
+    """An MLP (a CNN for images) with a policy head and a value head; the value head reads the
+    shared hidden layers or, with ``vf_share_layers=False``, an MLP of its own.
 
     >>> model = DefaultModel(spaces.Box(-1, 1, (4,)), spaces.Discrete(2), hidden=[64, 64])
     >>> logits, values = model(torch.zeros(3, 4))
@@ -100,6 +101,7 @@ class DefaultModel(nn.Module):
         distribution: ActionDistribution,
         hidden: list[int] | None = None,
         activation: str = "tanh",
+        vf_share_layers: bool = True,
     ) -> None:
         super().__init__()
         hidden = hidden or [64, 64]
@@ -116,7 +118,7 @@ class DefaultModel(nn.Module):
         else:
             sizes = [flat_obs_size(observation_space), *hidden]
             self.actor_trunk = nn.Sequential(nn.Flatten(), *_mlp(sizes, act))
-            self.critic_trunk = nn.Sequential(nn.Flatten(), *_mlp(sizes, act))
+            self.critic_trunk = None if vf_share_layers else nn.Sequential(nn.Flatten(), *_mlp(sizes, act))
             self.pi = _init(nn.Linear(sizes[-1], num_outputs), 0.01)
             self.vf = _init(nn.Linear(sizes[-1], 1), 1.0)
         self.log_std = nn.Parameter(torch.zeros(num_outputs)) if self.gaussian else None

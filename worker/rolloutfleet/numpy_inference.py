@@ -21,7 +21,10 @@ from rolloutfleet.models import DefaultModel
 def supports(model: nn.Module) -> bool:
     """Whether ``model`` is a default MLP over flat Box or Discrete observations."""
     return (
-        isinstance(model, DefaultModel) and model.critic_trunk is not None and model.encoder.kind in ("box", "discrete")
+        isinstance(model, DefaultModel)
+        and isinstance(model.actor_trunk, nn.Sequential)
+        and isinstance(model.actor_trunk[0], nn.Flatten)
+        and model.encoder.kind in ("box", "discrete")
     )
 
 
@@ -45,11 +48,17 @@ class NumpyMLP:
             weight = layer.weight.detach().cpu().numpy().T.copy()
             return weight, layer.bias.detach().cpu().numpy().copy()
 
-        actor, critic = _linears(model.actor_trunk), _linears(model.critic_trunk)  # type: ignore[arg-type]
-        (wa, ba), (wc, bc) = arrays(actor[0]), arrays(critic[0])
-        # Both trunks read the same input: one matmul for both first layers.
-        self.first = (np.concatenate([wa, wc], axis=1), np.concatenate([ba, bc]))
-        self.split = wa.shape[1]
+        actor = _linears(model.actor_trunk)
+        critic = [] if model.critic_trunk is None else _linears(model.critic_trunk)
+        self.shared = not critic
+        if self.shared:
+            self.first = arrays(actor[0])
+            self.split = self.first[0].shape[1]
+        else:
+            (wa, ba), (wc, bc) = arrays(actor[0]), arrays(critic[0])
+            # Both trunks read the same input: one matmul for both first layers.
+            self.first = (np.concatenate([wa, wc], axis=1), np.concatenate([ba, bc]))
+            self.split = wa.shape[1]
         self.actor = [arrays(layer) for layer in actor[1:]]
         self.critic = [arrays(layer) for layer in critic[1:]]
         self.pi = arrays(model.pi)
@@ -80,15 +89,19 @@ class NumpyMLP:
             h = x @ weight
             h += bias
         h = self._activate(h)
-        a, c = h[:, : self.split], h[:, self.split :]
+        a = h if self.shared else h[:, : self.split]
         for w, b in self.actor:
             a = a @ w
             a += b
             a = self._activate(a)
-        for w, b in self.critic:
-            c = c @ w
-            c += b
-            c = self._activate(c)
+        if self.shared:
+            c = a
+        else:
+            c = h[:, self.split :]
+            for w, b in self.critic:
+                c = c @ w
+                c += b
+                c = self._activate(c)
         out = a @ self.pi[0]
         out += self.pi[1]
         values = c @ self.vf[0]

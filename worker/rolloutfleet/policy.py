@@ -88,6 +88,7 @@ class Policy:
                     self.distribution,
                     hidden=list(self.spec.hidden),
                     activation=self.spec.activation,
+                    vf_share_layers=self.spec.vf_share_layers,
                 )
             except ValueError as exc:
                 raise SpecError(f"spec.policy: {exc}") from None

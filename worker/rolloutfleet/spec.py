@@ -90,6 +90,9 @@ class PolicySpec(_Model):
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the default MLP (used for flat observations)."""
     activation: Literal["tanh", "relu"] = "tanh"
+    vf_share_layers: bool = True
+    """The value head reads the policy's hidden layers (RLlib's DefaultModelConfig default), or
+    has an MLP of its own (False): twice the inference cost per step."""
     entry_point: str | None = None
     """``pkg.module:MyPolicy``: an ``nn.Module`` class built as ``MyPolicy(obs_space, act_space, **config)``."""
     config: dict[str, Any] = Field(default_factory=dict)

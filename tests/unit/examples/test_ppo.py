@@ -17,7 +17,11 @@ def test_ppo_improves_cartpole_within_a_step_budget() -> None:
     job = RolloutJob.from_dict(
         {
             "metadata": {"name": "cp"},
-            "spec": {"env": {"id": "CartPole-v1", "numEnvs": 8}, "sampling": {"seed": 0, "rolloutFragmentLength": 256}},
+            "spec": {
+                "env": {"id": "CartPole-v1", "numEnvs": 8},
+                "policy": {"vfShareLayers": False},
+                "sampling": {"seed": 0, "rolloutFragmentLength": 256},
+            },
         }
     )
     runner = EnvRunner(job)

@@ -1,0 +1,112 @@
+"""``rolloutfleet run``: the local fleet with a live status table, and an optional learner.
+
+    rolloutfleet run examples/cartpole.yaml
+    rolloutfleet run examples/cartpole.yaml -- python -m rolloutfleet.examples.ppo examples/cartpole.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from rolloutfleet.fleet import LocalFleet
+from rolloutfleet.spec import RolloutJob
+
+log = logging.getLogger(__name__)
+
+
+def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]], elapsed: float) -> Table:
+    job = fleet.job
+    total_rate = sum(float(h.get("steps_per_s", 0.0)) for h in heartbeats.values())
+    table = Table(
+        title=f"{job.namespace}/{job.name}: {fleet.alive()}/{len(fleet.workers)} workers up, "
+        f"{total_rate:,.0f} env steps/s, {fleet.restarts} restarts, {elapsed:.0f} s",
+        title_justify="left",
+    )
+    for column in ("worker", "state", "pid", "env steps", "steps/s", "return (100 ep)", "weights", "last error"):
+        table.add_column(column, justify="left" if column in ("state", "last error") else "right")
+    for index, worker in fleet.workers.items():
+        beat = heartbeats.get(index, {})
+        episode_return = float(beat.get("episode_return_mean", math.nan))
+        table.add_row(
+            str(index),
+            worker.state,
+            str(worker.process.pid) if worker.process is not None and worker.state == "running" else "-",
+            f"{int(beat.get('env_steps', 0)):,}",
+            f"{float(beat.get('steps_per_s', 0.0)):,.0f}",
+            "-" if math.isnan(episode_return) else f"{episode_return:.1f}",
+            f"v{int(beat.get('weights_seq_no', 0))}",
+            worker.last_error[-60:],
+        )
+    return table
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    from rolloutfleet.transport import read_heartbeats
+
+    job = RolloutJob.from_file(args.manifest)
+    if args.replicas is not None:
+        job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": args.replicas}})
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    console = Console(stderr=True)
+    fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"))
+    learner: subprocess.Popen[bytes] | None = None
+    code = 0
+    started = time.monotonic()
+    try:
+        fleet.start()
+        console.print(f"fleet: {len(fleet.workers)} workers of {job.name}, redis {fleet.redis_url}, logs in {fleet.log_dir}")
+        if command:
+            env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
+            learner = subprocess.Popen(command, env=env)
+        live = None if args.no_status else Live(console=console, refresh_per_second=2, transient=False)
+        if live is not None:
+            live.start()
+        last_log = 0.0
+        try:
+            while True:
+                fleet.poll()
+                now = time.monotonic()
+                if live is not None:
+                    live.update(status_table(fleet, read_heartbeats(fleet.redis_url, job, fleet.redis_password), now - started))
+                elif now - last_log > 10:
+                    last_log = now
+                    log.info("fleet: %d/%d workers up, %d restarts", fleet.alive(), len(fleet.workers), fleet.restarts)
+                if learner is not None and (learner_code := learner.poll()) is not None:
+                    console.print(f"fleet: the command exited with {learner_code}; stopping the fleet")
+                    code = learner_code
+                    break
+                if fleet.alive() == 0 and all(w.state == "failed" for w in fleet.workers.values()) and fleet.workers:
+                    console.print("fleet: every worker is down and the restart budget is spent; stopping")
+                    code = 1
+                    break
+                if args.duration is not None and now - started >= args.duration:
+                    break
+                time.sleep(0.25)
+        finally:
+            if live is not None:
+                live.stop()
+    except KeyboardInterrupt:
+        console.print("fleet: interrupted; stopping workers")
+        code = 130
+    finally:
+        if learner is not None and learner.poll() is None:
+            learner.terminate()
+            try:
+                learner.wait(10)
+            except subprocess.TimeoutExpired:
+                learner.kill()
+        codes = fleet.stop()
+        unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
+        console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
+    return code
+

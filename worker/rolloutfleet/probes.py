@@ -1,0 +1,66 @@
+"""The worker's HTTP endpoints: Prometheus ``/metrics``, ``/healthz`` (live), ``/readyz`` (ready).
+
+Live means the sampling loop made progress recently (a stuck env or a deadlock turns it
+false, so the kubelet restarts the pod); ready means env, policy and Redis are all up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class Probes:
+    """Health state shared between the sampling loop and the HTTP thread."""
+
+    def __init__(self, stall_seconds: float = 300.0) -> None:
+        self.ready = False
+        self.reason = "starting"
+        self.stall_seconds = stall_seconds
+        self._beat = time.monotonic()
+
+    def beat(self) -> None:
+        """The loop is alive (call at least every ``stall_seconds``)."""
+        self._beat = time.monotonic()
+
+    def set_ready(self, ready: bool, reason: str = "") -> None:
+        self.ready, self.reason = ready, reason
+
+    @property
+    def live(self) -> bool:
+        return time.monotonic() - self._beat < self.stall_seconds
+
+
+def serve(probes: Probes, registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:  # noqa: S104 - a pod serves its probes on its IP
+    """Start the endpoints on a daemon thread; ``port=0`` picks a free one (see ``server_port``)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            if self.path.startswith("/metrics"):
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif self.path.startswith("/healthz"):
+                ok = probes.live
+                self._send(200 if ok else 503, b"ok\n" if ok else b"sampling loop stalled\n")
+            elif self.path.startswith("/readyz"):
+                ok = probes.ready
+                self._send(200 if ok else 503, b"ok\n" if ok else f"not ready: {probes.reason}\n".encode())
+            else:
+                self._send(404, b"not found\n")
+
+        def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - probes every few seconds: keep logs quiet
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="probes", daemon=True).start()
+    return server

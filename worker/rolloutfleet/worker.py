@@ -1,0 +1,175 @@
+"""``rolloutfleet worker``: the process in every worker pod (and every local-fleet worker).
+
+Loop: load newer weights if any → sample a fragment → publish it → heartbeat. Around it:
+
+* Prometheus metrics, ``/healthz`` and ``/readyz`` (:mod:`rolloutfleet.probes`);
+* SIGTERM/SIGINT: the fragment being sampled is finished and published, then exit 0;
+* Redis unreachable: not ready, retry with backoff, keep the sampled fragment (never
+  crash-loop because the learner's Redis restarts);
+* env or policy cannot be built: one line on stderr (and in the pod's termination
+  message), exit code 3, so the operator can show why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from rolloutfleet.spec import SpecError
+from rolloutfleet.worker_config import WorkerConfig
+
+log = logging.getLogger("rolloutfleet.worker")
+
+EXIT_BAD_SPEC = 3
+TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
+
+
+class WorkerMetrics:
+    """The worker's Prometheus series (one registry per process, labelled by job and index)."""
+
+    def __init__(self, job: str, namespace: str, index: int) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"job_name": job, "namespace": namespace, "worker_index": str(index)}
+        names = list(labels)
+
+        def counter(name: str, doc: str) -> Any:
+            return Counter(name, doc, names, registry=self.registry).labels(**labels)
+
+        def gauge(name: str, doc: str) -> Any:
+            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
+
+        self.env_steps = counter("rolloutfleet_env_steps", "Env steps sampled (transitions published)")
+        self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
+        self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
+        self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
+        self.redis_errors = counter("rolloutfleet_redis_errors", "Failed Redis operations (retried)")
+        self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
+        self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
+        self.weights_seq_no = gauge("rolloutfleet_weights_seq_no", "Version of the weights being sampled with")
+        self.backpressure_seconds = counter("rolloutfleet_backpressure_wait_seconds", "Time blocked on a full stream")
+        self.publish_latency = Histogram(
+            "rolloutfleet_publish_seconds",
+            "Time to publish one batch",
+            names,
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+        ).labels(**labels)
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.stopping = False
+        job = config.job
+        self.metrics = WorkerMetrics(job.name, job.namespace, config.worker_index)
+        from rolloutfleet.probes import Probes
+
+        self.probes = Probes()
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the current fragment, then exiting", signum)
+        self.stopping = True
+
+    def run(self) -> int:
+        from rolloutfleet.probes import serve
+        from rolloutfleet.sampler import EnvRunner
+        from rolloutfleet.transport import WorkerTransport
+
+        config = self.config
+        server = serve(self.probes, self.metrics.registry, config.metrics_port)
+        log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
+                 config.job.name, server.server_port)  # fmt: skip
+        runner = EnvRunner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
+        transport = WorkerTransport(config)
+        backoff = 0.5
+        pending = None
+        stats: Mapping[str, float | int] = {}
+        restarts_seen = 0
+        while not self.stopping or pending is not None:
+            self.probes.beat()
+            try:
+                if not self.stopping:
+                    update = transport.poll_weights()
+                    if update is not None and runner.set_weights(update.weights, update.seq_no):
+                        self.metrics.weights_seq_no.set(update.seq_no)
+                    if pending is None:
+                        pending = runner.sample()
+                        stats = runner.get_metrics()
+                        self._record(stats, restarts_seen)
+                        restarts_seen = int(stats["num_env_restarts"])
+                started = time.perf_counter()
+                transport.publish(pending, runner.weights_seq_no)
+                self.metrics.publish_latency.observe(time.perf_counter() - started)
+                self.metrics.batches.inc()
+                pending = None
+                transport.heartbeat(stats)
+                self.probes.set_ready(True)
+                backoff = 0.5
+            except transport.retryable as exc:
+                self.metrics.redis_errors.inc()
+                self.probes.set_ready(False, f"redis: {exc}")
+                log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
+                self._sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                if self.stopping and pending is not None and backoff >= 10.0:
+                    log.warning("stopping with Redis unreachable: dropping one unpublished fragment")
+                    pending = None
+        transport.close()
+        runner.close()
+        server.shutdown()
+        log.info("stopped cleanly")
+        return 0
+
+    def _record(self, stats: Mapping[str, float | int], restarts_seen: int) -> None:
+        m = self.metrics
+        m.env_steps.inc(stats["num_env_steps_sampled"])
+        m.episodes.inc(stats["num_episodes"])
+        m.steps_per_s.set(stats["env_steps_per_s"])
+        if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
+            m.episode_return.set(stats["episode_return_mean"])
+        m.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.stopping:
+            self.probes.beat()
+            time.sleep(min(0.1, deadline - time.monotonic()))
+
+
+def report_fatal(message: str) -> None:
+    """One line for humans (stderr) and for the operator (the pod's termination message)."""
+    line = message.replace("\n", " ")[:1000]
+    print(f"rolloutfleet worker: {line}", file=sys.stderr, flush=True)
+    try:
+        TERMINATION_LOG.write_text(line + "\n")
+    except OSError:
+        pass  # not in a pod, or a read-only path: stderr is enough
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    logging.basicConfig(
+        level=os.environ.get("ROLLOUTFLEET_LOG_LEVEL", "INFO").upper(),
+        format='{"ts": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "msg": %(message)r}',
+    )
+    try:
+        config = WorkerConfig.from_environ(os.environ if environ is None else environ)
+        worker = Worker(config)
+        signal.signal(signal.SIGTERM, worker.request_stop)
+        signal.signal(signal.SIGINT, worker.request_stop)
+        return worker.run()
+    except SpecError as exc:
+        report_fatal(str(exc))
+        return EXIT_BAD_SPEC
+
+
+if __name__ == "__main__":
+    sys.exit(main())
