@@ -24,7 +24,9 @@ from rolloutfleet.numpy_inference import NumpyMLP, supports
         (spaces.Box(0, 255, (5, 2), np.uint8), spaces.Discrete(3), "tanh", [8]),
     ],
 )
-def test_matches_the_torch_forward(obs_space: Any, act_space: Any, activation: str, hidden: list[int], shared: bool) -> None:
+def test_matches_the_torch_forward(
+    obs_space: Any, act_space: Any, activation: str, hidden: list[int], shared: bool
+) -> None:
     torch.manual_seed(0)
     model = DefaultModel(
         obs_space, act_space, distribution_for(act_space), hidden=hidden, activation=activation, vf_share_layers=shared

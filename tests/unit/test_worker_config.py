@@ -47,7 +47,10 @@ def test_a_whole_manifest_or_a_file_works(tmp_path: pytest.TempPathFactory) -> N
         ({"ROLLOUTFLEET_WORKER_INDEX": "3"}, "ROLLOUTFLEET_WORKER_INDEX: 3 is not below"),
         ({"ROLLOUTFLEET_JOB_NAME": ""}, "ROLLOUTFLEET_JOB_NAME: not set"),
         ({"ROLLOUTFLEET_SPEC": "{nope"}, "ROLLOUTFLEET_SPEC: not valid JSON"),
-        ({"ROLLOUTFLEET_SPEC": json.dumps({"env": {"id": "CartPole-v1", "numEnvs": 0}})}, r"ROLLOUTFLEET_SPEC: spec\.env\.numEnvs"),
+        (
+            {"ROLLOUTFLEET_SPEC": json.dumps({"env": {"id": "CartPole-v1", "numEnvs": 0}})},
+            r"ROLLOUTFLEET_SPEC: spec\.env\.numEnvs",
+        ),
     ],
 )
 def test_mistakes_name_the_variable(change: dict[str, str], message: str) -> None:

@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--compress", action="store_true", help="write a compressed .npz")
     sample.set_defaults(run=_sample)
 
-    worker = commands.add_parser("worker", help="run one worker (the container entrypoint; configured by ROLLOUTFLEET_* env)")
+    worker = commands.add_parser(
+        "worker", help="run one worker (the container entrypoint; configured by ROLLOUTFLEET_* env)"
+    )
     worker.set_defaults(run=_worker)
 
     run = commands.add_parser(

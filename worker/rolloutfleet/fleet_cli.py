@@ -1,7 +1,7 @@
 """``rolloutfleet run``: the local fleet with a live status table, and an optional learner.
 
-    rolloutfleet run examples/cartpole.yaml
-    rolloutfleet run examples/cartpole.yaml -- python -m rolloutfleet.examples.ppo examples/cartpole.yaml
+rolloutfleet run examples/cartpole.yaml
+rolloutfleet run examples/cartpole.yaml -- python -m rolloutfleet.examples.ppo examples/cartpole.yaml
 """
 
 from __future__ import annotations
@@ -64,7 +64,9 @@ def run_fleet(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         fleet.start()
-        console.print(f"fleet: {len(fleet.workers)} workers of {job.name}, redis {fleet.redis_url}, logs in {fleet.log_dir}")
+        console.print(
+            f"fleet: {len(fleet.workers)} workers of {job.name}, redis {fleet.redis_url}, logs in {fleet.log_dir}"
+        )
         if command:
             env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
             learner = subprocess.Popen(command, env=env)
@@ -77,7 +79,9 @@ def run_fleet(args: argparse.Namespace) -> int:
                 fleet.poll()
                 now = time.monotonic()
                 if live is not None:
-                    live.update(status_table(fleet, read_heartbeats(fleet.redis_url, job, fleet.redis_password), now - started))
+                    live.update(
+                        status_table(fleet, read_heartbeats(fleet.redis_url, job, fleet.redis_password), now - started)
+                    )
                 elif now - last_log > 10:
                     last_log = now
                     log.info("fleet: %d/%d workers up, %d restarts", fleet.alive(), len(fleet.workers), fleet.restarts)
@@ -109,4 +113,3 @@ def run_fleet(args: argparse.Namespace) -> int:
         unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
         console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
     return code
-

@@ -6,7 +6,7 @@ numpy from the model's outputs (see :mod:`rolloutfleet.distributions`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -133,12 +133,23 @@ class Policy:
         self._pinned.copy_(tensor)
         return self._pinned.to(self.device, non_blocking=True)
 
+    def act(self, explore: bool) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """A function ``obs -> (actions, logp, dist_inputs, values)`` bound for the sampling loop."""
+        forward, sample, rng = self.forward, self.distribution.sample, self.rng
+
+        def act(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            dist_inputs, values = forward(obs)
+            actions, logp = sample(dist_inputs, rng, explore)
+            return actions, logp, dist_inputs, values
+
+        return act
+
     def compute_actions(self, obs: np.ndarray, explore: bool) -> ActionOutput:
         dist_inputs, values = self.forward(obs)
         actions, logp = self.distribution.sample(dist_inputs, self.rng, explore)
         return ActionOutput(actions, logp, dist_inputs, values)
 
-    def random_actions(self, num: int) -> ActionOutput:
+    def random_actions(self, num: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Uniform actions (no forward pass); logp is the uniform density, model outputs NaN."""
         space = self.action_space
         if isinstance(space, spaces.Box):
@@ -151,7 +162,7 @@ class Policy:
             actions = self.rng.integers(0, space.nvec, (num, *space.nvec.shape))  # type: ignore[attr-defined]
         logp = np.full(num, self.distribution.uniform_logp(), np.float32)
         dist_inputs = np.full((num, self.distribution.num_inputs), np.nan, np.float32)
-        return ActionOutput(actions, logp, dist_inputs, np.full(num, np.nan, np.float32))
+        return actions, logp, dist_inputs, np.full(num, np.nan, np.float32)
 
     # -- weights ---------------------------------------------------------------------
 
@@ -203,7 +214,9 @@ def build_model(job: RolloutJob) -> nn.Module:
     env = env_creator(job.spec.env, worker_index=0, num_workers=job.spec.replicas)(0)
     try:
         spec = job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None})
-        policy = Policy(spec, env.observation_space, env.action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH))
+        policy = Policy(
+            spec, env.observation_space, env.action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH)
+        )
     finally:
         env.close()
     return policy.model

@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train PPO on a RolloutFleet job's experience.")
     parser.add_argument("manifest", help="the job's RolloutJob YAML")
     parser.add_argument("--redis", default=os.environ.get("ROLLOUTFLEET_REDIS_URL", "redis://localhost:6379/0"))
-    parser.add_argument("--target-return", type=float, default=475.0, help="stop when the last 20 episodes average this")
+    parser.add_argument(
+        "--target-return", type=float, default=475.0, help="stop when the last 20 episodes average this"
+    )
     parser.add_argument("--max-env-steps", type=int, default=2_000_000)
     parser.add_argument("--steps-per-update", type=int, default=4096)
     parser.add_argument("--max-policy-lag", type=int, default=2, help="drop rows sampled with older weights than this")
@@ -168,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     seq_no = weights.publish(model)
     returns = EpisodeReturns()
     steps, started = 0, time.monotonic()
-    print(f"ppo: learning {job.name} from {args.redis}; target mean return {args.target_return} over 20 episodes", flush=True)
+    print(
+        f"ppo: learning {job.name} from {args.redis}; target mean return {args.target_return} over 20 episodes",
+        flush=True,
+    )
     while steps < args.max_env_steps:
         batch = consumer.get(min_steps=args.steps_per_update, timeout=60.0)
         if batch is None or len(batch) == 0:
@@ -186,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         if len(returns.completed) == returns.completed.maxlen and returns.mean >= args.target_return:
-            print(f"ppo: solved: mean return {returns.mean:.1f} after {steps} env steps, {time.monotonic() - started:.0f} s")
+            print(
+                f"ppo: solved: mean return {returns.mean:.1f} after {steps} env steps, {time.monotonic() - started:.0f} s"
+            )
             return 0
     print(f"ppo: not solved within {args.max_env_steps} env steps (mean return {returns.mean:.1f})", file=sys.stderr)
     return 1
