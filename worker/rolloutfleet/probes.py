@@ -34,11 +34,11 @@ class Probes:
         return time.monotonic() - self._beat < self.stall_seconds
 
 
-def serve(probes: Probes, registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:  # noqa: S104 - a pod serves its probes on its IP
+def serve(probes: Probes, registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
     """Start the endpoints on a daemon thread; ``port=0`` picks a free one (see ``server_port``)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:
             if self.path.startswith("/metrics"):
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif self.path.startswith("/healthz"):
@@ -57,7 +57,7 @@ def serve(probes: Probes, registry: CollectorRegistry, port: int, host: str = "0
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - probes every few seconds: keep logs quiet
+        def log_message(self, format: str, *args: object) -> None:
             return
 
     server = ThreadingHTTPServer((host, port), Handler)

@@ -263,6 +263,7 @@ class EnvRunner:
         env_step = self.env.step
         pending, eps_id, t, ep_return = self._pending_reset, self._eps_id, self._t, self._ep_return
         obs = self._obs
+        assert obs is not None  # _reset_envs set it
         # Weights change only between sample() calls, so weights_seq_no (like env_id and
         # the tick) is not written per step but filled in when the batch is assembled.
         for s in range(start, start + steps):

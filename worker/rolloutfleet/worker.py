@@ -12,6 +12,7 @@ Loop: load newer weights if any → sample a fragment → publish it → heartbe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -149,10 +150,8 @@ def report_fatal(message: str) -> None:
     """One line for humans (stderr) and for the operator (the pod's termination message)."""
     line = message.replace("\n", " ")[:1000]
     print(f"rolloutfleet worker: {line}", file=sys.stderr, flush=True)
-    try:
+    with contextlib.suppress(OSError):  # not in a pod, or a read-only path: stderr is enough
         TERMINATION_LOG.write_text(line + "\n")
-    except OSError:
-        pass  # not in a pod, or a read-only path: stderr is enough
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:

@@ -103,7 +103,7 @@ class PPO:
         ret = torch.as_tensor(returns)
         losses = []
         for _ in range(cfg.epochs):
-            for index in torch.randperm(len(obs)).split(cfg.minibatch_size):
+            for index in torch.randperm(len(obs)).split(cfg.minibatch_size):  # type: ignore[no-untyped-call]
                 dist, values = self._dist(obs[index])
                 logp = dist.log_prob(actions[index])
                 ratio = (logp - old_logp[index]).exp()
@@ -113,7 +113,7 @@ class PPO:
                 value_loss = 0.5 * (values - ret[index]).pow(2).mean()
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * dist.entropy().mean()
                 self.optimizer.zero_grad()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
                 losses.append((policy_loss.item(), value_loss.item()))
