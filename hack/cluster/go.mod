@@ -8,6 +8,8 @@
 //
 // v1.35.7 is not served by proxy.golang.org (403 "not available"), so this pins
 // v1.35.8. etcd is the version k8s.io/kubernetes v1.35.8 itself requires.
+// k8s.io/sample-cli-plugin and k8s.io/sample-controller v0.35.8 are not served
+// either; they are outside the build graph, so their replaces are never fetched.
 module rolloutfleet.io/cluster
 
 go 1.25.0

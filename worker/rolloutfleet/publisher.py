@@ -1,0 +1,273 @@
+"""Worker side: put encoded batches on the job's Redis stream.
+
+    >>> publisher = BatchPublisher("redis://127.0.0.1:6379/0", "cartpole")   # doctest: +SKIP
+    >>> publisher.publish(runner.sample(), weights_seq_no=3, worker_index=0)  # doctest: +SKIP
+    '1732262400000-0'
+
+Each batch is one XADD (atomic: an entry is there whole or not at all) with the payload
+and its metadata as fields:
+
+| field | meaning |
+| --- | --- |
+| ``payload`` | :func:`rolloutfleet.codec.encode` of the batch |
+| ``worker_index``, ``weights_seq_no``, ``env_steps`` | who produced it, with which weights, how many rows |
+| ``created_at`` | unix seconds when it was published |
+| ``producer``, ``seq`` | a random id of this publisher and a per-publisher counter: a batch re-sent after a
+  lost reply carries the same pair, and consumers drop the duplicate |
+
+**Backpressure** (``spec.redis.backpressure``), judged by the entries the slowest consumer
+group has not finished (undelivered + pending; the whole stream while no group exists):
+
+* ``block``: once ``max_len`` entries are unconsumed, ``publish`` waits (polling every few
+  ms) until the learner catches up, for at most ``block_timeout_s``, then raises
+  :class:`BackpressureTimeout`. The check rides in the same round trip as the XADD (it
+  decides whether the *next* publish waits), so concurrent producers can each overshoot by
+  one entry; the stream is trimmed at ``max_len + trim_headroom`` entries so that this
+  overshoot never trims an unconsumed entry, while consumed entries are freed.
+* ``dropOldest``: XADD trims to about ``max_len`` entries (approximate trimming: whole
+  radix-tree nodes, far cheaper than exact), and the number of trimmed entries that no
+  group had been given yet is counted in :attr:`PublisherStats.dropped`.
+
+**Size limit**: a payload above ``max_payload_bytes`` (default 32 MiB) is rejected with
+:class:`PayloadTooLarge` rather than split: Redis serves one client at a time, so 8 MB+
+entries already stall every worker and learner (ANCHORS), and chunked batches would need
+reassembly state in every consumer. Sample smaller fragments or compress instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rolloutfleet.batch import SampleBatch
+from rolloutfleet.codec import Compression, encode
+from rolloutfleet.redis_connection import RetryLoop, connect
+from rolloutfleet.redis_keys import job_keys
+from rolloutfleet.spec import RedisSpec, RolloutJob
+
+log = logging.getLogger(__name__)
+
+Backpressure = Literal["block", "dropOldest"]
+DEFAULT_MAX_PAYLOAD_BYTES = 32 << 20
+
+
+class PayloadTooLarge(ValueError):
+    """An encoded batch is larger than the publisher's ``max_payload_bytes``."""
+
+
+class BackpressureTimeout(TimeoutError):
+    """The stream stayed full (``block`` backpressure) for longer than ``block_timeout_s``."""
+
+
+@dataclass
+class PublisherStats:
+    """Counters since the publisher was made (export them as metrics)."""
+
+    published: int = 0
+    bytes: int = 0
+    blocked: int = 0
+    """Publishes that had to wait for room (``block``)."""
+    blocked_seconds: float = 0.0
+    block_timeouts: int = 0
+    dropped: int = 0
+    """Entries trimmed before any consumer group was given them (``dropOldest``)."""
+    retries: int = 0
+    """Redis calls that failed (connection lost, server loading) and were retried."""
+
+
+def _unconsumed(length: int, groups: Any) -> int:
+    """Entries the slowest group has not finished: undelivered (lag) + pending."""
+    if isinstance(groups, Exception) or not groups:
+        return length
+    worst = 0
+    for group in groups:
+        lag = group.get("lag")
+        # lag is NULL when Redis cannot tell (entries deleted past the group's position):
+        # count the whole stream, the safe side for both policies.
+        undelivered = length if lag is None else min(int(lag), length)
+        worst = max(worst, undelivered + int(group.get("pending", 0)))
+    return min(worst, length)
+
+
+def _undelivered(length: int, groups: Any) -> int:
+    if isinstance(groups, Exception) or not groups:
+        return length
+    return max(length if g.get("lag") is None else min(int(g["lag"]), length) for g in groups)
+
+
+def _options(job: str | RolloutJob, namespace: str) -> tuple[str, str, RedisSpec, int]:
+    if isinstance(job, RolloutJob):
+        return job.namespace, job.name, job.spec.redis, job.spec.replicas
+    return namespace, job, RedisSpec(), 0
+
+
+class BatchPublisher:
+    """Publishes batches of job ``namespace/job`` (or of a :class:`RolloutJob`, whose
+    ``spec.redis`` supplies the defaults for ``max_len``, ``backpressure``,
+    ``block_timeout_s`` and ``compression``).
+
+    >>> with BatchPublisher(url, "cartpole", max_len=100, backpressure="dropOldest") as pub:  # doctest: +SKIP
+    ...     entry_id = pub.publish(batch, weights_seq_no=0, worker_index=3)
+    ...     pub.stats.dropped
+    0
+
+    ``reconnect_timeout_s``: how long one ``publish`` keeps retrying (with backoff) while
+    Redis is unreachable before it re-raises the connection error.
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        *,
+        password: str | None = None,
+        max_len: int | None = None,
+        backpressure: Backpressure | None = None,
+        block_timeout_s: float | None = None,
+        compression: Compression | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        trim_headroom: int | None = None,
+        reconnect_timeout_s: float = 30.0,
+    ) -> None:
+        namespace, name, spec, replicas = _options(job, namespace)
+        self.keys = job_keys(namespace, name)
+        self.max_len = spec.max_len if max_len is None else max_len
+        self.backpressure: Backpressure = spec.backpressure if backpressure is None else backpressure
+        self.block_timeout_s = spec.block_timeout_seconds if block_timeout_s is None else block_timeout_s
+        self.compression: Compression = spec.compression if compression is None else compression
+        if self.max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
+        if self.backpressure not in ("block", "dropOldest"):
+            raise ValueError(f"backpressure must be 'block' or 'dropOldest', got {self.backpressure!r}")
+        self.max_payload_bytes = max_payload_bytes
+        # Room for each concurrent producer's one-entry overshoot (see the module doc).
+        self.trim_headroom = max(64, replicas) if trim_headroom is None else trim_headroom
+        self.stats = PublisherStats()
+        self.producer_id = uuid.uuid4().hex[:16]
+        self._seq = 0
+        # Unknown until the first round trip: a fresh publisher checks before its first XADD.
+        self._full = self.backpressure == "block"
+        self._retry = RetryLoop(reconnect_timeout_s)
+        self.client = connect(redis_url, password, socket_timeout=max(30.0, reconnect_timeout_s))
+
+    def publish(
+        self,
+        batch: Mapping[str, Any],
+        weights_seq_no: int = 0,
+        worker_index: int = 0,
+        env_steps: int | None = None,
+    ) -> str:
+        """XADD one batch; returns its stream entry id.
+
+        Raises :class:`PayloadTooLarge`, :class:`BackpressureTimeout` (``block``), or the
+        connection error once Redis stayed away for ``reconnect_timeout_s``.
+        """
+        payload = encode(batch, self.compression)
+        if len(payload) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"batch encodes to {len(payload):,} bytes, above max_payload_bytes={self.max_payload_bytes:,} "
+                f"for stream {self.keys.batches}: sample shorter fragments or enable compression"
+            )
+        if env_steps is None:
+            env_steps = _rows(batch)
+        fields: dict[Any, Any] = {
+            b"payload": payload,
+            b"worker_index": worker_index,
+            b"weights_seq_no": weights_seq_no,
+            b"env_steps": env_steps,
+            b"created_at": f"{time.time():.6f}",
+            b"producer": self.producer_id,
+            b"seq": self._seq,
+        }
+        self._seq += 1
+
+        def count_retry(exc: Exception) -> None:
+            self.stats.retries += 1
+            log.warning("redis unavailable while publishing to %s (%s); retrying", self.keys.batches, exc)
+
+        entry_id = self._retry.call(lambda: self._add(fields), on_retry=count_retry)
+        self.stats.published += 1
+        self.stats.bytes += len(payload)
+        return entry_id
+
+    def _add(self, fields: dict[Any, Any]) -> str:
+        key = self.keys.batches
+        if self.backpressure == "block":
+            if self._full:
+                self._wait_for_room()
+            # One round trip: the XADD, and what it left behind (decides the next publish).
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xadd(key, fields, maxlen=self.max_len + self.trim_headroom, approximate=True)
+            pipe.xlen(key)
+            pipe.xinfo_groups(key)
+            entry_id, length, groups = pipe.execute(raise_on_error=False)
+            if isinstance(entry_id, Exception):
+                raise entry_id
+            self._full = _unconsumed(int(length), groups) >= self.max_len
+        else:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xlen(key)
+            pipe.xinfo_groups(key)
+            pipe.xadd(key, fields, maxlen=self.max_len, approximate=True)
+            pipe.xlen(key)
+            before, groups, entry_id, after = pipe.execute(raise_on_error=False)
+            if isinstance(entry_id, Exception):
+                raise entry_id
+            trimmed = int(before) + 1 - int(after)
+            if trimmed > 0:
+                # The trim removes the oldest entries; the delivered ones come first.
+                delivered = int(before) - _undelivered(int(before), groups)
+                self.stats.dropped += max(0, trimmed - delivered)
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    def unconsumed(self) -> int:
+        """Entries of this job's stream the slowest consumer group has not finished."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xlen(self.keys.batches)
+        pipe.xinfo_groups(self.keys.batches)
+        length, groups = pipe.execute(raise_on_error=False)
+        if isinstance(length, Exception):
+            raise length
+        return _unconsumed(int(length), groups)
+
+    def _wait_for_room(self) -> None:
+        started = time.monotonic()
+        delay = 0.001
+        waited = False
+        while (unconsumed := self.unconsumed()) >= self.max_len:
+            waited_s = time.monotonic() - started
+            if waited_s >= self.block_timeout_s:
+                self.stats.blocked_seconds += waited_s
+                self.stats.block_timeouts += 1
+                raise BackpressureTimeout(
+                    f"stream {self.keys.batches} has held {unconsumed} unconsumed entries (maxLen {self.max_len}) "
+                    f"for {waited_s:.1f} s (blockTimeoutSeconds {self.block_timeout_s:g}): the learner is not "
+                    "keeping up or not running"
+                )
+            waited = True
+            time.sleep(min(delay, max(0.0, self.block_timeout_s - waited_s)))
+            delay = min(delay * 2, 0.05)
+        if waited:
+            self.stats.blocked += 1
+            self.stats.blocked_seconds += time.monotonic() - started
+        self._full = False
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> BatchPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _rows(batch: Mapping[str, Any]) -> int:
+    if isinstance(batch, SampleBatch):
+        return len(batch)
+    return next((len(value) for value in batch.values()), 0)
