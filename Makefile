@@ -54,8 +54,9 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, mea
 	$(BIN)/python bench/bench_sampling.py
 	@if [ -f bench/bench_transport.py ]; then $(BIN)/python bench/bench_transport.py; fi
 
-demo: install ## sample CartPole locally and print what came back
-	$(BIN)/rolloutfleet sample examples/cartpole.yaml --steps 20000 --output /tmp/rolloutfleet-demo.npz
+demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
+	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
+		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole.yaml --target-return 475
 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager from pinned Go modules (cached outside the repo)
 	hack/cluster/build.sh

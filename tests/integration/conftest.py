@@ -21,7 +21,6 @@ import pytest
 import redis
 
 
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -46,13 +45,19 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 self.binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", str(self.directory),
-                "--proto-max-bulk-len", "1gb",
-            ],  # fmt: skip
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+                "--proto-max-bulk-len",
+                "1gb",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 import redis
-
 from conftest import RedisServer
+
 from rolloutfleet.codec import decode
 from rolloutfleet.consumer import BatchConsumer
 from rolloutfleet.publisher import BackpressureTimeout, BatchPublisher, PayloadTooLarge
@@ -99,7 +99,9 @@ def test_drop_oldest_trims_and_counts_only_unread_entries(redis_url: str) -> Non
 
 def test_payload_above_the_limit_is_rejected_clearly(redis_url: str) -> None:
     publisher = BatchPublisher(redis_url, "cartpole", max_payload_bytes=1000)
-    with pytest.raises(PayloadTooLarge, match=r"above max_payload_bytes=1,000 for stream rolloutfleet:\{default/cartpole"):
+    with pytest.raises(
+        PayloadTooLarge, match=r"above max_payload_bytes=1,000 for stream rolloutfleet:\{default/cartpole"
+    ):
         publisher.publish(batch(100))
     assert redis.Redis.from_url(redis_url).exists(publisher.keys.batches) == 0
 

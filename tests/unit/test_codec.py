@@ -3,6 +3,7 @@ malformed input — random, truncated, bit-flipped — raises DecodeError, quick
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
 import zlib
@@ -151,7 +152,7 @@ def _column_header(rows: int, shape: tuple[int, ...], offset: int = 0, code: int
 def test_a_header_claiming_terabytes_fails_fast_without_allocating() -> None:
     huge = _forge(_column_header(1 << 40, (1 << 40, 1 << 20)), bytes(64))
     started = time.perf_counter()
-    with pytest.raises(DecodeError, match="outside|impossibly"):
+    with pytest.raises(DecodeError, match=r"outside|impossibly"):
         decode(huge)
     assert time.perf_counter() - started < 0.01
     with pytest.raises(DecodeError, match="impossibly large"):
@@ -196,17 +197,16 @@ def _valid_payloads() -> list[bytes]:
 
 
 VALID = _valid_payloads()
-FUZZ = settings(max_examples=300, deadline=200, suppress_health_check=[HealthCheck.too_slow])
+# No deadline: a shared CI machine makes timings noise; the size checks are what keeps decode fast.
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _decode_any(payload: bytes) -> None:
     """Only DecodeError may escape, and it must come fast."""
     started = time.perf_counter()
     for decoder in (decode, decode_multi, decode_tensors):
-        try:
+        with contextlib.suppress(DecodeError):
             decoder(payload)
-        except DecodeError:
-            pass
     assert time.perf_counter() - started < 0.1
 
 

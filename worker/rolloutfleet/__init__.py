@@ -18,18 +18,36 @@ from rolloutfleet.spec import RolloutJob, SpecError
 
 if TYPE_CHECKING:
     from rolloutfleet.batch import SampleBatch
+    from rolloutfleet.consumer import BatchConsumer
+    from rolloutfleet.publisher import BatchPublisher
+    from rolloutfleet.weights import WeightPublisher, WeightSubscriber
     from rolloutfleet.callbacks import Callbacks
     from rolloutfleet.sampler import EnvRunner
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "BatchConsumer": "rolloutfleet.consumer",
+    "BatchPublisher": "rolloutfleet.publisher",
+    "WeightPublisher": "rolloutfleet.weights",
+    "WeightSubscriber": "rolloutfleet.weights",
     "SampleBatch": "rolloutfleet.batch",
     "EnvRunner": "rolloutfleet.sampler",
     "Callbacks": "rolloutfleet.callbacks",
 }
 
-__all__ = ["Callbacks", "EnvRunner", "RolloutJob", "SampleBatch", "SpecError", "__version__"]
+__all__ = [
+    "BatchConsumer",
+    "BatchPublisher",
+    "Callbacks",
+    "EnvRunner",
+    "RolloutJob",
+    "SampleBatch",
+    "SpecError",
+    "WeightPublisher",
+    "WeightSubscriber",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rolloutfleet.spec import RolloutJob, SpecError
+from rolloutfleet.streams_cli import add_consume_parser, add_streams_parser
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -67,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
     parser.add_argument("--log-level", default="WARNING", help="python logging level (default: WARNING)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
 
     sample = commands.add_parser("sample", help="sample locally and write every column to a .npz file")
     sample.add_argument("manifest", help="a RolloutJob YAML file")
@@ -94,17 +95,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replicas", type=int, default=None, help="override spec.replicas")
     run.add_argument("--no-status", action="store_true", help="no live status table (log lines only)")
     run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] to run beside the fleet")
-    run.set_defaults(run=_run)
+    run.set_defaults(run=_run, command=[])
 
     validate = commands.add_parser("validate", help="check a manifest and name every invalid field")
     validate.add_argument("manifest")
     validate.set_defaults(run=_validate)
+    add_consume_parser(commands)
+    add_streams_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `rolloutfleet run JOB -- COMMAND ARGS`: everything after `--` is the command, verbatim.
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
     args = build_parser().parse_args(argv)
+    if command:
+        if args.command_name != "run":
+            build_parser().error("`-- COMMAND` is only for `rolloutfleet run`")
+        args.command = command
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run: Callable[[argparse.Namespace], int] = args.run
     try:

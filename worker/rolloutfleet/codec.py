@@ -69,6 +69,7 @@ _DTYPES: dict[int, np.dtype[Any]] = {
     12: np.dtype("<f8"),
 }
 _CODES: dict[str, int] = {dtype.str.lstrip("<|="): code for code, dtype in _DTYPES.items()}
+_WIRE_DTYPES = frozenset(_DTYPES.values())
 SUPPORTED_DTYPES = tuple(dtype.name for dtype in _DTYPES.values())
 
 _PREFIX = struct.Struct("<4sBBHIIQQ")
@@ -82,9 +83,13 @@ _DIMS = [struct.Struct(f"<{n}Q") for n in range(_MAX_NDIM + 1)]
 # passes the largest signed 64-bit value, even when they are empty.
 _MAX_ELEMENTS_BYTES = 1 << 62
 
+# Headers built (encode) and parsed (decode) are cached per layout, up to this many.
+_MAX_CACHED_LAYOUTS = 256
+_MAX_CACHED_HEADER = 16 << 10
 # Decompression grows its output in steps of this size, so a header that lies about
 # the decoded size costs at most what the compressed frame really expands to.
 _DECOMPRESS_STEP = 16 << 20
+_LZ4_MAX_RATIO = 255
 
 
 class DecodeError(ValueError):
@@ -101,14 +106,14 @@ def _align(n: int) -> int:
 
 def _wire_array(name: str, value: Any) -> np.ndarray:
     array = np.asarray(value)
+    if array.dtype in _WIRE_DTYPES and array.flags.c_contiguous:
+        return array  # the common case, decided by one dict lookup
     code = _CODES.get(array.dtype.str.lstrip("<>|="))
     if code is None:
         raise EncodeError(
             f"array {name!r} has dtype {array.dtype}, which the wire format does not carry; "
             f"use one of {', '.join(SUPPORTED_DTYPES)}"
         )
-    if array.ndim > _MAX_NDIM:
-        raise EncodeError(f"array {name!r} has {array.ndim} dimensions; at most {_MAX_NDIM} are supported")
     wire = _DTYPES[code]
     if array.dtype != wire:  # big-endian input: the wire is little-endian
         array = array.astype(wire)
@@ -125,16 +130,18 @@ def _name_bytes(kind: str, name: str) -> bytes:
     return raw
 
 
-def _encode_groups(
-    groups: Mapping[str, Mapping[str, Any]], compression: Compression, tensors: bool, level: int | None
-) -> bytes:
+_Signature = tuple[bool, tuple[tuple[Any, tuple[tuple[Any, str, tuple[int, ...]], ...]], ...]]
+_HEADERS: dict[_Signature, tuple[bytes, list[int], int]] = {}
+
+
+def _build_header(groups: list[tuple[str, dict[str, np.ndarray]]], tensors: bool) -> tuple[bytes, list[int], int]:
+    """Header bytes, each array's data offset, and the data length, for this layout."""
     if len(groups) > 0xFFFF:
         raise EncodeError(f"{len(groups)} policies in one payload; at most 65535")
     header = bytearray()
-    buffers: list[tuple[int, memoryview]] = []
+    offsets = []
     offset = 0
-    for policy_id, columns in groups.items():
-        arrays = {name: _wire_array(name, value) for name, value in columns.items()}
+    for policy_id, arrays in groups:
         if len(arrays) > 0xFFFF:
             raise EncodeError(f"policy {policy_id!r} has {len(arrays)} arrays; at most 65535")
         rows = 0
@@ -148,37 +155,63 @@ def _encode_groups(
         raw_id = _name_bytes("policy id", policy_id)
         header += _U16.pack(len(raw_id)) + raw_id + _GROUP.pack(rows, len(arrays))
         for name, array in arrays.items():
+            if array.ndim > _MAX_NDIM:
+                raise EncodeError(f"array {name!r} has {array.ndim} dimensions; at most {_MAX_NDIM} are supported")
             raw_name = _name_bytes("column", name)
             header += _U16.pack(len(raw_name)) + raw_name
             header += _ARRAY.pack(_CODES[array.dtype.str.lstrip("<|=")], array.ndim)
             header += _DIMS[array.ndim].pack(*array.shape) + _U64.pack(offset)
-            if array.nbytes:
-                buffers.append((offset, array.data.cast("B")))
+            offsets.append(offset)
             offset = _align(offset + array.nbytes)
-    data_len = offset
-    flags = FLAG_TENSORS if tensors else 0
+    return bytes(header), offsets, offset
+
+
+def _encode_groups(
+    groups: Mapping[str, Mapping[str, Any]], compression: Compression, tensors: bool, level: int | None
+) -> bytes:
+    prepared = [
+        (policy_id, {n: _wire_array(n, v) for n, v in columns.items()}) for policy_id, columns in groups.items()
+    ]
+    # A worker encodes the same layout every fragment: build its header once.
+    signature: _Signature = (
+        tensors,
+        tuple((p, tuple((n, a.dtype.str, a.shape) for n, a in arrays.items())) for p, arrays in prepared),
+    )
+    cached = _HEADERS.get(signature)
+    if cached is None:
+        cached = _build_header(prepared, tensors)
+        if len(_HEADERS) >= _MAX_CACHED_LAYOUTS:
+            _HEADERS.clear()
+        _HEADERS[signature] = cached
+    header, offsets, data_len = cached
     data: list[bytes | memoryview] = []
     cursor = 0
-    for start, view in buffers:
+    arrays = (array for _, group in prepared for array in group.values())
+    for start, array in zip(offsets, arrays, strict=True):
+        if not array.nbytes:
+            continue
         if start > cursor:
-            data.append(bytes(start - cursor))
-        data.append(view)
-        cursor = start + len(view)
+            data.append(_ZEROS[: start - cursor])
+        data.append(array.data.cast("B"))
+        cursor = start + array.nbytes
     if data_len > cursor:
-        data.append(bytes(data_len - cursor))
+        data.append(_ZEROS[: data_len - cursor])
+    flags = FLAG_TENSORS if tensors else 0
     if compression == "none":
         stored_len = data_len
     elif compression in ("lz4", "zstd"):
-        joined = b"".join(data)
-        packed = _compress(joined, compression, level)
+        packed = _compress(b"".join(data), compression, level)
         flags |= FLAG_LZ4 if compression == "lz4" else FLAG_ZSTD
         data, stored_len = [packed], len(packed)
     else:
         raise EncodeError(f"compression must be 'none', 'lz4' or 'zstd', got {compression!r}")
-    prefix = _PREFIX.pack(MAGIC, VERSION, flags, len(groups), len(header), zlib.crc32(header), data_len, stored_len)
-    padding = bytes(_align(len(prefix) + len(header)) - len(prefix) - len(header))
+    prefix = _PREFIX.pack(MAGIC, VERSION, flags, len(prepared), len(header), zlib.crc32(header), data_len, stored_len)
+    padding = _ZEROS[: _align(len(prefix) + len(header)) - len(prefix) - len(header)]
     # One join: the only copy of the column data an encode makes.
     return b"".join([prefix, header, padding, *data])
+
+
+_ZEROS = bytes(ALIGNMENT)
 
 
 def _compress(data: bytes, compression: str, level: int | None) -> bytes:
@@ -250,7 +283,9 @@ class _Reader:
             raise DecodeError(f"{what} is not valid UTF-8") from None
 
 
-def _decode_groups(data: bytes | bytearray | memoryview, want_tensors: bool) -> dict[str, dict[str, np.ndarray]]:
+def _decode_groups(
+    data: bytes | bytearray | memoryview, want_tensors: bool
+) -> dict[str, tuple[int, dict[str, np.ndarray]]]:
     try:
         view = memoryview(data).cast("B")
     except TypeError as exc:
@@ -279,14 +314,39 @@ def _decode_groups(data: bytes | bytearray | memoryview, want_tensors: bool) -> 
             f"payload is {total} bytes but its prefix describes {data_start + stored_len} "
             f"(header {header_len}, data {stored_len})"
         )
-    if zlib.crc32(view[_PREFIX.size : header_end]) != header_crc:
+    header = bytes(view[_PREFIX.size : header_end])
+    if zlib.crc32(header) != header_crc:
         raise DecodeError("header checksum mismatch (corrupted or truncated payload)")
     compressed = bool(flags & (FLAG_LZ4 | FLAG_ZSTD))
     if not compressed and data_len != stored_len:
         raise DecodeError(f"uncompressed payload claims {data_len} data bytes but carries {stored_len}")
+    # Workers send the same layout again and again: a header (with the sizes its checks
+    # depended on) that passed once is not parsed again. Halves decode time of small batches.
+    key = (flags, n_groups, data_len, header)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _parse_header(header, n_groups, data_len, is_tensors)
+        if len(header) <= _MAX_CACHED_HEADER:
+            if len(_LAYOUTS) >= _MAX_CACHED_LAYOUTS:
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = layout
+    body: memoryview | bytes = view[data_start:]
+    if compressed:
+        body = _decompress(body, "lz4" if flags & FLAG_LZ4 else "zstd", data_len)
+    return {
+        policy_id: (rows, {name: np.frombuffer(body, dtype, count, offset).reshape(shape)
+                           for name, dtype, shape, count, offset in arrays})
+        for policy_id, rows, arrays in layout
+    }  # fmt: skip
 
-    reader = _Reader(view, _PREFIX.size, header_end)
-    layout: list[tuple[str, int, list[tuple[str, np.dtype[Any], tuple[int, ...], int]]]] = []
+
+_Layout = list[tuple[str, int, list[tuple[str, np.dtype[Any], tuple[int, ...], int, int]]]]
+_LAYOUTS: dict[tuple[int, int, int, bytes], _Layout] = {}
+
+
+def _parse_header(header: bytes, n_groups: int, data_len: int, is_tensors: bool) -> _Layout:
+    reader = _Reader(memoryview(header), 0, len(header))
+    layout: _Layout = []
     for _ in range(n_groups):
         policy_id = reader.name("a policy id")
         rows, n_arrays = reader.unpack(_GROUP, f"policy {policy_id!r}")
@@ -305,31 +365,21 @@ def _decode_groups(data: bytes | bytearray | memoryview, want_tensors: bool) -> 
                 raise DecodeError(f"column {name!r} has {shape[0]} rows; policy {policy_id!r} has {rows}")
             if math.prod(max(dim, 1) for dim in shape) * dtype.itemsize >= _MAX_ELEMENTS_BYTES:
                 raise DecodeError(f"column {name!r}: shape {shape} is impossibly large")
-            nbytes = math.prod(shape) * dtype.itemsize
-            if offset % ALIGNMENT or offset + nbytes > data_len:
+            count = math.prod(shape)
+            if offset % ALIGNMENT or offset + count * dtype.itemsize > data_len:
                 raise DecodeError(
-                    f"column {name!r}: {nbytes} bytes at offset {offset} lie outside the {data_len}-byte data"
+                    f"column {name!r}: {count * dtype.itemsize} bytes at offset {offset} lie outside "
+                    f"the {data_len}-byte data"
                 )
-            arrays.append((name, dtype, shape, offset))
+            arrays.append((name, dtype, shape, count, offset))
         if policy_id in {g[0] for g in layout}:
             raise DecodeError(f"policy id {policy_id!r} appears twice")
         if len({a[0] for a in arrays}) != len(arrays):
             raise DecodeError(f"policy {policy_id!r} repeats a column name")
         layout.append((policy_id, rows, arrays))
-    if reader.position != header_end:
-        raise DecodeError(f"header has {header_end - reader.position} unexplained trailing bytes")
-
-    body: memoryview | bytes = view[data_start:]
-    if compressed:
-        body = _decompress(body, "lz4" if flags & FLAG_LZ4 else "zstd", data_len)
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for policy_id, _, arrays in layout:
-        columns = {}
-        for name, dtype, shape, offset in arrays:
-            count = math.prod(shape)
-            columns[name] = np.frombuffer(body, dtype, count, offset).reshape(shape)
-        out[policy_id] = columns
-    return out
+    if reader.position != len(header):
+        raise DecodeError(f"header has {len(header) - reader.position} unexplained trailing bytes")
+    return layout
 
 
 def _decompress(body: memoryview | bytes, compression: str, data_len: int) -> bytes:
@@ -339,6 +389,16 @@ def _decompress(body: memoryview | bytes, compression: str, data_len: int) -> by
         if compression == "lz4":
             import lz4.frame
 
+            # LZ4 cannot expand data more than ~255x, so a frame whose declared size agrees
+            # with the header and that bound is decoded in one call (2-3x faster than
+            # streaming), allocating at most 255x what was received.
+            if data_len > _LZ4_MAX_RATIO * len(body) + 64:
+                raise DecodeError(f"lz4 data of {len(body)} bytes cannot expand to the {data_len} the header claims")
+            if lz4.frame.get_frame_info(body).get("content_size") == data_len:
+                out = bytes(lz4.frame.decompress(body))
+                if len(out) != data_len:
+                    raise DecodeError(f"lz4 data expands to {len(out)} bytes, header says {data_len}")
+                return out
             lz4_stream = lz4.frame.LZ4FrameDecompressor()
             while not lz4_stream.eof:
                 chunk = lz4_stream.decompress(
@@ -392,7 +452,8 @@ def decode(data: bytes | bytearray | memoryview) -> SampleBatch:
 def decode_multi(data: bytes | bytearray | memoryview) -> dict[str, SampleBatch]:
     """Policy id -> batch, for payloads of :func:`encode_multi` (or :func:`encode`: ``{"default": ...}``)."""
     try:
-        return {policy: SampleBatch(columns) for policy, columns in _decode_groups(data, want_tensors=False).items()}
+        groups = _decode_groups(data, want_tensors=False)
+        return {policy: _sample_batch(columns, rows) for policy, (rows, columns) in groups.items()}
     except DecodeError:
         raise
     except (ValueError, TypeError, struct.error, OverflowError, MemoryError) as exc:
@@ -409,4 +470,16 @@ def decode_tensors(data: bytes | bytearray | memoryview) -> dict[str, np.ndarray
         raise DecodeError(f"malformed payload: {exc}") from exc
     if len(groups) != 1:
         raise DecodeError(f"a tensors payload must hold one group, this one holds {len(groups)}")
-    return next(iter(groups.values()))
+    return next(iter(groups.values()))[1]
+
+
+def _sample_batch(columns: dict[str, np.ndarray], rows: int) -> SampleBatch:
+    """A SampleBatch of columns the header checks already proved equally long.
+
+    SampleBatch's constructor re-validates every column, which costs as much as the rest
+    of a decode; the checks it would make have been made above.
+    """
+    batch = SampleBatch.__new__(SampleBatch)
+    batch._columns = columns
+    batch._rows = rows
+    return batch

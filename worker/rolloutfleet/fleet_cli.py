@@ -56,7 +56,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     job = RolloutJob.from_file(args.manifest)
     if args.replicas is not None:
         job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": args.replicas}})
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = list(args.command)
     console = Console(stderr=True)
     fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"))
     learner: subprocess.Popen[bytes] | None = None

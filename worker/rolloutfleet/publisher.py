@@ -20,10 +20,12 @@ group has not finished (undelivered + pending; the whole stream while no group e
 
 * ``block``: once ``max_len`` entries are unconsumed, ``publish`` waits (polling every few
   ms) until the learner catches up, for at most ``block_timeout_s``, then raises
-  :class:`BackpressureTimeout`. The check rides in the same round trip as the XADD (it
-  decides whether the *next* publish waits), so concurrent producers can each overshoot by
-  one entry; the stream is trimmed at ``max_len + trim_headroom`` entries so that this
-  overshoot never trims an unconsumed entry, while consumed entries are freed.
+  :class:`BackpressureTimeout`. The measurement rides in the same round trip as an XADD
+  and decides whether the *next* publish waits; while the stream is less than half full
+  it is repeated only every few publishes (spaced by the number of producers, at most
+  16). So concurrent producers can overshoot ``max_len`` by about one entry each; the
+  stream is trimmed at ``max_len + trim_headroom`` entries so that this overshoot never
+  trims an unconsumed entry, while consumed entries are freed.
 * ``dropOldest``: XADD trims to about ``max_len`` entries (approximate trimming: whole
   radix-tree nodes, far cheaper than exact), and the number of trimmed entries that no
   group had been given yet is counted in :attr:`PublisherStats.dropped`.
@@ -37,6 +39,7 @@ reassembly state in every consumer. Sample smaller fragments or compress instead
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -61,6 +64,10 @@ class PayloadTooLarge(ValueError):
 
 class BackpressureTimeout(TimeoutError):
     """The stream stayed full (``block`` backpressure) for longer than ``block_timeout_s``."""
+
+
+class PublishInterrupted(RuntimeError):
+    """:meth:`BatchPublisher.interrupt` was called while ``publish`` waited for room."""
 
 
 @dataclass
@@ -152,7 +159,11 @@ class BatchPublisher:
         self._seq = 0
         # Unknown until the first round trip: a fresh publisher checks before its first XADD.
         self._full = self.backpressure == "block"
+        self._until_check = 0
+        self.producers = max(1, replicas)
+        """How many publishers share the stream (the job's replicas), to space the checks."""
         self._retry = RetryLoop(reconnect_timeout_s)
+        self._interrupted = threading.Event()
         self.client = connect(redis_url, password, socket_timeout=max(30.0, reconnect_timeout_s))
 
     def publish(
@@ -198,17 +209,28 @@ class BatchPublisher:
     def _add(self, fields: dict[Any, Any]) -> str:
         key = self.keys.batches
         if self.backpressure == "block":
+            maxlen = self.max_len + self.trim_headroom
             if self._full:
                 self._wait_for_room()
-            # One round trip: the XADD, and what it left behind (decides the next publish).
-            pipe = self.client.pipeline(transaction=True)
-            pipe.xadd(key, fields, maxlen=self.max_len + self.trim_headroom, approximate=True)
-            pipe.xlen(key)
-            pipe.xinfo_groups(key)
-            entry_id, length, groups = pipe.execute(raise_on_error=False)
-            if isinstance(entry_id, Exception):
-                raise entry_id
-            self._full = _unconsumed(int(length), groups) >= self.max_len
+            if self._until_check > 0:
+                # Far from full: a bare XADD. Measuring costs a third of a publish, and
+                # matters only near the limit (where the learner sets the pace anyway).
+                self._until_check -= 1
+                entry_id = self.client.xadd(key, fields, maxlen=maxlen, approximate=True)
+            else:
+                # One round trip: the XADD, and what it left behind (decides the next publishes).
+                pipe = self.client.pipeline(transaction=False)
+                pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
+                pipe.xlen(key)
+                pipe.xinfo_groups(key)
+                entry_id, length, groups = pipe.execute(raise_on_error=False)
+                if isinstance(entry_id, Exception):
+                    raise entry_id
+                unconsumed = _unconsumed(int(length), groups)
+                self._full = unconsumed >= self.max_len
+                # Skip checks while even every producer publishing that many times could
+                # not fill more than half of the stream (at most 16, to notice a stalled learner).
+                self._until_check = min(16, (self.max_len // 2 - unconsumed) // self.producers)
         else:
             pipe = self.client.pipeline(transaction=True)
             pipe.xlen(key)
@@ -225,6 +247,11 @@ class BatchPublisher:
                 self.stats.dropped += max(0, trimmed - delivered)
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
+    def interrupt(self) -> None:
+        """Make a ``publish`` blocked on a full stream give up now (safe from a signal handler);
+        it raises :class:`PublishInterrupted` and the batch is not written."""
+        self._interrupted.set()
+
     def unconsumed(self) -> int:
         """Entries of this job's stream the slowest consumer group has not finished."""
         pipe = self.client.pipeline(transaction=False)
@@ -240,6 +267,8 @@ class BatchPublisher:
         delay = 0.001
         waited = False
         while (unconsumed := self.unconsumed()) >= self.max_len:
+            if self._interrupted.is_set():
+                raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
             waited_s = time.monotonic() - started
             if waited_s >= self.block_timeout_s:
                 self.stats.blocked_seconds += waited_s
@@ -250,7 +279,7 @@ class BatchPublisher:
                     "keeping up or not running"
                 )
             waited = True
-            time.sleep(min(delay, max(0.0, self.block_timeout_s - waited_s)))
+            self._interrupted.wait(min(delay, max(0.0, self.block_timeout_s - waited_s)))
             delay = min(delay * 2, 0.05)
         if waited:
             self.stats.blocked += 1

@@ -9,7 +9,8 @@ Wiring into :mod:`rolloutfleet.cli`::
     add_consume_parser(commands)   # commands = parser.add_subparsers(...)
     add_streams_parser(commands)
 
-Both set ``run`` to a function ``(args) -> exit code``. The password comes from
+Both set ``run`` to a function ``(args) -> exit code``; importing this module is cheap
+(numpy, redis and rich are imported when a command runs). The password comes from
 ``$ROLLOUTFLEET_REDIS_PASSWORD``, never from the command line (it would show in ``ps``).
 """
 
@@ -19,8 +20,6 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from rolloutfleet.redis_keys import BATCHES_PATTERN, DEFAULT_GROUP, job_keys, parse_batches_key
 
@@ -62,6 +61,8 @@ def add_streams_parser(commands: Any) -> argparse.ArgumentParser:
 def run_consume(args: argparse.Namespace) -> int:
     """Read ``args.count`` entries, save the concatenated columns plus per-row
     ``worker_index`` and ``weights_seq_no`` (from each entry's metadata), then ack them."""
+    import numpy as np
+
     from rolloutfleet.consumer import BatchConsumer, Message, concat_messages
 
     if args.count < 1:

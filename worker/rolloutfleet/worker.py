@@ -21,10 +21,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+if TYPE_CHECKING:
+    from rolloutfleet.transport import WorkerTransport
+
+from rolloutfleet.publisher import PublishInterrupted
 from rolloutfleet.spec import SpecError
 from rolloutfleet.worker_config import WorkerConfig
 
@@ -75,10 +79,14 @@ class Worker:
         from rolloutfleet.probes import Probes
 
         self.probes = Probes()
+        self.transport: WorkerTransport | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
         self.stopping = True
+        if self.transport is not None:
+            # A publish waiting on a full stream (no learner reading) must not outlast the grace period.
+            self.transport.publisher.interrupt()
 
     def run(self) -> int:
         from rolloutfleet.probes import serve
@@ -90,7 +98,9 @@ class Worker:
         log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
                  config.job.name, server.server_port)  # fmt: skip
         runner = EnvRunner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
-        transport = WorkerTransport(config)
+        transport = self.transport = WorkerTransport(config)
+        if self.stopping:
+            transport.publisher.interrupt()
         backoff = 0.5
         pending = None
         stats: Mapping[str, float | int] = {}
@@ -115,6 +125,9 @@ class Worker:
                 transport.heartbeat(stats)
                 self.probes.set_ready(True)
                 backoff = 0.5
+            except PublishInterrupted:
+                log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
+                pending = None
             except transport.retryable as exc:
                 self.metrics.redis_errors.inc()
                 self.probes.set_ready(False, f"redis: {exc}")
@@ -159,9 +172,14 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         level=os.environ.get("ROLLOUTFLEET_LOG_LEVEL", "INFO").upper(),
         format='{"ts": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "msg": %(message)r}',
     )
+    # Handlers first: a pod deleted while torch is still importing must still exit 0.
+    stop_requested: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, frame: stop_requested.append(signum))
     try:
         config = WorkerConfig.from_environ(os.environ if environ is None else environ)
         worker = Worker(config)
+        worker.stopping = bool(stop_requested)
         signal.signal(signal.SIGTERM, worker.request_stop)
         signal.signal(signal.SIGINT, worker.request_stop)
         return worker.run()

@@ -182,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         returns.add(batch)
         steps += len(batch)
         fresh = batch["weights_seq_no"] >= seq_no - args.max_policy_lag
-        stats = ppo.update(SampleBatch(batch).rows(fresh)) if fresh.any() else {"policy_loss": 0.0, "value_loss": 0.0}
+        if not fresh.any():
+            continue  # all sampled with weights too old for on-policy learning: wait for newer
+        stats = ppo.update(SampleBatch(batch).rows(fresh))
         seq_no = weights.publish(model)
         print(
             f"ppo: {steps:>8} env steps  {steps / (time.monotonic() - started):>7,.0f}/s  "

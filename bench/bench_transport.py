@@ -1,0 +1,307 @@
+"""Transport throughput: our codec and Redis data plane next to the ceilings, in one run.
+
+* codec: encode / decode MB/s of a CartPole-like fragment (2048 rows, every RLlib column)
+  and of an Atari-like one (32 rows of 84x84x4 uint8 obs + new_obs), next to pickle
+  protocol 5 (a local speed reference only: pickle never goes on the wire);
+* end to end: 2 producer processes publishing flat out + 1 consumer reading and acking, as
+  BatchPublisher/BatchConsumer, next to the raw ceiling of the same topology (bare redis-py
+  XADD / XREADGROUP + XACK of an equally large opaque payload) and redis-benchmark's SET
+  of that size (the C client: what the server sustains);
+* weights: publish -> every one of N polling subscribers holding the decoded weights, for
+  1 MB and 100 MB.
+
+Medians of 3 repeats; ratios are computed within this run (the machines are noisy).
+Usage: ``python bench/bench_transport.py [--quick] [--seconds 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import pickle
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:
+    import rolloutfleet  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e worker`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
+
+import contextlib
+
+import redis
+
+from rolloutfleet.codec import decode, encode
+from rolloutfleet.consumer import BatchConsumer
+from rolloutfleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.publisher import BatchPublisher
+from rolloutfleet.weights import WeightPublisher, WeightSubscriber
+
+REPEATS = 3
+JOB = "bench"
+
+
+def cartpole_batch(rows: int = 2048) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "obs": rng.standard_normal((rows, 4)).astype(np.float32),
+        "new_obs": rng.standard_normal((rows, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, rows),
+        "rewards": np.ones(rows, np.float32),
+        "terminateds": rng.random(rows) < 0.02,
+        "truncateds": np.zeros(rows, bool),
+        "eps_id": rng.integers(0, 1 << 40, rows),
+        "env_id": np.arange(rows, dtype=np.int32) % 64,
+        "agent_index": np.zeros(rows, np.int32),
+        "t": np.arange(rows, dtype=np.int32),
+        "action_logp": rng.standard_normal(rows).astype(np.float32),
+        "action_dist_inputs": rng.standard_normal((rows, 2)).astype(np.float32),
+        "vf_preds": rng.standard_normal(rows).astype(np.float32),
+        "weights_seq_no": np.zeros(rows, np.int64),
+    }
+
+
+def atari_batch(rows: int = 32) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    # Atari-like frames: a textured, mostly static background and a few moving sprites
+    # (lz4 ~2x, zstd ~3x, as ANCHORS measured on real frames; pure noise would not compress).
+    background = (rng.integers(0, 4, (84, 84)) * 30 + 40).astype(np.uint8)
+    background[60:, :] = 87
+    frames = np.repeat(background[None, :, :, None], rows + 4, axis=0).repeat(4, axis=3)
+    noise = rng.random(frames.shape) < 0.15
+    frames[noise] = rng.integers(0, 255, int(noise.sum()), dtype=np.uint8)
+    for i in range(rows + 4):
+        y, x = rng.integers(0, 70, 2)
+        frames[i, y : y + 10, x : x + 6, :] = 200
+    stacked = np.stack([frames[i : i + 4, :, :, 0].transpose(1, 2, 0) for i in range(rows + 1)])
+    return {
+        "obs": stacked[:-1].copy(),
+        "new_obs": stacked[1:].copy(),
+        "actions": rng.integers(0, 6, rows),
+        "rewards": np.zeros(rows, np.float32),
+        "terminateds": np.zeros(rows, bool),
+    }
+
+
+def nbytes(batch: dict[str, np.ndarray]) -> int:
+    return sum(a.nbytes for a in batch.values())
+
+
+def median_rate(work: Callable[[], Any], size: int, seconds: float) -> float:
+    """Median over REPEATS of MB/s of calling ``work`` (each call handles ``size`` bytes)."""
+    rates = []
+    for _ in range(REPEATS):
+        work()
+        calls, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            work()
+            calls += 1
+        rates.append(calls * size / elapsed / 1e6)
+    return statistics.median(rates)
+
+
+def bench_codec(seconds: float) -> None:
+    print("\n## codec (MB/s of column data; median of 3)\n")
+    print("| batch | size | encode | decode (zero-copy) | pickle 5 dumps | pickle 5 loads | decode / pickle loads |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, batch in (("CartPole 2048 rows", cartpole_batch()), ("Atari 32x84x84x4 uint8", atari_batch())):
+        size = nbytes(batch)
+        payload = encode(batch)
+        pickled = pickle.dumps(batch, protocol=5)
+        enc = median_rate(lambda b=batch: encode(b), size, seconds)
+        dec = median_rate(lambda p=payload: decode(p), size, seconds)
+        pdump = median_rate(lambda b=batch: pickle.dumps(b, protocol=5), size, seconds)
+        pload = median_rate(lambda p=pickled: pickle.loads(p), size, seconds)
+        print(
+            f"| {name} | {size / 1e3:,.0f} KB | {enc:,.0f} | {dec:,.0f} | {pdump:,.0f} | {pload:,.0f} | {dec / pload:.1f}x |"
+        )
+    batch = atari_batch()
+    size = nbytes(batch)
+    print("\n| Atari, compressed | ratio | encode MB/s | decode MB/s |\n| --- | --- | --- | --- |")
+    for compression in ("lz4", "zstd"):
+        payload = encode(batch, compression=compression)  # type: ignore[arg-type]
+        enc = median_rate(lambda c=compression: encode(batch, compression=c), size, seconds)  # type: ignore[misc]
+        dec = median_rate(lambda p=payload: decode(p), size, seconds)
+        print(f"| {compression} | {size / len(payload):.1f}x | {enc:,.0f} | {dec:,.0f} |")
+
+
+# -- end to end ------------------------------------------------------------------------
+
+
+def produce_ours(url: str, stop: Event, index: int) -> None:
+    batch = cartpole_batch()
+    publisher = BatchPublisher(url, JOB, max_len=1000, backpressure="block", block_timeout_s=600)
+    while not stop.is_set():
+        publisher.publish(batch, weights_seq_no=0, worker_index=index)
+
+
+def produce_raw(url: str, stop: Event, index: int) -> None:
+    payload = encode(cartpole_batch())  # same bytes on the wire, no per-call encode
+    client = redis.Redis.from_url(url)
+    key = f"raw:{JOB}"
+    while not stop.is_set():
+        client.xadd(key, {"payload": payload, "worker_index": index}, maxlen=1000, approximate=True)
+
+
+def consume_ours(url: str, seconds: float) -> tuple[float, float]:
+    consumer = BatchConsumer(url, JOB, group="bench", block_s=0.1, start="$")
+    consumer.ack(consumer.read(count=16, timeout=5))  # warm: producers are running
+    row_bytes = nbytes(cartpole_batch(1))
+    rows = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        messages = consumer.read(count=16, timeout=1)
+        rows += sum(len(m.batch) for m in messages)
+        consumer.ack(messages)
+    consumer.close()
+    return rows * row_bytes / elapsed / 1e6, rows / elapsed
+
+
+def consume_raw(url: str, seconds: float) -> tuple[float, float]:
+    client = redis.Redis.from_url(url)
+    key = f"raw:{JOB}"
+    with contextlib.suppress(redis.ResponseError):
+        client.xgroup_create(key, "bench", id="$", mkstream=True)
+    rows_per_entry = 2048
+    data_bytes = nbytes(cartpole_batch())
+    entries = 0
+
+    def read() -> int:
+        reply = client.xreadgroup("bench", "c", {key: ">"}, count=16, block=1000)
+        ids = [entry_id for _, items in reply or [] for entry_id, _ in items]
+        if ids:
+            client.xack(key, "bench", *ids)
+        return len(ids)
+
+    read()
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        entries += read()
+    client.close()
+    return entries * data_bytes / elapsed / 1e6, entries * rows_per_entry / elapsed
+
+
+def end_to_end(url: str, ours: bool, seconds: float) -> tuple[float, float]:
+    redis.Redis.from_url(url).flushall()
+    context = mp.get_context("fork")
+    stop = context.Event()
+    target = produce_ours if ours else produce_raw
+    producers = [context.Process(target=target, args=(url, stop, i), daemon=True) for i in range(2)]
+    for process in producers:
+        process.start()
+    time.sleep(0.3)
+    try:
+        return (consume_ours if ours else consume_raw)(url, seconds)
+    finally:
+        stop.set()
+        for process in producers:
+            process.join(10)
+            if process.is_alive():
+                process.terminate()
+
+
+def redis_benchmark_set(port: int, size: int, quick: bool) -> float | None:
+    """MB/s of SETs of ``size`` bytes from redis-benchmark (C client, 2 connections)."""
+    requests = 2000 if quick else 5000
+    try:
+        out = subprocess.run(
+            ["redis-benchmark", "-p", str(port), "-t", "set", "-d", str(size), "-n", str(requests), "-c", "2", "-q"],
+            capture_output=True, text=True, timeout=120, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"SET: ([\d.]+) requests per second", out.replace("\r", "\n"))
+    return float(match.group(1)) * size / 1e6 if match else None
+
+
+def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> None:
+    batch = cartpole_batch()
+    wire = len(encode(batch))
+    print(f"\n## end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows)\n")
+    ours, raw = [], []
+    for _ in range(REPEATS):  # interleaved, so drifting machine load hits both alike
+        ours.append(end_to_end(server.url, True, seconds))
+        raw.append(end_to_end(server.url, False, seconds))
+    ours_mb, ours_rows = statistics.median(r[0] for r in ours), statistics.median(r[1] for r in ours)
+    raw_mb, raw_rows = statistics.median(r[0] for r in raw), statistics.median(r[1] for r in raw)
+    c_ceiling = redis_benchmark_set(server.port, wire, quick)
+    print("| path | MB/s | env steps/s | vs raw ceiling |\n| --- | --- | --- | --- |")
+    print(f"| BatchPublisher -> BatchConsumer (encode, XADD+backpressure, decode, ack) | {ours_mb:,.0f} | "
+          f"{ours_rows:,.0f} | {ours_mb / raw_mb:.0%} |")  # fmt: skip
+    print(
+        f"| raw ceiling: bare redis-py XADD -> XREADGROUP + XACK, same payload | {raw_mb:,.0f} | {raw_rows:,.0f} | 100% |"
+    )
+    if c_ceiling is not None:
+        print(f"| redis-benchmark SET -d {wire} -c 2 (C client, writes only) | {c_ceiling:,.0f} | - | - |")
+
+
+# -- weights ---------------------------------------------------------------------------
+
+
+def subscribe(url: str, ready: Any, results: Any, stop: Event) -> None:
+    subscriber = WeightSubscriber(url, JOB)
+    ready.put(True)
+    while not stop.is_set():
+        update = subscriber.poll()
+        if update is not None:
+            results.put((update.seq_no, time.monotonic()))
+        else:
+            time.sleep(0.001)
+
+
+def bench_weights(server: EmbeddedRedis, subscribers: int) -> None:
+    print(f"\n## weights: publish -> all {subscribers} subscribers (1 ms polling) hold the decoded version\n")
+    print("| size | latency (median of 3) | per-subscriber download + decode bound |\n| --- | --- | --- |")
+    context = mp.get_context("fork")
+    for label, elements in (("1 MB", 1 << 18), ("100 MB", 25 << 20)):
+        redis.Redis.from_url(server.url).flushall()
+        stop, ready, results = context.Event(), context.Queue(), context.Queue()
+        procs = [context.Process(target=subscribe, args=(server.url, ready, results, stop), daemon=True)
+                 for _ in range(subscribers)]  # fmt: skip
+        for process in procs:
+            process.start()
+        for _ in procs:
+            ready.get(timeout=30)
+        publisher = WeightPublisher(server.url, JOB)
+        latencies = []
+        for version in range(REPEATS):
+            weights = {"w": np.full(elements, version, np.float32)}
+            started = time.monotonic()
+            seq = publisher.publish(weights)
+            done = [results.get(timeout=120) for _ in procs]
+            assert all(s == seq for s, _ in done), done
+            latencies.append(max(t for _, t in done) - started)
+        stop.set()
+        for process in procs:
+            process.join(10)
+        publisher.close()
+        median = statistics.median(latencies)
+        print(f"| {label} | {median * 1e3:,.1f} ms | {elements * 4 * subscribers / median / 1e6:,.0f} MB/s served |")
+
+
+def main() -> None:
+    global REPEATS
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short runs (a smoke test of the bench)")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 2, quick 0.5)")
+    parser.add_argument("--subscribers", type=int, default=4)
+    args = parser.parse_args()
+    seconds = args.seconds or (0.4 if args.quick else 2.0)
+    print(f"# RolloutFleet transport bench ({'quick, ' if args.quick else ''}{seconds:g} s per measurement)")
+    bench_codec(seconds / 4)
+    with EmbeddedRedis() as server:
+        bench_end_to_end(server, seconds, args.quick)
+        bench_weights(server, 2 if args.quick else args.subscribers)
+
+
+if __name__ == "__main__":
+    main()
