@@ -18,11 +18,11 @@ from rolloutfleet.spec import RolloutJob, SpecError
 
 if TYPE_CHECKING:
     from rolloutfleet.batch import SampleBatch
+    from rolloutfleet.callbacks import Callbacks
     from rolloutfleet.consumer import BatchConsumer
     from rolloutfleet.publisher import BatchPublisher
-    from rolloutfleet.weights import WeightPublisher, WeightSubscriber
-    from rolloutfleet.callbacks import Callbacks
     from rolloutfleet.sampler import EnvRunner
+    from rolloutfleet.weights import WeightPublisher, WeightSubscriber
 
 __version__ = "0.1.0"
 

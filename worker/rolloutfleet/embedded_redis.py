@@ -7,6 +7,7 @@ off; the data directory is a temp dir removed on stop.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -81,9 +82,9 @@ class EmbeddedRedis:
         self.stop()
         raise RedisNotAvailable(f"redis-server did not answer on port {self.port} within {timeout:.0f} s")
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(sig)
             try:
                 self.process.wait(5)
             except subprocess.TimeoutExpired:
@@ -94,9 +95,14 @@ class EmbeddedRedis:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
 
-    def restart(self) -> None:
-        """Stop and start again on the same port (tests of reconnecting clients)."""
-        self.stop()
+    def kill(self) -> None:
+        """SIGKILL: a crash; with persistence off, every stream is gone after the restart."""
+        self.stop(signal.SIGKILL)
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Crash and come back on the same port after ``down_s`` (tests of reconnecting clients)."""
+        self.kill()
+        time.sleep(down_s)
         self.start()
 
     def __enter__(self) -> EmbeddedRedis:

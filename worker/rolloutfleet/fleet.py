@@ -33,7 +33,7 @@ class WorkerProcess:
     index: int
     process: subprocess.Popen[bytes] | None = None
     state: str = "starting"  # running | backoff | failed | stopped
-    exit_code: int | None = None
+    exit_code: int | None = None  # of the last exit; kept across restarts
     last_error: str = ""
 
 
@@ -103,7 +103,7 @@ class LocalFleet:
             start_new_session=True,  # Ctrl-C reaches the fleet, which stops workers in order
         )
         log_file.close()
-        worker.state, worker.exit_code = "running", None
+        worker.state = "running"
         self.tracker.started(index, now)
 
     def poll(self, now: float | None = None) -> None:

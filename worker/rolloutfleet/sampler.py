@@ -275,6 +275,7 @@ class EnvRunner:
             except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
                 self._restart_vector_env(exc, s)
                 env_step, obs = self.env.step, self._obs
+                assert obs is not None
                 continue
             c_obs[s] = obs
             c_act[s] = actions

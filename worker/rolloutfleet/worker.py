@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
+    from rolloutfleet.batch import SampleBatch
     from rolloutfleet.transport import WorkerTransport
 
 from rolloutfleet.publisher import PublishInterrupted
@@ -102,21 +103,20 @@ class Worker:
         if self.stopping:
             transport.publisher.interrupt()
         backoff = 0.5
-        pending = None
+        pending: SampleBatch | None = None
         stats: Mapping[str, float | int] = {}
         restarts_seen = 0
         while not self.stopping or pending is not None:
             self.probes.beat()
             try:
-                if not self.stopping:
+                if pending is None:
                     update = transport.poll_weights()
                     if update is not None and runner.set_weights(update.weights, update.seq_no):
                         self.metrics.weights_seq_no.set(update.seq_no)
-                    if pending is None:
-                        pending = runner.sample()
-                        stats = runner.get_metrics()
-                        self._record(stats, restarts_seen)
-                        restarts_seen = int(stats["num_env_restarts"])
+                    pending = runner.sample()
+                    stats = runner.get_metrics()
+                    self._record(stats, restarts_seen)
+                    restarts_seen = int(stats["num_env_restarts"])
                 started = time.perf_counter()
                 transport.publish(pending, runner.weights_seq_no)
                 self.metrics.publish_latency.observe(time.perf_counter() - started)

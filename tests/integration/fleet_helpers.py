@@ -1,0 +1,38 @@
+"""Waiting on real worker processes: read what they published, with deadlines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rolloutfleet.consumer import BatchConsumer, Message
+from rolloutfleet.spec import RolloutJob
+
+
+def small_job(name: str = "fleet", replicas: int = 2, **restart: float) -> RolloutJob:
+    return RolloutJob.from_dict(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "env": {"id": "CartPole-v1", "numEnvs": 2},
+                "sampling": {"rolloutFragmentLength": 50, "seed": 0},
+                "redis": {"maxLen": 200, "backpressure": "dropOldest"},
+                "restartPolicy": {"maxRestarts": 5, "backoffSeconds": 0.2, "backoffLimitSeconds": 1, **restart},
+            },
+        }
+    )
+
+
+def read_until(consumer: BatchConsumer, done: Callable[[list[Message]], bool], timeout: float) -> list[Message]:
+    """Read (and ack) messages until ``done(all_messages)`` or the deadline; returns them all."""
+    seen: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = consumer.read(timeout=1.0)
+        for message in batch:
+            message.ack()
+        seen += batch
+        if done(seen):
+            return seen
+    raise AssertionError(f"gave up after {timeout:.0f} s with {len(seen)} messages: {[m.metadata for m in seen][-5:]}")
