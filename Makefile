@@ -52,7 +52,8 @@ fmt: install ## apply ruff's formatting and safe fixes
 
 bench: install ## throughput figures, ours next to the ceiling and the peer, measured in one run
 	$(BIN)/python bench/bench_sampling.py
-	@if [ -f bench/bench_transport.py ]; then $(BIN)/python bench/bench_transport.py; fi
+	$(BIN)/python bench/bench_transport.py
+	$(BIN)/python bench/bench_fleet.py
 
 demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
