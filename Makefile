@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The venv is rebuilt only when what it is built from changes.
-DEPS_HASH := $(shell cat requirements.lock worker/pyproject.toml $(wildcard operator/pyproject.toml) | sha256sum | cut -c1-16)
+DEPS_HASH := $(shell cat requirements.lock worker/pyproject.toml hack/pip-install.sh $(wildcard operator/pyproject.toml) | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.installed-$(DEPS_HASH)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST := $(BIN)/python -m pytest
@@ -21,11 +21,9 @@ help: ## this list
 
 install: $(STAMP) redis-server ## venv in .venv from requirements.lock, plus redis-server (Debian)
 
-$(STAMP): requirements.lock worker/pyproject.toml
+$(STAMP): requirements.lock worker/pyproject.toml hack/pip-install.sh
 	rm -rf $(VENV)
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r requirements.lock
-	$(BIN)/pip install --quiet --no-deps -e worker $(if $(wildcard operator/pyproject.toml),-e operator)
+	PYTHON=$(PYTHON) hack/pip-install.sh $(VENV) dev
 	touch $@
 
 redis-server: ## install Debian's redis-server when missing (tests start their own)
@@ -45,6 +43,7 @@ lint: install ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/hadolint $(wildcard */Dockerfile)
 
 fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
