@@ -1,0 +1,85 @@
+"""What the operator is told by its Deployment (environment variables), in one object.
+
+| variable | meaning | default |
+| --- | --- | --- |
+| ``ROLLOUTFLEET_WORKER_IMAGE`` | image of jobs whose spec sets none | ``ghcr.io/rolloutfleet/worker:<version>`` |
+| ``ROLLOUTFLEET_WORKER_COMMAND`` | the worker container's command, a JSON list | ``["rolloutfleet", "worker"]`` |
+| ``ROLLOUTFLEET_WORKER_METRICS_PORT`` | the workers' /metrics, /healthz, /readyz port | ``9100`` |
+| ``ROLLOUTFLEET_WORKER_PORT_PER_INDEX`` | ``1``: worker *i* listens on port + *i* (test clusters whose pods share one host network) | ``0`` |
+| ``ROLLOUTFLEET_GRACE_SECONDS`` | terminationGracePeriodSeconds of worker pods | ``30`` |
+| ``ROLLOUTFLEET_MAX_UNAVAILABLE`` | share of a job's workers replaced at once after a spec change | ``0.25`` |
+| ``ROLLOUTFLEET_READ_PROGRESS`` | ``0``: don't read worker heartbeats from Redis (no Secret reads) | ``1`` |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rolloutfleet_operator import __version__
+
+DEFAULT_WORKER_IMAGE = f"ghcr.io/rolloutfleet/worker:{__version__}"
+
+
+class ConfigError(ValueError):
+    """An operator setting is invalid; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    worker_image: str = DEFAULT_WORKER_IMAGE
+    worker_command: tuple[str, ...] = ("rolloutfleet", "worker")
+    worker_metrics_port: int = 9100
+    worker_port_per_index: bool = False
+    grace_seconds: int = 30
+    max_unavailable: float = 0.25
+    read_progress: bool = True
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
+        def get(name: str) -> str | None:
+            value = environ.get(f"ROLLOUTFLEET_{name}")
+            return value if value not in (None, "") else None
+
+        def number(name: str, kind: type[int] | type[float], low: float, high: float) -> float | None:
+            raw = get(name)
+            if raw is None:
+                return None
+            try:
+                value = kind(raw)
+            except ValueError:
+                raise ConfigError(f"ROLLOUTFLEET_{name}: not a number: {raw!r}") from None
+            if not low <= value <= high:
+                raise ConfigError(f"ROLLOUTFLEET_{name}: must be between {low} and {high}, got {raw}")
+            return value
+
+        def flag(name: str) -> bool | None:
+            raw = get(name)
+            if raw is None:
+                return None
+            if raw.lower() not in ("0", "1", "true", "false"):
+                raise ConfigError(f"ROLLOUTFLEET_{name}: must be 0/1/true/false, got {raw!r}")
+            return raw.lower() in ("1", "true")
+
+        command = cls.worker_command
+        if (raw := get("WORKER_COMMAND")) is not None:
+            try:
+                parsed = json.loads(raw)
+            except json.JSONDecodeError:
+                parsed = None
+            if not isinstance(parsed, list) or not parsed or not all(isinstance(p, str) for p in parsed):
+                raise ConfigError(f"ROLLOUTFLEET_WORKER_COMMAND: must be a JSON list of strings, got {raw!r}")
+            command = tuple(parsed)
+        found = {
+            "worker_image": get("WORKER_IMAGE"),
+            "worker_metrics_port": number("WORKER_METRICS_PORT", int, 1, 65535),
+            "worker_port_per_index": flag("WORKER_PORT_PER_INDEX"),
+            "grace_seconds": number("GRACE_SECONDS", int, 0, 3600),
+            "max_unavailable": number("MAX_UNAVAILABLE", float, 0.01, 1.0),
+            "read_progress": flag("READ_PROGRESS"),
+        }
+        return cls(worker_command=command, **{k: v for k, v in found.items() if v is not None})  # type: ignore[arg-type]
+
+    def metrics_port(self, index: int) -> int:
+        return self.worker_metrics_port + index if self.worker_port_per_index else self.worker_metrics_port

@@ -1,0 +1,257 @@
+"""The reconcile plan: desired worker pods vs. observed ones -> what to do now.
+
+A pure function of the job, the pods the operator sees, the restart records kept in the
+job's status, and the time. The kopf layer (:mod:`.handlers`) carries the plan out and
+writes the records back, so an operator restarted mid-way picks up exactly where the
+last one stopped: a failed pod is counted once (its uid is recorded), a backoff is a
+wall-clock deadline, and pod names are deterministic (``<job>-worker-<index>``), so a
+second create of the same worker is refused by the API server instead of duplicating it.
+
+Restart rules are :mod:`rolloutfleet.restarts`, shared with ``rolloutfleet run``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from rolloutfleet.restarts import RestartTracker, WorkerRestarts
+from rolloutfleet.spec import RolloutJob
+from rolloutfleet_operator.pods import PodView, pod_name
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """Restart bookkeeping of one worker index, persisted in ``status.workers``."""
+
+    restarts: int = 0
+    consecutive_failures: int = 0
+    restart_at: float | None = None  # unix seconds; a replacement is due then
+    down: bool = False  # failed with the restart budget spent: stays down
+    last_failed_pod: str = ""  # uid of the failure counted last (counted once)
+    last_exit_code: int | None = None
+    last_error: str = ""
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            "restarts": self.restarts,
+            "consecutiveFailures": self.consecutive_failures,
+            "restartAt": self.restart_at,
+            "down": self.down,
+            "lastFailedPod": self.last_failed_pod,
+            "lastExitCode": self.last_exit_code,
+            "lastError": self.last_error,
+        }
+
+    @classmethod
+    def from_status(cls, data: Mapping[str, Any]) -> WorkerRecord:
+        restart_at = data.get("restartAt")
+        exit_code = data.get("lastExitCode")
+        return cls(
+            restarts=int(data.get("restarts") or 0),
+            consecutive_failures=int(data.get("consecutiveFailures") or 0),
+            restart_at=float(restart_at) if restart_at is not None else None,
+            down=bool(data.get("down")),
+            last_failed_pod=str(data.get("lastFailedPod") or ""),
+            last_exit_code=int(exit_code) if exit_code is not None else None,
+            last_error=str(data.get("lastError") or ""),
+        )
+
+
+def records_from_status(status: Mapping[str, Any] | None) -> dict[int, WorkerRecord]:
+    workers = (status or {}).get("workers") or {}
+    records = {}
+    for key, value in workers.items():
+        try:
+            records[int(key)] = WorkerRecord.from_status(value or {})
+        except (TypeError, ValueError):
+            continue  # hand-edited garbage: forget it rather than wedge the job
+    return records
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    create: list[int] = field(default_factory=list)
+    delete: list[tuple[str, str]] = field(default_factory=list)  # (pod name, why)
+    records: dict[int, WorkerRecord] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None  # seconds until the next due restart
+    desired: int = 0
+
+    @property
+    def down(self) -> list[int]:
+        return sorted(i for i, r in self.records.items() if r.down and i < self.desired)
+
+    @property
+    def backing_off(self) -> list[int]:
+        return sorted(i for i, r in self.records.items() if r.restart_at is not None and i < self.desired)
+
+
+def parse_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def plan(
+    job: RolloutJob,
+    pods: Iterable[PodView],
+    records: Mapping[int, WorkerRecord],
+    now: float,
+    current_hash: str,
+    max_unavailable: float = 0.25,
+    vanished: Iterable[int] = (),
+) -> Plan:
+    """What to do about ``job`` now. ``vanished``: indexes whose pod disappeared without
+    the operator deleting it (counted as failures, like an eviction)."""
+    spec = job.spec
+    desired = 0 if spec.suspend else spec.replicas
+    result = Plan(records=dict(records), desired=desired)
+    tracker = RestartTracker(
+        spec.restart_policy,
+        {
+            i: WorkerRestarts(restarts=r.restarts, consecutive_failures=r.consecutive_failures, restart_at=r.restart_at)
+            for i, r in records.items()
+        },
+    )
+    by_index: dict[int, list[PodView]] = defaultdict(list)
+    for pod in pods:
+        by_index[pod.index].append(pod)
+    deleting: set[str] = set()
+
+    def delete(pod: PodView, why: str) -> None:
+        if not pod.deleting and pod.name not in deleting:
+            deleting.add(pod.name)
+            result.delete.append((pod.name, why))
+
+    def count_failure(
+        index: int, uid: str, started: float | None, finished: float | None, code: int | None, why: str
+    ) -> None:
+        worker = tracker.workers.setdefault(index, WorkerRestarts())
+        worker.started_at = started if started is not None else (finished or now)
+        restart_at = tracker.failed(index, finished or now)
+        record = replace(
+            result.records.get(index, WorkerRecord()),
+            restarts=worker.restarts,
+            consecutive_failures=worker.consecutive_failures,
+            restart_at=restart_at,
+            down=restart_at is None,
+            last_failed_pod=uid,
+            last_exit_code=code,
+            last_error=why,
+        )
+        result.records[index] = record
+        if restart_at is None:
+            result.events.append(
+                Event(
+                    "Warning",
+                    "RestartBudgetExhausted",
+                    f"worker {index} failed ({why}); restart budget spent "
+                    f"({tracker.total_restarts} of maxRestarts={spec.restart_policy.max_restarts}): it stays down",
+                )
+            )
+        else:
+            result.events.append(
+                Event(
+                    "Warning",
+                    "WorkerFailed",
+                    f"worker {index} failed ({why}); restart {worker.restarts} in {max(0.0, restart_at - now):.1f} s",
+                )
+            )
+
+    # 1. Failures: count each failed pod once, then clear it away for its replacement.
+    for index, group in sorted(by_index.items()):
+        for pod in group:
+            if not pod.terminated:
+                continue
+            if index >= desired:
+                delete(pod, "scaled down" if not spec.suspend else "suspended")
+                continue
+            record = result.records.get(index)
+            if record is None or record.last_failed_pod != pod.uid:
+                count_failure(
+                    index,
+                    pod.uid,
+                    parse_time(pod.started_at),
+                    parse_time(pod.finished_at),
+                    pod.exit_code,
+                    _describe_exit(pod),
+                )
+            if not result.records[index].down:
+                delete(pod, "failed; replacing it")  # a failed pod of a spent budget is kept for `kubectl logs`
+    for index in sorted(set(vanished)):
+        if index < desired and not by_index.get(index):
+            count_failure(index, f"vanished-{index}-{now:.0f}", None, now, None, "pod deleted or evicted")
+
+    # 2. Scale down / suspend: every pod above the desired count goes, highest first.
+    for index in sorted(by_index, reverse=True):
+        if index >= desired:
+            for pod in by_index[index]:
+                delete(pod, "suspended" if spec.suspend else "scaled down")
+
+    # 3. Missing workers: create, unless backing off or down for good.
+    budget_left = not tracker.budget_spent
+    for index in range(desired):
+        if any(pod.name == pod_name(job.name, index) for pod in by_index.get(index, [])):
+            continue  # present, or still going away (same name): wait for it
+        record = result.records.get(index)
+        if record is not None and record.down:
+            if not budget_left:
+                continue
+            record = replace(record, down=False, restart_at=None)  # maxRestarts was raised
+            result.records[index] = record
+        if record is not None and record.restart_at is not None and record.restart_at > now:
+            wait = record.restart_at - now
+            result.requeue_after = wait if result.requeue_after is None else min(result.requeue_after, wait)
+            continue
+        if record is not None and record.restart_at is not None:
+            result.records[index] = replace(record, restart_at=None)
+        result.create.append(index)
+
+    # 4. Rolling replacement of pods built from an older spec: pods that are not ready
+    # go at once; ready ones only while few enough workers are unavailable.
+    stale = [
+        pod
+        for index in range(desired)
+        for pod in by_index.get(index, [])
+        if pod.template_hash != current_hash and not pod.terminated and not pod.deleting
+    ]
+    available = sum(
+        1
+        for index in range(desired)
+        if any(p.ready and not p.deleting and p.name not in deleting for p in by_index.get(index, []))
+    )
+    allowed_unavailable = max(1, math.floor(max_unavailable * desired))
+    for pod in sorted(stale, key=lambda p: (p.ready, -p.index)):
+        if not pod.ready:
+            delete(pod, "spec changed; replacing it")
+        elif desired - available < allowed_unavailable:
+            delete(pod, "spec changed; replacing it")
+            available -= 1
+    return result
+
+
+def _describe_exit(pod: PodView) -> str:
+    if pod.phase == "Succeeded":
+        detail = "exited with code 0"
+    elif pod.exit_code is not None:
+        detail = f"exited with code {pod.exit_code}"
+    else:
+        detail = pod.reason or "failed"
+    if pod.reason and pod.reason not in detail:
+        detail += f", {pod.reason}"
+    return f"{detail}: {pod.message}" if pod.message else detail

@@ -1,0 +1,242 @@
+"""Worker pods of a RolloutJob: how they are named, labelled, built and recognised.
+
+Pure functions of the job, the operator's configuration and an index; no API calls.
+A pod carries the hash of everything in its template that comes from the job's spec
+(:func:`template_hash`), so the reconciler can tell a stale pod from a current one
+without comparing pod specs field by field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rolloutfleet.spec import API_VERSION, KIND, RolloutJob
+from rolloutfleet.worker_config import WorkerConfig
+from rolloutfleet_operator.config import OperatorConfig
+
+GROUP = "rolloutfleet.io"
+JOB_LABEL = f"{GROUP}/job"
+INDEX_LABEL = f"{GROUP}/worker-index"
+HASH_ANNOTATION = f"{GROUP}/template-hash"
+MANAGED_BY = "rolloutfleet-operator"
+WORKER_LABELS = {
+    "app.kubernetes.io/name": "rolloutfleet",
+    "app.kubernetes.io/component": "worker",
+    "app.kubernetes.io/managed-by": MANAGED_BY,
+}
+# Spec fields that change how a running worker behaves. replicas, suspend and
+# restartPolicy only steer the operator: changing them replaces no pod.
+_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy")
+UID = 10001  # the worker image's non-root user
+
+
+def pod_name(job_name: str, index: int) -> str:
+    return f"{job_name}-worker-{index}"
+
+
+def selector(job_name: str) -> str:
+    """The label selector of a job's pods (``status.selector``, for the scale subresource)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(job_labels(job_name).items()))
+
+
+def job_labels(job_name: str) -> dict[str, str]:
+    return {**WORKER_LABELS, JOB_LABEL: job_name}
+
+
+def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
+    spec = {k: v for k, v in job.to_dict()["spec"].items() if k not in _OPERATOR_ONLY_FIELDS}
+    material = {
+        "spec": spec,
+        "image": config.worker_image,
+        "command": config.worker_command,
+        "port": config.worker_metrics_port,
+        "grace": config.grace_seconds,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def owner_reference(job: RolloutJob, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job.name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_pod(
+    job: RolloutJob, uid: str, index: int, config: OperatorConfig, hash_: str | None = None
+) -> dict[str, Any]:
+    """The worker pod for ``index`` (0-based) of ``job`` (whose metadata.uid is ``uid``)."""
+    spec = job.spec
+    port = config.metrics_port(index)
+    worker = WorkerConfig(
+        job=job,
+        worker_index=index,
+        num_workers=max(spec.replicas, index + 1),
+        redis_url=spec.redis.url,
+        metrics_port=port,
+    )
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in worker.to_environ().items()]
+    if spec.redis.password_secret is not None:
+        ref = {"name": spec.redis.password_secret.name, "key": spec.redis.password_secret.key}
+        env.append({"name": "ROLLOUTFLEET_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}})
+    env.append({"name": "ROLLOUTFLEET_TERMINATION_LOG", "value": "/dev/termination-log"})
+    env += [dict(var) for var in spec.env_vars]
+
+    quantities: dict[str, str] = {}
+    if spec.resources.cpu is not None:
+        quantities["cpu"] = str(spec.resources.cpu)
+    if spec.resources.memory is not None:
+        quantities["memory"] = str(spec.resources.memory)
+    limits = dict(quantities)
+    if spec.resources.gpu:
+        limits["nvidia.com/gpu"] = str(spec.resources.gpu)
+    resources: dict[str, Any] = {}
+    if quantities:
+        resources["requests"] = dict(quantities)
+    if limits:
+        resources["limits"] = limits
+
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": spec.image or config.worker_image,
+        "command": list(config.worker_command),
+        "env": env,
+        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+        "resources": resources,
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": port},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": port},
+            "initialDelaySeconds": 30,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = spec.image_pull_policy
+
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # the operator replaces failed pods, counting restarts
+        "terminationGracePeriodSeconds": config.grace_seconds,
+        "automountServiceAccountToken": spec.service_account_name is not None,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "runAsGroup": UID,
+            "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    if spec.service_account_name is not None:
+        pod_spec["serviceAccountName"] = spec.service_account_name
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.affinity:
+        pod_spec["affinity"] = dict(spec.affinity)
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(job.name, index),
+            "namespace": job.namespace,
+            "labels": {**job_labels(job.name), INDEX_LABEL: str(index)},
+            "annotations": {HASH_ANNOTATION: hash_ or template_hash(job, config)},
+            "ownerReferences": [owner_reference(job, uid)],
+        },
+        "spec": pod_spec,
+    }
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the reconciler needs to know about an observed worker pod (small: 1 000 of
+    them stay cheap to keep in the operator's index)."""
+
+    name: str
+    uid: str
+    index: int
+    template_hash: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    ready: bool = False
+    deleting: bool = False
+    started_at: str | None = None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in ("Failed", "Succeeded")
+
+    @classmethod
+    def from_pod(cls, pod: Any) -> PodView | None:
+        """None for a pod that is not a worker pod of ours (no parsable index label)."""
+        metadata = pod.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        try:
+            index = int(labels[INDEX_LABEL])
+        except (KeyError, ValueError, TypeError):
+            return None
+        status = pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        started = finished = None
+        exit_code = None
+        reason, message = status.get("reason") or "", status.get("message") or ""
+        for container in status.get("containerStatuses") or []:
+            state = container.get("state") or {}
+            if "running" in state:
+                started = (state["running"] or {}).get("startedAt")
+            if "terminated" in state:
+                term = state["terminated"] or {}
+                started, finished = term.get("startedAt"), term.get("finishedAt")
+                exit_code = term.get("exitCode")
+                reason = term.get("reason") or reason
+                message = (term.get("message") or message).strip()
+        return cls(
+            name=metadata.get("name", ""),
+            uid=metadata.get("uid", ""),
+            index=index,
+            template_hash=(metadata.get("annotations") or {}).get(HASH_ANNOTATION, ""),
+            phase=status.get("phase") or "Pending",
+            ready=ready,
+            deleting=metadata.get("deletionTimestamp") is not None,
+            started_at=started,
+            finished_at=finished,
+            exit_code=exit_code,
+            reason=reason,
+            message=_one_line(message),
+        )
+
+
+def _one_line(message: str, limit: int = 300) -> str:
+    """The last non-empty line (a traceback's conclusion, a worker's one-line reason)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""

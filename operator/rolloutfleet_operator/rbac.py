@@ -1,0 +1,41 @@
+"""Exactly what the operator may do, for the chart's Role/ClusterRole (a test keeps the
+chart's rules equal to these, and the e2e tests run the operator under them).
+
+| rule | why |
+| --- | --- |
+| rolloutjobs: get, list, watch, patch | watch jobs; kopf's finalizer (timers stop cleanly on deletion) |
+| rolloutjobs/status: get, patch | phase, conditions, restart records, progress |
+| pods: list, watch, create, delete | the worker pods (deterministic names; never updated in place) |
+| secrets: get | the Redis password of a job (``spec.redis.passwordSecret``), to read worker heartbeats for status progress; drop it with ``ROLLOUTFLEET_READ_PROGRESS=0`` |
+| events (core and events.k8s.io): create, patch | what the operator did and why |
+| kopfpeerings (namespaced) / clusterkopfpeerings: get, list, watch, patch | several replicas: one active |
+| customresourcedefinitions: get, list, watch (cluster-wide, read-only) | kopf discovers the RolloutJob resource |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Rule = dict[str, Any]
+
+NAMESPACED: list[Rule] = [
+    {"apiGroups": ["rolloutfleet.io"], "resources": ["rolloutjobs"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["rolloutfleet.io"], "resources": ["rolloutjobs/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
+]
+"""Rules in each watched namespace (a Role per namespace, or part of the ClusterRole)."""
+
+CLUSTER: list[Rule] = [
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
+]
+"""Cluster-scoped rules, needed in both modes."""
+
+RULES: list[Rule] = NAMESPACED + CLUSTER

@@ -1,0 +1,149 @@
+"""A RolloutJob's status, from a plan and what the operator observed. Pure.
+
+``phase`` is one of Pending (no worker ready yet, none failed), Running (all desired
+workers ready), Degraded (some missing, failing or backing off), Suspended, Failed
+(the restart budget is spent, or the spec cannot be used). Conditions follow
+metav1.Condition: ``Ready``, ``Degraded`` and ``Failed``, each with a reason, a message
+and the generation it describes; ``lastTransitionTime`` moves only when the condition's
+status changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from rolloutfleet_operator.plan import Plan
+from rolloutfleet_operator.pods import PodView, selector
+
+HEARTBEAT_FRESH_S = 30.0
+
+
+def _timestamp(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int,
+    now: float,
+    previous: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    value = "True" if status else "False"
+    old = next((c for c in previous if c.get("type") == type_), None)
+    moved = old is None or old.get("status") != value
+    return {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": _timestamp(now)
+        if old is None or moved
+        else old.get("lastTransitionTime", _timestamp(now)),
+    }
+
+
+def progress(beats: Mapping[int, Mapping[str, float]], desired: int, now: float) -> tuple[int, float]:
+    """(env steps sampled by the current workers, their steps/s from fresh heartbeats)."""
+    steps = sum(int(b.get("env_steps", 0)) for i, b in beats.items() if i < desired)
+    rate = sum(
+        float(b.get("steps_per_s", 0.0))
+        for i, b in beats.items()
+        if i < desired and now - float(b.get("time", 0.0)) <= HEARTBEAT_FRESH_S
+    )
+    return steps, round(rate, 1)
+
+
+def build_status(
+    job_name: str,
+    suspended: bool,
+    the_plan: Plan,
+    pods: Iterable[PodView],
+    generation: int,
+    now: float,
+    previous: Mapping[str, Any] | None = None,
+    beats: Mapping[int, Mapping[str, float]] | None = None,
+) -> dict[str, Any]:
+    desired = the_plan.desired
+    live = [p for p in pods if p.index < desired and not p.terminated and not p.deleting]
+    ready = sum(1 for p in live if p.ready)
+    restarts = sum(r.restarts for r in the_plan.records.values())
+    down = the_plan.down
+    backing_off = the_plan.backing_off
+
+    if suspended:
+        phase, reason, message = "Suspended", "Suspended", "spec.suspend is true: no worker pods"
+    elif down:
+        last = the_plan.records[down[0]]
+        phase, reason = "Failed", "RestartBudgetExhausted"
+        message = f"worker(s) {_list(down)} down for good after {restarts} restarts; last error: {last.last_error}"
+    elif ready == desired:
+        phase, reason, message = "Running", "AllWorkersReady", f"{ready}/{desired} workers ready"
+    elif ready == 0 and restarts == 0:
+        phase, reason, message = "Pending", "WorkersStarting", f"0/{desired} workers ready"
+    else:
+        phase, reason = "Degraded", "WorkersNotReady"
+        message = f"{ready}/{desired} workers ready"
+        if backing_off:
+            last = the_plan.records[backing_off[0]]
+            message += f"; worker(s) {_list(backing_off)} restarting after: {last.last_error}"
+
+    old_conditions = (previous or {}).get("conditions") or []
+    degraded = bool(backing_off or down) or (phase == "Degraded")
+    failure_message = message if phase == "Failed" else "no failure"
+    conditions = [
+        condition("Ready", phase == "Running", reason, message, generation, now, old_conditions),
+        condition("Degraded", degraded, reason if degraded else "Healthy", message, generation, now, old_conditions),
+        condition(
+            "Failed",
+            phase == "Failed",
+            reason if phase == "Failed" else "NoFailure",
+            failure_message,
+            generation,
+            now,
+            old_conditions,
+        ),
+    ]
+    steps, rate = progress(beats or {}, desired, now)
+    return {
+        "phase": phase,
+        "reason": reason,
+        "message": message,
+        "replicas": len(live),
+        "readyReplicas": ready,
+        "restarts": restarts,
+        "observedGeneration": generation,
+        "selector": selector(job_name),
+        "workers": {str(i): r.to_status() for i, r in sorted(the_plan.records.items())},
+        "envSteps": steps,
+        "stepsPerSecond": rate,
+        "conditions": conditions,
+    }
+
+
+def invalid_spec_status(
+    job_name: str, error: str, generation: int, now: float, previous: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    old = (previous or {}).get("conditions") or []
+    return {
+        "phase": "Failed",
+        "reason": "InvalidSpec",
+        "message": error,
+        "observedGeneration": generation,
+        "selector": selector(job_name),
+        "conditions": [
+            condition("Ready", False, "InvalidSpec", error, generation, now, old),
+            condition("Degraded", True, "InvalidSpec", error, generation, now, old),
+            condition("Failed", True, "InvalidSpec", error, generation, now, old),
+        ],
+    }
+
+
+def _list(indexes: list[int], limit: int = 5) -> str:
+    shown = ", ".join(str(i) for i in indexes[:limit])
+    return shown + (f" and {len(indexes) - limit} more" if len(indexes) > limit else "")
