@@ -221,7 +221,7 @@ class LocalKubelet:
             },
         }
         try:
-            self.coordination.replace_namespaced_lease(self.node_name, "kube-node-lease", body)
+            self.coordination.patch_namespaced_lease(self.node_name, "kube-node-lease", {"spec": body["spec"]})
         except ApiException as error:
             if error.status != 404:
                 raise

@@ -146,3 +146,105 @@ def describe_namespace(cluster: Cluster, namespace: str) -> str:
 def pod_json(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
     result = cluster.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/rolloutjobs.rolloutfleet.io", "--timeout=30s")
+
+
+@pytest.fixture(scope="session")
+def operator_rbac(cluster: Cluster, crds: None) -> str:
+    """The operator's rules (rolloutfleet_operator.rbac, which the chart renders) bound to
+    the least-privilege test user of hack/cluster: the operator never runs as admin."""
+    from rolloutfleet_operator.rbac import RULES
+
+    user = "rolloutfleet-operator-test"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "rolloutfleet-operator-e2e"},
+        "rules": RULES,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "rolloutfleet-operator-e2e"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "rolloutfleet-operator-e2e",
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, binding]})
+    )
+    return user
+
+
+@dataclass
+class OperatorProcess:
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = 15) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class OperatorFactory:
+    """Starts operator processes watching one namespace, as the chart's Deployment does."""
+
+    def __init__(self, cluster: Cluster, namespace: str, tmp: Path, port_base: int) -> None:
+        self.cluster, self.namespace, self.tmp, self.port_base = cluster, namespace, tmp, port_base
+        self.started: list[OperatorProcess] = []
+
+    def start(self, standalone: bool = True) -> OperatorProcess:
+        from rolloutfleet.embedded_redis import free_port
+
+        log = self.tmp / f"operator-{len(self.started)}.log"
+        env = {
+            **os.environ,
+            "KUBECONFIG": self.cluster.operator_kubeconfig,
+            "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli", "worker"]),
+            "ROLLOUTFLEET_WORKER_METRICS_PORT": str(self.port_base),
+            "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
+            "ROLLOUTFLEET_GRACE_SECONDS": "5",
+        }
+        args = [sys.executable, "-m", "rolloutfleet_operator", "--namespace", self.namespace]
+        args += ["--liveness-port", str(free_port()), "--metrics-port", "0"]
+        if standalone:
+            args.append("--standalone")
+        with log.open("wb") as out:
+            process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+        operator = OperatorProcess(process, log)
+        self.started.append(operator)
+        return operator
+
+    def stop_all(self) -> None:
+        for operator in self.started:
+            operator.stop()
+
+
+@pytest.fixture
+def operators(
+    cluster: Cluster, operator_rbac: str, kubelet: LocalKubelet, namespace: str, tmp_path: Path
+) -> Iterator[OperatorFactory]:
+    # Workers of one job listen on base + index (pods share this host's network).
+    port_base = 20000 + (abs(hash(namespace)) % 400) * 100
+    factory = OperatorFactory(cluster, namespace, tmp_path, port_base)
+    yield factory
+    # Jobs carry the operator's finalizer: let the operator release them before it stops,
+    # so the namespace (and its worker processes) really goes away.
+    cluster.kubectl("-n", namespace, "delete", "rj", "--all", "--timeout=60s", check=False)
+    factory.stop_all()

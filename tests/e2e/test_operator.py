@@ -1,0 +1,300 @@
+"""The operator end to end: real API server, real kubelet-run worker processes, real Redis.
+
+The operator runs as a subprocess under the least-privilege user bound to
+``rolloutfleet_operator.rbac.RULES`` (what the chart installs), never as admin.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Any
+
+import pytest
+from conftest import Cluster, OperatorFactory, describe_namespace, wait_for
+from kubelet import LocalKubelet
+from kubernetes import client
+
+from rolloutfleet.consumer import BatchConsumer
+from rolloutfleet.embedded_redis import EmbeddedRedis
+
+API = ("rolloutfleet.io", "v1alpha1")
+
+
+def job_manifest(name: str, redis_url: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "replicas": replicas,
+        "env": {"id": "CartPole-v1", "numEnvs": 2},
+        "sampling": {"rolloutFragmentLength": 50, "seed": 0},
+        "redis": {"url": redis_url, "maxLen": 100, "backpressure": "dropOldest"},
+        "restartPolicy": {"maxRestarts": 10, "backoffSeconds": 0.5, "backoffLimitSeconds": 2},
+    }
+    for key, value in spec.items():
+        body[key] = {**body[key], **value} if isinstance(body.get(key), dict) and isinstance(value, dict) else value
+    return {"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob", "metadata": {"name": name}, "spec": body}
+
+
+class Jobs:
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
+        self.api = client.CustomObjectsApi(cluster.api())
+        self.core = client.CoreV1Api(cluster.api())
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        self.api.create_namespaced_custom_object(*API, self.namespace, "rolloutjobs", manifest)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return dict(self.api.get_namespaced_custom_object(*API, self.namespace, "rolloutjobs", name))
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.get(name).get("status") or {})
+
+    def patch(self, name: str, spec: dict[str, Any]) -> None:
+        self.api.patch_namespaced_custom_object(*API, self.namespace, "rolloutjobs", name, {"spec": spec})
+
+    def pods(self, name: str) -> dict[str, dict[str, Any]]:
+        items = self.core.list_namespaced_pod(self.namespace, label_selector=f"rolloutfleet.io/job={name}").items
+        return {p.metadata.name: self.core.api_client.sanitize_for_serialization(p) for p in items}
+
+    def running(self, name: str, count: int) -> bool:
+        pods = self.pods(name)
+        live = [p for p in pods.values() if not p["metadata"].get("deletionTimestamp")]
+        return len(live) == count and all(p["status"].get("phase") == "Running" for p in live)
+
+    def describe(self) -> str:
+        return describe_namespace(self.cluster, self.namespace)
+
+
+@pytest.fixture
+def jobs(cluster: Cluster, namespace: str) -> Jobs:
+    return Jobs(cluster, namespace)
+
+
+def read_batches(
+    url: str, job: str, namespace: str, want: set[int], old: frozenset[str] = frozenset(), timeout: float = 120
+) -> set[str]:
+    """Read until every worker index in ``want`` has published (from a producer not in
+    ``old``: a replacement process); returns the new producer ids seen."""
+    consumer = BatchConsumer(url, job, namespace=namespace, group="e2e")
+    seen: set[int] = set()
+    producers: set[str] = set()
+
+    def step() -> bool:
+        for message in consumer.read(timeout=1.0):
+            if message.metadata.producer not in old:
+                seen.add(message.metadata.worker_index)
+                producers.add(message.metadata.producer)
+            message.ack()
+        return want <= seen
+
+    wait_for(step, timeout, lambda: f"worker indexes seen: {seen}", interval=0)
+    return producers
+
+
+def test_a_job_runs_its_workers_and_batches_arrive(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+) -> None:
+    operators.start()
+    jobs.create(job_manifest("cartpole", redis_server.url, replicas=2))
+    wait_for(lambda: jobs.running("cartpole", 2), 60, jobs.describe)
+    assert sorted(jobs.pods("cartpole")) == ["cartpole-worker-0", "cartpole-worker-1"]
+    pod = jobs.pods("cartpole")["cartpole-worker-0"]
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "RolloutJob"
+    security = pod["spec"]["containers"][0]["securityContext"]
+    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    read_batches(redis_server.url, "cartpole", namespace, {0, 1})
+    wait_for(lambda: jobs.status("cartpole").get("phase") == "Running", 60, jobs.describe)
+    status = jobs.status("cartpole")
+    assert status["readyReplicas"] == 2 and status["replicas"] == 2 and status["restarts"] == 0
+    assert status["observedGeneration"] == jobs.get("cartpole")["metadata"]["generation"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["observedGeneration"] == status["observedGeneration"]
+    # Progress comes from the workers' heartbeats in Redis.
+    wait_for(lambda: jobs.status("cartpole").get("stepsPerSecond", 0) > 0, 30, jobs.describe)
+    table = cluster.kubectl("-n", namespace, "get", "rj", "cartpole").stdout.splitlines()
+    assert table[0].split() == ["NAME", "DESIRED", "READY", "PHASE", "RESTARTS", "STEPS/S", "AGE"]
+    assert table[1].split()[:5] == ["cartpole", "2", "2", "Running", "0"]
+
+
+def test_a_killed_worker_is_replaced_until_the_budget_is_spent(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+) -> None:
+    operators.start()
+    jobs.create(job_manifest("crash", redis_server.url, replicas=1, restartPolicy={"maxRestarts": 1}))
+    wait_for(lambda: jobs.running("crash", 1), 60, jobs.describe)
+    first = read_batches(redis_server.url, "crash", namespace, {0})
+    old_uid = jobs.pods("crash")["crash-worker-0"]["metadata"]["uid"]
+    kubelet.kill(namespace, "crash-worker-0", signal.SIGKILL)
+
+    def replaced() -> bool:
+        pod = jobs.pods("crash").get("crash-worker-0")
+        return pod is not None and pod["metadata"]["uid"] != old_uid and pod["status"].get("phase") == "Running"
+
+    wait_for(replaced, 60, jobs.describe)
+    assert read_batches(redis_server.url, "crash", namespace, {0}, old=frozenset(first))  # the replacement publishes
+    status = wait_for(lambda: (s := jobs.status("crash")).get("restarts") == 1 and s, 30, jobs.describe)
+    assert status["workers"]["0"]["restarts"] == 1 and status["workers"]["0"]["lastExitCode"] == 128 + signal.SIGKILL
+    # The second crash spends the budget: the job fails and says why, and stops restarting.
+    wait_for(lambda: kubelet.pid(namespace, "crash-worker-0"), 30)
+    kubelet.kill(namespace, "crash-worker-0", signal.SIGKILL)
+    status = wait_for(lambda: (s := jobs.status("crash")).get("phase") == "Failed" and s, 60, jobs.describe)
+    assert status["reason"] == "RestartBudgetExhausted" and "worker(s) 0" in status["message"]
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "RestartBudgetExhausted"
+    pod = jobs.pods("crash")["crash-worker-0"]
+    assert pod["status"]["phase"] == "Failed"  # kept for `kubectl logs`, not restarted
+    assert jobs.status("crash")["restarts"] == 1
+
+
+def test_scale_edit_suspend_and_resume(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+) -> None:
+    operators.start()
+    jobs.create(job_manifest("elastic", redis_server.url, replicas=1))
+    wait_for(lambda: jobs.running("elastic", 1), 60, jobs.describe)
+    cluster.kubectl("-n", namespace, "scale", "rj/elastic", "--replicas=3")
+    wait_for(lambda: jobs.running("elastic", 3), 90, jobs.describe)
+    keep = jobs.pods("elastic")["elastic-worker-0"]["metadata"]["uid"]
+    cluster.kubectl("-n", namespace, "scale", "rj/elastic", "--replicas=1")
+    wait_for(lambda: list(jobs.pods("elastic")) == ["elastic-worker-0"], 60, jobs.describe)
+    assert jobs.pods("elastic")["elastic-worker-0"]["metadata"]["uid"] == keep  # the highest indexes went
+    # A spec change replaces the pod with one built from the new spec.
+    jobs.patch("elastic", {"env": {"id": "CartPole-v1", "numEnvs": 3}})
+
+    def replaced() -> bool:
+        pod = jobs.pods("elastic").get("elastic-worker-0")
+        if pod is None or pod["metadata"]["uid"] == keep or pod["status"].get("phase") != "Running":
+            return False
+        spec = json.loads(
+            next(e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == "ROLLOUTFLEET_SPEC")
+        )
+        return bool(spec["env"]["numEnvs"] == 3)
+
+    wait_for(replaced, 90, jobs.describe)
+    jobs.patch("elastic", {"suspend": True})
+    wait_for(lambda: not jobs.pods("elastic") and jobs.status("elastic").get("phase") == "Suspended", 60, jobs.describe)
+    jobs.patch("elastic", {"suspend": False})
+    wait_for(lambda: jobs.running("elastic", 1), 60, jobs.describe)
+    assert jobs.status("elastic")["restarts"] == 0  # nothing of this counted as a failure
+
+
+def test_deleting_a_job_removes_everything(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+) -> None:
+    operators.start()
+    jobs.create(job_manifest("gone", redis_server.url, replicas=2))
+    wait_for(lambda: jobs.running("gone", 2), 60, jobs.describe)
+    cluster.kubectl("-n", namespace, "delete", "rj", "gone", "--timeout=60s")
+    # The garbage collector (kube-controller-manager) removes the owned pods.
+    wait_for(lambda: not jobs.core.list_namespaced_pod(namespace).items, 60, jobs.describe)
+    assert cluster.kubectl("-n", namespace, "get", "rj", "-o", "name").stdout.strip() == ""
+
+
+def test_an_unbuildable_env_shows_its_reason(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+) -> None:
+    operators.start()
+    manifest = job_manifest("broken", redis_server.url, replicas=1, restartPolicy={"maxRestarts": 0})
+    manifest["spec"]["env"] = {"id": "NoSuchEnv-v0", "numEnvs": 1}
+    jobs.create(manifest)
+    status = wait_for(lambda: (s := jobs.status("broken")).get("phase") == "Failed" and s, 90, jobs.describe)
+    assert "NoSuchEnv" in status["message"]
+    events = cluster.kubectl("-n", namespace, "get", "events", "--field-selector", "involvedObject.name=broken").stdout
+    assert "RestartBudgetExhausted" in events and "NoSuchEnv" in events
+
+
+def test_operator_restart_keeps_counts_and_creates_no_duplicates(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+) -> None:
+    first = operators.start()
+    jobs.create(job_manifest("steady", redis_server.url, replicas=3))
+    wait_for(lambda: jobs.running("steady", 3), 90, jobs.describe)
+    kubelet.kill(namespace, "steady-worker-1", signal.SIGKILL)
+    wait_for(lambda: jobs.status("steady").get("restarts") == 1 and jobs.running("steady", 3), 60, jobs.describe)
+    uids = {name: pod["metadata"]["uid"] for name, pod in jobs.pods("steady").items()}
+    first.stop(signal.SIGKILL)  # no chance to clean up
+    operators.start()
+    # The new operator acts (a scale-up needs it) without touching what exists.
+    cluster.kubectl("-n", namespace, "scale", "rj/steady", "--replicas=4")
+    wait_for(lambda: jobs.running("steady", 4), 90, jobs.describe)
+    pods = jobs.pods("steady")
+    assert {name: pods[name]["metadata"]["uid"] for name in uids} == uids
+    assert len(pods) == 4 and jobs.status("steady")["restarts"] == 1
+
+
+def test_two_operator_replicas_one_acts(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+) -> None:
+    peering = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "KopfPeering",
+        "metadata": {"name": "rolloutfleet", "namespace": namespace},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(peering))
+    a, b = operators.start(standalone=False), operators.start(standalone=False)
+    paused = wait_for(
+        lambda: [o for o in (a, b) if "Pausing operations in favour of" in o.text()],
+        60,
+        lambda: a.text()[-2000:] + b.text()[-2000:],
+    )
+    assert len(paused) == 1
+    jobs.create(job_manifest("ha", redis_server.url, replicas=2))
+    wait_for(lambda: jobs.running("ha", 2), 60, jobs.describe)
+    active = b if paused[0] is a else a
+    active.stop(signal.SIGKILL)  # the standby takes over once the keep-alive expires
+    jobs.patch("ha", {"replicas": 1})
+    wait_for(lambda: list(jobs.pods("ha")) == ["ha-worker-0"], 120, jobs.describe)
+
+
+def test_the_operator_user_has_only_what_it_needs(cluster: Cluster, operator_rbac: str) -> None:
+    def can(*args: str) -> str:
+        return cluster.kubectl(
+            "auth", "can-i", *args, check=False, kubeconfig=cluster.operator_kubeconfig
+        ).stdout.strip()
+
+    assert can("create", "pods", "-n", "default") == "yes"
+    assert can("patch", "rolloutjobs.rolloutfleet.io/status", "-n", "default") == "yes"
+    for verb, resource in [
+        ("update", "pods"),
+        ("list", "secrets"),
+        ("create", "deployments"),
+        ("delete", "rolloutjobs.rolloutfleet.io"),
+        ("create", "rolebindings"),
+    ]:
+        assert can(verb, resource, "-n", "default") == "no", f"{verb} {resource}"
