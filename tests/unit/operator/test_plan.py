@@ -1,0 +1,144 @@
+"""The reconcile plan: desired vs. observed pods, restarts with backoff and a budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rolloutfleet.spec import RolloutJob
+from rolloutfleet_operator.plan import WorkerRecord, plan, records_from_status
+from rolloutfleet_operator.pods import PodView
+
+HASH = "current"
+
+
+def job(**spec: Any) -> RolloutJob:
+    body: dict[str, Any] = {"replicas": 3, "env": {"id": "CartPole-v1"}}
+    body.update(spec)
+    return RolloutJob.from_dict({"metadata": {"name": "j"}, "spec": body})
+
+
+def pod(index: int, phase: str = "Running", ready: bool = True, hash_: str = HASH, **kw: Any) -> PodView:
+    return PodView(
+        name=f"j-worker-{index}",
+        uid=kw.pop("uid", f"uid-{index}"),
+        index=index,
+        template_hash=hash_,
+        phase=phase,
+        ready=ready,
+        **kw,
+    )
+
+
+def test_creates_missing_workers_by_index() -> None:
+    result = plan(job(), [pod(1)], {}, now=100.0, current_hash=HASH)
+    assert result.create == [0, 2] and result.delete == []
+
+
+def test_scale_down_deletes_the_highest_indexes() -> None:
+    result = plan(job(replicas=1), [pod(0), pod(1), pod(2)], {}, now=0.0, current_hash=HASH)
+    assert [name for name, _ in result.delete] == ["j-worker-2", "j-worker-1"] and result.create == []
+
+
+def test_suspend_deletes_every_pod_and_creates_none() -> None:
+    result = plan(job(suspend=True), [pod(0), pod(1)], {}, now=0.0, current_hash=HASH)
+    assert sorted(n for n, _ in result.delete) == ["j-worker-0", "j-worker-1"] and result.create == []
+
+
+def test_a_failed_pod_is_counted_once_deleted_and_replaced_after_backoff() -> None:
+    spec = {"restartPolicy": {"maxRestarts": 5, "backoffSeconds": 2, "backoffLimitSeconds": 60}}
+    failed = pod(
+        1,
+        phase="Failed",
+        ready=False,
+        exit_code=137,
+        started_at="1970-01-01T00:01:30Z",
+        finished_at="1970-01-01T00:01:40Z",
+    )
+    first = plan(job(**spec), [pod(0), failed, pod(2)], {}, now=101.0, current_hash=HASH)
+    record = first.records[1]
+    assert record.restarts == 1 and record.last_failed_pod == "uid-1" and record.last_exit_code == 137
+    assert record.restart_at == 100.0 + 2  # backoff counted from the exit (finishedAt)
+    assert first.delete == [("j-worker-1", "failed; replacing it")] and first.create == []
+    assert [e.reason for e in first.events] == ["WorkerFailed"]
+    # The same failed pod seen again (an operator restarted before the delete landed): not recounted.
+    again = plan(job(**spec), [pod(0), failed, pod(2)], first.records, now=101.5, current_hash=HASH)
+    assert again.records[1].restarts == 1 and again.events == []
+    # Pod gone, backoff not over: wait, and say when.
+    waiting = plan(job(**spec), [pod(0), pod(2)], first.records, now=101.0, current_hash=HASH)
+    assert waiting.create == [] and waiting.requeue_after == 1.0
+    due = plan(job(**spec), [pod(0), pod(2)], first.records, now=102.5, current_hash=HASH)
+    assert due.create == [1] and due.records[1].restart_at is None
+
+
+def test_consecutive_failures_double_the_backoff_up_to_the_limit() -> None:
+    spec = {"restartPolicy": {"maxRestarts": 10, "backoffSeconds": 1, "backoffLimitSeconds": 3}}
+    records: dict[int, WorkerRecord] = {}
+    delays = []
+    for n in range(4):
+        failed = pod(
+            0,
+            phase="Failed",
+            ready=False,
+            uid=f"u{n}",
+            finished_at=f"1970-01-01T00:00:{10 * n + 5:02d}Z",
+            started_at=f"1970-01-01T00:00:{10 * n + 4:02d}Z",
+        )
+        result = plan(job(replicas=1, **spec), [failed], records, now=10.0 * n + 5, current_hash=HASH)
+        records = result.records
+        assert records[0].restart_at is not None
+        delays.append(records[0].restart_at - (10.0 * n + 5))
+    assert delays == [1, 2, 3, 3]
+
+
+def test_a_spent_budget_keeps_the_failed_pod_and_marks_the_worker_down() -> None:
+    spec = {"restartPolicy": {"maxRestarts": 1, "backoffSeconds": 0}}
+    first = plan(
+        job(replicas=1, **spec), [pod(0, phase="Failed", ready=False, uid="a")], {}, now=10.0, current_hash=HASH
+    )
+    assert first.records[0].restarts == 1 and not first.records[0].down
+    second = plan(
+        job(replicas=1, **spec),
+        [pod(0, phase="Failed", ready=False, uid="b")],
+        first.records,
+        now=20.0,
+        current_hash=HASH,
+    )
+    assert second.records[0].down and second.delete == [] and second.create == []
+    assert second.down == [0] and second.events[0].reason == "RestartBudgetExhausted"
+    # Raising maxRestarts brings the worker back.
+    raised = plan(
+        job(replicas=1, restartPolicy={"maxRestarts": 3, "backoffSeconds": 0}),
+        [],
+        second.records,
+        now=30.0,
+        current_hash=HASH,
+    )
+    assert raised.create == [0] and not raised.records[0].down
+
+
+def test_a_vanished_pod_counts_as_a_failure() -> None:
+    result = plan(job(), [pod(0), pod(2)], {}, now=50.0, current_hash=HASH, vanished=[1])
+    assert result.records[1].restarts == 1 and "deleted" in result.records[1].last_error
+    assert result.create == [] and result.records[1].restart_at == 51.0  # backing off, not recreated at once
+
+
+def test_stale_pods_are_replaced_a_few_at_a_time() -> None:
+    pods = [pod(i, hash_="old") for i in range(8)]
+    result = plan(job(replicas=8), pods, {}, now=0.0, current_hash=HASH, max_unavailable=0.25)
+    assert [n for n, _ in result.delete] == ["j-worker-7", "j-worker-6"]  # 25 % of 8, highest first
+    not_ready = [pod(0, hash_="old", ready=False), pod(1, hash_="old")]
+    result = plan(job(replicas=2), not_ready, {}, now=0.0, current_hash=HASH, max_unavailable=0.25)
+    assert [n for n, _ in result.delete] == ["j-worker-0"]  # unavailable already: replaced first, no room for more
+
+
+def test_a_pod_still_going_away_blocks_its_replacement() -> None:
+    result = plan(job(replicas=1), [pod(0, deleting=True, ready=False)], {}, now=0.0, current_hash=HASH)
+    assert result.create == [] and result.delete == []
+
+
+def test_records_round_trip_through_the_status() -> None:
+    record = WorkerRecord(
+        restarts=2, consecutive_failures=1, restart_at=12.5, last_failed_pod="x", last_exit_code=3, last_error="boom"
+    )
+    assert records_from_status({"workers": {"4": record.to_status()}}) == {4: record}
+    assert records_from_status({"workers": {"nope": {}}}) == {}

@@ -1,0 +1,128 @@
+"""Worker pods built from a RolloutJob, and how observed pods are read back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rolloutfleet.spec import RolloutJob
+from rolloutfleet.worker_config import WorkerConfig
+from rolloutfleet_operator.config import OperatorConfig
+from rolloutfleet_operator.pods import HASH_ANNOTATION, PodView, build_pod, selector, template_hash
+
+
+def job(**spec: Any) -> RolloutJob:
+    body: dict[str, Any] = {"replicas": 4, "env": {"id": "CartPole-v1", "numEnvs": 8}}
+    body.update(spec)
+    return RolloutJob.from_dict({"metadata": {"name": "cp", "namespace": "team"}, "spec": body})
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_the_pod_is_what_a_worker_needs_and_nothing_more() -> None:
+    pod = build_pod(
+        job(redis={"url": "redis://r:6379/0", "passwordSecret": {"name": "redis-auth"}}), "uid-1", 2, OperatorConfig()
+    )
+    assert pod["metadata"]["name"] == "cp-worker-2" and pod["metadata"]["namespace"] == "team"
+    assert pod["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "rolloutfleet.io/v1alpha1",
+        "kind": "RolloutJob",
+        "name": "cp",
+        "uid": "uid-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    env = env_of(pod)
+    # The worker reads back exactly the identity the operator meant.
+    plain = {k: v for k, v in env.items() if isinstance(v, str)}
+    config = WorkerConfig.from_environ(plain)
+    assert (config.worker_index, config.num_workers, config.job.name, config.redis_url) == (
+        2,
+        4,
+        "cp",
+        "redis://r:6379/0",
+    )
+    assert env["ROLLOUTFLEET_REDIS_PASSWORD"] == {"secretKeyRef": {"name": "redis-auth", "key": "password"}}
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["seccompProfile"] == {
+        "type": "RuntimeDefault"
+    }
+    container = spec["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] and container["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]
+    }
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 9100}
+
+
+def test_resources_and_placement_pass_through() -> None:
+    pod = build_pod(
+        job(
+            resources={"cpu": "2", "memory": "4Gi", "gpu": 1},
+            nodeSelector={"pool": "gpu"},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            priorityClassName="batch",
+            serviceAccountName="sampler",
+            image="my/worker:1",
+            extraEnv=[{"name": "WANDB_MODE", "value": "offline"}],
+        ),
+        "u",
+        0,
+        OperatorConfig(),
+    )
+    container, spec = pod["spec"]["containers"][0], pod["spec"]
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "4Gi"},
+        "limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
+    }
+    assert container["image"] == "my/worker:1" and env_of(pod)["WANDB_MODE"] == "offline"
+    assert spec["nodeSelector"] == {"pool": "gpu"} and spec["priorityClassName"] == "batch"
+    assert spec["serviceAccountName"] == "sampler" and spec["automountServiceAccountToken"] is True
+
+
+def test_the_template_hash_ignores_what_only_steers_the_operator() -> None:
+    config = OperatorConfig()
+    base = template_hash(job(), config)
+    assert template_hash(job(replicas=9, suspend=True, restartPolicy={"maxRestarts": 1}), config) == base
+    assert template_hash(job(env={"id": "CartPole-v1", "numEnvs": 16}), config) != base
+    assert template_hash(job(), OperatorConfig(worker_image="other:2")) != base
+
+
+def test_ports_per_index_for_single_host_test_clusters() -> None:
+    config = OperatorConfig(worker_metrics_port=20000, worker_port_per_index=True)
+    assert env_of(build_pod(job(), "u", 3, config))["ROLLOUTFLEET_METRICS_PORT"] == "20003"
+
+
+def test_an_observed_pod_is_read_back() -> None:
+    pod = build_pod(job(), "u", 1, OperatorConfig())
+    pod["metadata"]["uid"] = "p1"
+    pod["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "state": {
+                    "terminated": {
+                        "exitCode": 3,
+                        "reason": "Error",
+                        "message": "Traceback...\nspec.env.id: no such env 'X'\n",
+                        "startedAt": "2026-01-01T00:00:00Z",
+                        "finishedAt": "2026-01-01T00:00:05Z",
+                    }
+                }
+            }
+        ],
+    }
+    view = PodView.from_pod(pod)
+    assert view is not None
+    assert (view.index, view.uid, view.exit_code, view.terminated, view.ready) == (1, "p1", 3, True, False)
+    assert view.message == "spec.env.id: no such env 'X'"  # the last line: the worker's one-line reason
+    assert view.template_hash == pod["metadata"]["annotations"][HASH_ANNOTATION]
+    assert PodView.from_pod({"metadata": {"name": "stranger", "labels": {}}}) is None
+
+
+def test_the_selector_matches_the_pod_labels() -> None:
+    labels = build_pod(job(), "u", 0, OperatorConfig())["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in (pair.split("=") for pair in selector("cp").split(",")))
+    assert json.dumps(labels)  # plain strings only

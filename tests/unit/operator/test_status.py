@@ -1,0 +1,70 @@
+"""Phase, conditions and progress of a RolloutJob's status."""
+
+from __future__ import annotations
+
+from rolloutfleet_operator.plan import Plan, WorkerRecord
+from rolloutfleet_operator.pods import PodView
+from rolloutfleet_operator.status import build_status, invalid_spec_status, progress
+
+
+def pod(index: int, ready: bool = True) -> PodView:
+    return PodView(
+        name=f"j-worker-{index}", uid=f"u{index}", index=index, template_hash="h", phase="Running", ready=ready
+    )
+
+
+def conditions(status: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    return {c["type"]: c["status"] for c in status["conditions"]}
+
+
+def test_running_when_every_desired_worker_is_ready() -> None:
+    status = build_status("j", False, Plan(desired=2), [pod(0), pod(1)], generation=3, now=0.0)
+    assert (status["phase"], status["readyReplicas"], status["replicas"], status["observedGeneration"]) == (
+        "Running",
+        2,
+        2,
+        3,
+    )
+    assert conditions(status) == {"Ready": "True", "Degraded": "False", "Failed": "False"}
+    assert all(c["observedGeneration"] == 3 for c in status["conditions"])
+
+
+def test_pending_degraded_failed_suspended() -> None:
+    assert build_status("j", False, Plan(desired=2), [pod(0, False)], 1, 0.0)["phase"] == "Pending"
+    backing_off = Plan(
+        desired=2, records={1: WorkerRecord(restarts=1, restart_at=5.0, last_error="exited with code 1")}
+    )
+    degraded = build_status("j", False, backing_off, [pod(0)], 1, 0.0)
+    assert degraded["phase"] == "Degraded" and "exited with code 1" in degraded["message"] and degraded["restarts"] == 1
+    down = Plan(desired=1, records={0: WorkerRecord(restarts=3, down=True, last_error="no such env")})
+    failed = build_status("j", False, down, [], 1, 0.0)
+    assert (
+        failed["phase"] == "Failed"
+        and failed["reason"] == "RestartBudgetExhausted"
+        and "no such env" in failed["message"]
+    )
+    assert conditions(failed)["Failed"] == "True"
+    assert build_status("j", True, Plan(desired=0), [], 1, 0.0)["phase"] == "Suspended"
+
+
+def test_transition_time_moves_only_when_the_condition_flips() -> None:
+    first = build_status("j", False, Plan(desired=1), [pod(0, False)], 1, now=1000.0)
+    same = build_status("j", False, Plan(desired=1), [pod(0, False)], 1, now=2000.0, previous=first)
+    flipped = build_status("j", False, Plan(desired=1), [pod(0)], 1, now=3000.0, previous=same)
+    ready = lambda s: next(c for c in s["conditions"] if c["type"] == "Ready")  # noqa: E731
+    assert ready(same)["lastTransitionTime"] == ready(first)["lastTransitionTime"]
+    assert ready(flipped)["lastTransitionTime"] != ready(first)["lastTransitionTime"]
+
+
+def test_progress_sums_fresh_heartbeats_of_current_workers() -> None:
+    beats = {
+        0: {"env_steps": 1000, "steps_per_s": 50.0, "time": 95.0},
+        1: {"env_steps": 500, "steps_per_s": 25.0, "time": 10.0},  # stale: its rate no longer counts
+        5: {"env_steps": 9999, "steps_per_s": 99.0, "time": 99.0},  # scaled away
+    }
+    assert progress(beats, desired=2, now=100.0) == (1500, 50.0)
+
+
+def test_an_invalid_spec_fails_the_job_with_the_reason() -> None:
+    status = invalid_spec_status("j", "spec cannot be used: spec.env.id: unknown", 2, 0.0, None)
+    assert status["phase"] == "Failed" and status["reason"] == "InvalidSpec" and conditions(status)["Ready"] == "False"
