@@ -10,6 +10,7 @@ chart's rules equal to these, and the e2e tests run the operator under them).
 | events (core and events.k8s.io): create, patch | what the operator did and why |
 | kopfpeerings (namespaced) / clusterkopfpeerings: get, list, watch, patch | several replicas: one active |
 | customresourcedefinitions: get, list, watch (cluster-wide, read-only) | kopf discovers the RolloutJob resource |
+| namespaces: list, watch (cluster-wide, read-only) | kopf matches the watched namespaces against the existing ones |
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ CLUSTER: list[Rule] = [
         "verbs": ["get", "list", "watch"],
     },
     {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
 ]
 """Cluster-scoped rules, needed in both modes."""
 

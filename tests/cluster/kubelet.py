@@ -454,10 +454,37 @@ class LocalKubelet:
                 )
                 return
             argv = list(container.get("command") or []) + list(container.get("args") or [])
-            with log_file.open("ab") as out:
-                process = subprocess.Popen(
-                    argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.work_dir
+            try:
+                with log_file.open("ab") as out:
+                    process = subprocess.Popen(
+                        argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.work_dir
+                    )
+            except OSError as error:  # what a runtime reports when the entrypoint can't start
+                self._patch_status(
+                    key,
+                    {
+                        "phase": "Failed",
+                        "containerStatuses": [
+                            {
+                                "name": container["name"],
+                                "ready": False,
+                                "restartCount": 0,
+                                "image": container.get("image", ""),
+                                "imageID": "",
+                                "state": {
+                                    "terminated": {
+                                        "exitCode": 128,
+                                        "reason": "StartError",
+                                        "message": str(error),
+                                        "startedAt": started,
+                                        "finishedAt": _now(),
+                                    }
+                                },
+                            }
+                        ],
+                    },
                 )
+                return
         probe = (container.get("readinessProbe") or {}).get("httpGet")
         running = RunningPod(
             namespace=key[0],
