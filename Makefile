@@ -12,8 +12,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST := $(BIN)/python -m pytest
 
 CLUSTER_DIR ?= .cluster
+VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration lint fmt bench demo lock clean
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench demo lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools
 
 help: ## this list
@@ -30,7 +31,7 @@ redis-server: ## install Debian's redis-server when missing (tests start their o
 	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
 
-test: install ## every test tier: unit, integration (real redis-server)
+test: install ## every test tier: unit, integration (real redis-server), e2e (real control plane)
 	$(PYTEST) tests -q
 
 test-unit: install ## unit tests only: no servers
@@ -38,6 +39,9 @@ test-unit: install ## unit tests only: no servers
 
 test-integration: install ## integration tests: a real redis-server started by the tests
 	$(PYTEST) tests/integration -q
+
+e2e: install ## end-to-end: real control plane (hack/cluster), test kubelet, operator, chart, real workers
+	$(PYTEST) tests/e2e -q
 
 lint: install ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check .
@@ -53,6 +57,12 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, mea
 	$(BIN)/python bench/bench_sampling.py
 	$(BIN)/python bench/bench_transport.py
 	$(BIN)/python bench/bench_fleet.py
+	$(BIN)/python bench/bench_operator.py
+
+images: ## build the worker (CPU, CUDA) and operator images where a Docker engine exists
+	docker build -f worker/Dockerfile -t rolloutfleet/worker:$(VERSION) .
+	docker build -f worker/Dockerfile --build-arg PROFILE=worker-cuda -t rolloutfleet/worker:$(VERSION)-cuda .
+	docker build -f operator/Dockerfile -t rolloutfleet/operator:$(VERSION) .
 
 demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
