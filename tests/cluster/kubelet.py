@@ -99,6 +99,7 @@ class LocalKubelet:
         self.core = client.CoreV1Api(self.api_client)
         self.coordination = client.CoordinationV1Api(self.api_client)
         self.work_dir = Path(self.work_dir or tempfile.mkdtemp(prefix="test-kubelet-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         self._stop = threading.Event()
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
