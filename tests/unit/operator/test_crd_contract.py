@@ -54,21 +54,56 @@ def _literal_values(annotation: Any) -> set[str]:
     return set().union(*(_literal_values(a) for a in get_args(annotation)))
 
 
-def _nested(annotation: Any) -> type[BaseModel] | None:
-    for candidate in (annotation, *getattr(annotation, "__args__", ())):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
+def _nested(annotation: Any) -> tuple[type[BaseModel], str] | None:
+    """The model inside ``annotation`` and where its schema sits: "" (an object), "items"
+    (``list[Model]``) or "additionalProperties" (``dict[str, Model]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, ""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is list and args:
+        found = _nested(args[0])
+        return (found[0], "items") if found else None
+    if origin is dict and len(args) == 2:
+        found = _nested(args[1])
+        return (found[0], "additionalProperties") if found else None
+    for arg in args:  # Optional[...] / unions
+        if (found := _nested(arg)) is not None:
+            return found
     return None
 
 
-@pytest.mark.parametrize("section", ["", "env", "policy", "sampling", "redis", "restartPolicy", "resources"])
-def test_crd_and_spec_model_have_the_same_fields_and_defaults(section: str) -> None:
+SECTIONS = [
+    "",
+    "env",
+    "policy",
+    "sampling",
+    "multiAgent",
+    "multiAgent.policies",
+    "multiAgent.policyMapping",
+    "multiAgent.policyMapping.rules",
+    "redis",
+    "redis.passwordSecret",
+    "restartPolicy",
+    "resources",
+]
+
+
+def _section(path: str) -> tuple[type[BaseModel], dict[str, Any]]:
     model: type[BaseModel] = RolloutJobSpec
     node = resolve("spec")
-    if section:
-        nested = _nested(_model_fields(RolloutJobSpec)[section].annotation)
-        assert nested is not None
-        model, node = nested, node["properties"][section]
+    for part in path.split(".") if path else []:
+        found = _nested(_model_fields(model)[part].annotation)
+        assert found is not None, f"spec.{path}: {part} is not a nested model in spec.py"
+        model, where = found
+        node = node["properties"][part]
+        if where:
+            node = node[where]
+    return model, node
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_crd_and_spec_model_have_the_same_fields_and_defaults(section: str) -> None:
+    model, node = _section(section)
     fields = _model_fields(model)
     assert set(node["properties"]) == set(fields), f"spec.{section}: CRD and model differ"
     for name, field in fields.items():
@@ -80,6 +115,24 @@ def test_crd_and_spec_model_have_the_same_fields_and_defaults(section: str) -> N
         assert ("enum" in prop) == bool(values), f"spec.{section}.{name}: enum in one of CRD and model only"
         if values:
             assert set(prop["enum"]) == values, f"spec.{section}.{name}: enum differs"
+        if field.is_required():
+            assert name in node.get("required", []), f"spec.{section}.{name}: required by the model, not the CRD"
+
+
+def test_every_model_section_is_compared() -> None:
+    """A nested model added to spec.py without a line in SECTIONS would go unchecked."""
+    seen: set[str] = set()
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in _model_fields(model).items():
+            found = _nested(field.annotation)
+            if found is not None:
+                path = f"{prefix}.{name}" if prefix else name
+                seen.add(path)
+                walk(found[0], path)
+
+    walk(RolloutJobSpec, "")
+    assert seen <= set(SECTIONS), f"nested models without a CRD comparison: {sorted(seen - set(SECTIONS))}"
 
 
 def test_the_chart_ships_the_same_crds_byte_for_byte() -> None:
