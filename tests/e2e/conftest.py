@@ -1,14 +1,21 @@
 """End-to-end fixtures: the real control plane of ``hack/cluster`` (etcd, kube-apiserver,
-kube-controller-manager built from pinned upstream modules), the test kubelet, a real
-redis-server, a fresh namespace per test.
+kube-controller-manager built from pinned upstream modules), the test kubelet
+(``tests/cluster/kubelet.py``), a real redis-server, a fresh namespace per test.
 
-Without Go or redis-server these tests are skipped on a laptop but FAIL under
-``CI=true``: in CI a silent skip would hide that nothing was proven on a real API server.
+The control plane's binaries are built (or found in the cache) once per run, after
+collection, outside any test's timeout: a cold build takes many minutes. Without Go
+(and no cached build), a failed build or no redis-server, these tests are skipped on a
+laptop but FAIL under ``CI=true``: in CI a silent skip would hide that nothing was proven
+on a real API server.
+
+``wait_for`` fails with diagnostics: every pod and the latest events of the cluster, what
+the kubelet runs, and the tails of the kubelet's and its processes' logs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -72,32 +79,82 @@ class Cluster:
         return config.new_client_from_config(config_file=self.kubeconfig)
 
 
+_BUILD: dict[str, str] = {}  # "bin_dir" or "error", filled once per run
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Build (or find cached) the control plane once, before any e2e test runs, so a cold
+    build is not cut short by a test's timeout."""
+    here = Path(__file__).resolve().parent
+    if _BUILD or not any(Path(str(item.path)).resolve().is_relative_to(here) for item in items):
+        return
+    if os.environ.get("CLUSTER_BIN_DIR"):
+        _BUILD["bin_dir"] = os.environ["CLUSTER_BIN_DIR"]
+        return
+    if shutil.which("go") is None:
+        cached = sorted((Path.home() / ".cache" / "rolloutfleet" / "cluster").glob("*/bin/kube-apiserver"))
+        if cached:
+            _BUILD["bin_dir"] = str(cached[-1].parent)
+        else:
+            _BUILD["error"] = "no Go toolchain to build the control plane (and no cached build); see hack/cluster/"
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("e2e: hack/cluster/build.sh (cached after the first build; a cold one takes minutes)")
+    started = time.monotonic()
+    build = subprocess.run([str(REPO / "hack/cluster/build.sh")], capture_output=True, text=True, check=False)
+    if build.returncode != 0 or not build.stdout.strip():
+        _BUILD["error"] = f"hack/cluster/build.sh failed (exit {build.returncode}):\n{build.stderr[-4000:]}"
+        return
+    _BUILD["bin_dir"] = build.stdout.strip().splitlines()[-1]
+    if reporter is not None and time.monotonic() - started > 5:
+        reporter.write_line(f"e2e: control plane built in {time.monotonic() - started:.0f} s")
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if shutil.which("go") is None and not os.environ.get("CLUSTER_BIN_DIR"):
-        cache = Path.home() / ".cache" / "rolloutfleet" / "cluster"
-        if not any(cache.glob("*/bin/kube-apiserver")):
-            missing("no Go toolchain to build the control plane (and no cached build)")
+    if "error" in _BUILD:
+        missing(_BUILD["error"])
+    env = dict(os.environ)
+    if "bin_dir" in _BUILD:
+        env["CLUSTER_BIN_DIR"] = _BUILD["bin_dir"]
     state = tmp_path_factory.mktemp("cluster")
-    up = subprocess.run([str(REPO / "hack/cluster/up.sh"), str(state)], capture_output=True, text=True, check=False)
-    if up.returncode != 0:
-        missing(f"hack/cluster/up.sh failed:\n{up.stderr[-3000:]}")
-    tools = subprocess.run([str(REPO / "hack/cluster/get-tools.sh")], capture_output=True, text=True, check=False)
-    if tools.returncode != 0:
-        subprocess.run([str(REPO / "hack/cluster/down.sh"), str(state)], check=False)
-        missing(f"kubectl could not be fetched:\n{tools.stderr[-2000:]}")
-    kubectl = str(Path(tools.stdout.strip().splitlines()[-1]) / "kubectl")
     try:
-        yield Cluster(state, kubectl)
+        up = subprocess.run(
+            [str(REPO / "hack/cluster/up.sh"), str(state)], capture_output=True, text=True, check=False, env=env
+        )
+        if up.returncode != 0:
+            missing(f"hack/cluster/up.sh failed:\n{up.stderr[-3000:]}")
+        tools = subprocess.run([str(REPO / "hack/cluster/get-tools.sh")], capture_output=True, text=True, check=False)
+        if tools.returncode != 0:
+            missing(f"kubectl could not be fetched:\n{tools.stderr[-2000:]}")
+        kubectl = str(Path(tools.stdout.strip().splitlines()[-1]) / "kubectl")
+        found = Cluster(state, kubectl)
+        _DIAGNOSTICS["cluster"] = lambda: cluster_diagnostics(found)
+        yield found
     finally:
+        _DIAGNOSTICS.pop("cluster", None)
         subprocess.run([str(REPO / "hack/cluster/down.sh"), str(state)], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")
 def kubelet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKubelet]:
-    node = LocalKubelet(cluster.kubeconfig, gpus=1, work_dir=tmp_path_factory.mktemp("kubelet")).start()
-    yield node
-    node.stop()
+    """The session's node: 1 GPU, pods run as local processes; its own log in work_dir/kubelet.log."""
+    work = tmp_path_factory.mktemp("kubelet")
+    handler = logging.FileHandler(work / "kubelet.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("test-kubelet")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    node = LocalKubelet(cluster.kubeconfig, gpus=1, work_dir=work).start()
+    _DIAGNOSTICS["kubelet"] = lambda: kubelet_diagnostics(node)
+    try:
+        yield node
+    finally:
+        _DIAGNOSTICS.pop("kubelet", None)
+        node.stop()
+        logger.removeHandler(handler)
+        handler.close()
 
 
 @pytest.fixture
@@ -124,17 +181,57 @@ def redis_server() -> Iterator[EmbeddedRedis]:
     server.stop()
 
 
+_DIAGNOSTICS: dict[str, Callable[[], str]] = {}
+
+
+def diagnostics() -> str:
+    """What the cluster and the kubelet look like now (for a failure message)."""
+    parts = []
+    for name, describe in list(_DIAGNOSTICS.items()):
+        try:
+            parts.append(describe())
+        except Exception as error:  # noqa: BLE001 - diagnostics must never hide the real failure
+            parts.append(f"({name} diagnostics failed: {error!r})")
+    return "\n".join(parts)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as error:
+        return f"({error})"
+
+
+def cluster_diagnostics(cluster: Cluster) -> str:
+    pods = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
+    events = cluster.kubectl("get", "events", "-A", "--sort-by=.lastTimestamp", check=False).stdout
+    return f"\n--- pods ---\n{pods[-4000:]}\n--- events (latest) ---\n" + "\n".join(events.splitlines()[-30:])
+
+
+def kubelet_diagnostics(node: LocalKubelet) -> str:
+    assert node.work_dir is not None
+    out = [f"\n--- kubelet {node.node_name} ---", node.describe(), "--- kubelet log (tail) ---"]
+    out.append(_tail(node.work_dir / "kubelet.log", 30))
+    logs = sorted(node.work_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    for path in [p for p in logs if p.name != "kubelet.log"][-4:]:
+        out.append(f"--- {path.name} (tail) ---\n{_tail(path, 15)}")
+    return "\n".join(out)
+
+
 def wait_for(
     condition: Callable[[], Any], timeout: float, describe: Callable[[], str] = lambda: "", interval: float = 0.2
 ) -> Any:
-    """Poll ``condition`` until it returns something truthy; on timeout fail with ``describe()``."""
+    """Poll ``condition`` until it returns something truthy and return that; on timeout fail
+    with ``describe()`` and the cluster's and kubelet's diagnostics."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         value = condition()
         if value:
             return value
+        if time.monotonic() >= deadline:
+            break
         time.sleep(interval)
-    raise AssertionError(f"not within {timeout:.0f} s. {describe()}")
+    raise AssertionError(f"not within {timeout:.0f} s. {describe()}\n{diagnostics()}")
 
 
 def describe_namespace(cluster: Cluster, namespace: str) -> str:
