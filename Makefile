@@ -71,10 +71,12 @@ demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager from pinned Go modules (cached outside the repo)
 	hack/cluster/build.sh
 
-cluster-up: ## start the control plane on loopback; admin kubeconfig in $(CLUSTER_DIR)/kubeconfig
+cluster-up: install ## start the control plane on loopback and the test kubelet; admin kubeconfig in $(CLUSTER_DIR)/kubeconfig
 	hack/cluster/up.sh $(CLUSTER_DIR)
+	PYTHON=$(BIN)/python tests/cluster/kubelet-up.sh $(CLUSTER_DIR)
 
 cluster-down: ## stop exactly what cluster-up started and remove its state
+	tests/cluster/kubelet-down.sh $(CLUSTER_DIR)
 	hack/cluster/down.sh $(CLUSTER_DIR)
 
 cluster-smoke: cluster-up ## check GC, RBAC and tokens on the local control plane

@@ -24,7 +24,9 @@ both for one Node, through the real API server:
   (exit code, reason ``Completed``/``Error``, ``128+N`` for signal N, message);
   ``Ready`` follows the readiness probe (``httpGet`` on 127.0.0.1, every 0.5 s, faster than
   ``periodSeconds`` so tests don't wait); a failing liveness probe kills the container
-  (timing as specified). ``restartPolicy`` is treated as ``Never``: nothing is restarted;
+  (timing as specified). ``restartPolicy`` ``Always``/``OnFailure`` (Deployments' pods)
+  restart the container after a CrashLoopBackOff (10 s doubling to 300 s, ``restartCount``,
+  ``lastState``); ``Never`` (the operator's pods) leaves the pod Failed/Succeeded;
 * **deletion**: SIGTERM to the process group, SIGKILL once ``deletionGracePeriodSeconds``
   have passed, then the final delete (grace 0, uid precondition) as a real kubelet does;
 * **for tests**: :meth:`LocalKubelet.kill` signals a pod's process (a crash),
@@ -155,6 +157,12 @@ class Container:
     next_liveness: float = 0.0
     kill_at: float | None = None  # SIGKILL the group at this monotonic time (liveness kill)
     terminated: dict[str, Any] | None = None
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    restart_count: int = 0
+    restart_at: float | None = None  # CrashLoopBackOff: start again at this monotonic time
+    backoff: float = 0.0
+    last_terminated: dict[str, Any] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -169,6 +177,7 @@ class RunningPod:
     containers: list[Container]
     started_at: str
     simulated: bool = False
+    restart_policy: str = "Never"
     stopping: bool = False  # being deleted: SIGTERM sent
     kill_at: float | None = None  # SIGKILL at this monotonic time
     killed: bool = False
@@ -209,6 +218,7 @@ class LocalKubelet:
     labels: dict[str, str] = field(default_factory=dict)
     scheduler_name: str = "default-scheduler"
     events: bool = True
+    crash_backoff: float = 10.0  # first CrashLoopBackOff delay (doubles up to 300 s), as the kubelet's
     pods: dict[tuple[str, str], RunningPod] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
@@ -830,9 +840,9 @@ class LocalKubelet:
         self._waiting.pop(key, None)
         started = _now()
         containers: list[Container] = []
-        running = RunningPod(key[0], key[1], uid, containers, started)
+        policy = str(pod["spec"].get("restartPolicy") or "Always")
+        running = RunningPod(key[0], key[1], uid, containers, started, restart_policy=policy)
         for spec, argv, env, message_file, log_file in plans:
-            message_file.write_text("")
             container = Container(
                 name=spec["name"],
                 image=spec.get("image", ""),
@@ -842,38 +852,52 @@ class LocalKubelet:
                 started_at=started,
                 fallback_to_logs=spec.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                 ports={p["name"]: int(p["containerPort"]) for p in spec.get("ports") or [] if p.get("name")},
+                argv=argv,
+                env=env,
             )
             if not sleeper:
                 container.readiness = (spec.get("readinessProbe") or {}) or None
                 container.liveness = (spec.get("livenessProbe") or {}) or None
-            container.ready = container.readiness is None
-            if container.liveness is not None:
-                container.next_liveness = time.monotonic() + float(container.liveness.get("initialDelaySeconds", 0))
-            if self._setpriv:  # the process dies with the thread that started it, even if we are SIGKILLed
-                argv = [self._setpriv, "--pdeathsig", "KILL", "--", *argv]
-            try:
-                with log_file.open("ab") as out:
-                    container.process = subprocess.Popen(
-                        argv,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        cwd=self.work_dir,
-                    )
-            except OSError as error:  # what a runtime reports when the entrypoint can't start
-                container.terminated = {
-                    "exitCode": 128,
-                    "reason": "StartError",
-                    "message": str(error),
-                    "startedAt": started,
-                    "finishedAt": _now(),
-                }
+            self._spawn(container)
             containers.append(container)
         with self._lock:
             self.pods[key] = running
         self._report(running)
+
+    def _spawn(self, container: Container) -> None:
+        """Start (or restart) a container's process in a process group of its own."""
+        now = time.monotonic()
+        container.started_at = _now()
+        container.terminated, container.process = None, None
+        container.ready = container.readiness is None
+        container.readiness_failures = container.liveness_failures = 0
+        container.next_readiness, container.kill_at = now, None
+        if container.liveness is not None:
+            container.next_liveness = now + float(container.liveness.get("initialDelaySeconds", 0))
+        container.message_file.write_text("")
+        argv = container.argv
+        if self._setpriv:  # the process dies with the thread that started it, even if we are SIGKILLed
+            argv = [self._setpriv, "--pdeathsig", "KILL", "--", *argv]
+        try:
+            with container.log_file.open("ab") as out:
+                container.process = subprocess.Popen(
+                    argv,
+                    env=container.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    cwd=self.work_dir,
+                )
+        except OSError as error:  # what a runtime reports when the entrypoint can't start
+            container.ready = False
+            container.terminated = {
+                "exitCode": 128,
+                "reason": "StartError",
+                "message": str(error),
+                "startedAt": container.started_at,
+                "finishedAt": _now(),
+            }
 
     @property
     def work_dir_path(self) -> Path:
@@ -926,18 +950,7 @@ class LocalKubelet:
                     {"type": "ContainersReady", "status": flag, "lastTransitionTime": pod.ready_since, **reason},
                     {"type": "Ready", "status": flag, "lastTransitionTime": pod.ready_since, **reason},
                 ],
-                "containerStatuses": [
-                    _container_status(
-                        c.name,
-                        c.image,
-                        {"terminated": c.terminated}
-                        if c.terminated is not None
-                        else {"running": {"startedAt": c.started_at}},
-                        ready=c.ready and c.terminated is None,
-                        container_id=f"local://{c.pid}" if c.pid else "",
-                    )
-                    for c in pod.containers
-                ],
+                "containerStatuses": [_status_of(c, pod.name) for c in pod.containers],
             }
             if status == {k: v for k, v in (pod.last_status or {}).items() if k != "_ready"}:
                 return
@@ -965,6 +978,18 @@ class LocalKubelet:
                 container.ready = False
                 changed = True
                 _signal_group(container.process, signal.SIGKILL)  # nothing of the group outlives its leader
+            if container.terminated is not None and not pod.stopping and self._restarts(pod, container.terminated):
+                # CrashLoopBackOff as the kubelet does it: 10 s (crash_backoff), doubling, at most 300 s.
+                container.last_terminated, container.terminated = container.terminated, None
+                container.process = None
+                container.backoff = min(max(container.backoff * 2, self.crash_backoff), 300.0)
+                container.restart_at = now + container.backoff
+                changed = True
+            elif container.restart_at is not None and now >= container.restart_at and not pod.stopping:
+                container.restart_at = None
+                container.restart_count += 1
+                self._spawn(container)
+                changed = True
         if pod.stopping:
             if pod.removed:
                 return
@@ -983,7 +1008,7 @@ class LocalKubelet:
                 self._report(pod)
             return
         for container in pod.containers:
-            if container.terminated is not None:
+            if container.terminated is not None or container.process is None:
                 continue
             if container.kill_at is not None:
                 if now >= container.kill_at and container.process is not None:
@@ -1008,6 +1033,10 @@ class LocalKubelet:
                         self._liveness_kill(pod, container)
         if changed:
             self._report(pod)
+
+    @staticmethod
+    def _restarts(pod: RunningPod, terminated: dict[str, Any]) -> bool:
+        return pod.restart_policy == "Always" or (pod.restart_policy == "OnFailure" and terminated["exitCode"] != 0)
 
     def _liveness_kill(self, pod: RunningPod, container: Container) -> None:
         message = f"Container {container.name} failed liveness probe, will be killed"
@@ -1153,6 +1182,27 @@ def _container_status(
     }
     if container_id:
         status["containerID"] = container_id
+    return status
+
+
+def _status_of(container: Container, pod_name: str) -> dict[str, Any]:
+    if container.terminated is not None:
+        state: dict[str, Any] = {"terminated": container.terminated}
+    elif container.restart_at is not None:
+        message = f"back-off {container.backoff:.0f}s restarting failed container={container.name} pod={pod_name}"
+        state = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
+    else:
+        state = {"running": {"startedAt": container.started_at}}
+    status = _container_status(
+        container.name,
+        container.image,
+        state,
+        ready=container.ready and "running" in state,
+        container_id=f"local://{container.pid}" if container.pid and "waiting" not in state else "",
+    )
+    status["restartCount"] = container.restart_count
+    if container.last_terminated is not None:
+        status["lastState"] = {"terminated": container.last_terminated}
     return status
 
 

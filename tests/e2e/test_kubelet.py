@@ -201,22 +201,48 @@ def test_readiness_follows_the_probe_and_a_killed_process_fails_the_pod(
     assert not alive(pid)
 
 
+def test_restart_policy_on_failure_restarts_after_a_back_off(
+    cluster: Cluster,
+    kubelet: LocalKubelet,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kubelet, "crash_backoff", 1.0)
+    runs = tmp_path / "runs"
+    script = f"""
+        import pathlib, sys
+        runs = pathlib.Path({str(runs)!r})
+        runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+        sys.exit(7 if len(runs.read_text()) == 1 else 0)
+    """
+    core.create_namespaced_pod(namespace, make_pod("flaky", script, restartPolicy="OnFailure"))
+    wait_for(lambda: phase(cluster, namespace, "flaky") == "Succeeded", 30)
+    container = status(cluster, namespace, "flaky")["containerStatuses"][0]
+    assert container["restartCount"] == 1 and runs.read_text() == "xx"
+    assert container["lastState"]["terminated"]["exitCode"] == 7
+    assert container["state"]["terminated"]["exitCode"] == 0
+
+
 def test_deleting_a_pod_sigterms_its_process_then_removes_it(
     cluster: Cluster, kubelet: LocalKubelet, core: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> None:
-    marker = tmp_path / "got-sigterm"
+    marker, armed = tmp_path / "got-sigterm", tmp_path / "armed"
     script = f"""
         import signal, sys, time
         def bye(*_):
             open({str(marker)!r}, "w").write("SIGTERM")
             sys.exit(0)
         signal.signal(signal.SIGTERM, bye)
+        open({str(armed)!r}, "w").close()
         while True:
             time.sleep(0.1)
     """
     core.create_namespaced_pod(namespace, make_pod("svc", script, terminationGracePeriodSeconds=30))
     wait_for(lambda: phase(cluster, namespace, "svc") == "Running", 30)
     pid = wait_for(lambda: kubelet.pid(namespace, "svc"), 10)
+    wait_for(armed.exists, 30)  # the handler is installed
     started = time.monotonic()
     core.delete_namespaced_pod("svc", namespace)
     wait_for(lambda: pod_json(cluster, namespace, "svc") is None, 30)
@@ -226,12 +252,14 @@ def test_deleting_a_pod_sigterms_its_process_then_removes_it(
 
 
 def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(
-    cluster: Cluster, kubelet: LocalKubelet, core: client.CoreV1Api, namespace: str
+    cluster: Cluster, kubelet: LocalKubelet, core: client.CoreV1Api, namespace: str, tmp_path: Path
 ) -> None:
-    script = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.1)\n"
+    armed = tmp_path / "armed"
+    script = f"import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen({str(armed)!r}, 'w').close()\nwhile True: time.sleep(0.1)\n"
     core.create_namespaced_pod(namespace, make_pod("stubborn", script, terminationGracePeriodSeconds=30))
     wait_for(lambda: phase(cluster, namespace, "stubborn") == "Running", 30)
     pid = wait_for(lambda: kubelet.pid(namespace, "stubborn"), 10)
+    wait_for(armed.exists, 30)  # SIGTERM is ignored from now on
     started = time.monotonic()
     core.delete_namespaced_pod("stubborn", namespace, grace_period_seconds=2)
     time.sleep(1.0)
