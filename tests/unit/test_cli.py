@@ -37,6 +37,18 @@ def test_sample_writes_a_plain_npz(tmp_path: Path) -> None:
         assert np.all(data["env_id"] < 8)
 
 
+def test_sample_on_a_multi_agent_manifest_writes_policy_slash_column(tmp_path: Path) -> None:
+    output = tmp_path / "tag.npz"
+    result = run("sample", "examples/multiagent.yaml", "--steps", "400", "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    assert "agent steps over 400 env steps" in result.stdout
+    with np.load(output, allow_pickle=False) as data:
+        assert {"red/obs", "red/new_obs", "red/agent_id", "blue/actions", "blue/agent_index"} <= set(data.files)
+        assert set(data["red/agent_id"].tolist()) == {"red_0", "red_1"}
+        assert len(data["red/obs"]) == 2 * 400  # two red agents act in every env step
+        assert all(agent.startswith("blue_") for agent in data["blue/agent_id"].tolist())
+
+
 def test_a_bad_manifest_is_one_line_naming_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(

@@ -20,6 +20,38 @@ def manifest(**spec: Any) -> dict[str, Any]:
     return {"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob", "metadata": {"name": "cp"}, "spec": base}
 
 
+def _ma(**fields: Any) -> dict[str, Any]:
+    """A spec.multiAgent with one policy 'red' mapped by an entry point, with ``fields`` changed."""
+    multi: dict[str, Any] = {"policies": fields.pop("policies", {"red": {}}), "policyMapping": {"entryPoint": "m:f"}}
+    for key in ("rules", "default", "entryPoint"):
+        if key in fields:
+            multi["policyMapping"][key] = fields.pop(key)
+    if (
+        "rules" in multi["policyMapping"]
+        and "entryPoint" not in fields
+        and multi["policyMapping"]["entryPoint"] == "m:f"
+    ):
+        del multi["policyMapping"]["entryPoint"]
+    return {**multi, **fields}
+
+
+def test_multi_agent_policies_override_the_policy_defaults() -> None:
+    multi_agent = {
+        "policies": {"red": {"hidden": [8]}, "blue": {}},
+        "policyMapping": {"rules": [{"prefix": "r", "policy": "red"}], "default": "blue"},
+        "policiesToTrain": ["red"],
+    }
+    job = RolloutJob.from_dict(manifest(policy={"hidden": [32], "activation": "relu"}, multiAgent=multi_agent))
+    multi = job.spec.multi_agent
+    assert multi is not None and multi.trained_policies == ["red"] and multi.count_steps_by == "env_steps"
+    red = multi.policies["red"].apply(job.spec.policy)
+    assert red.hidden == [8] and red.activation == "relu"
+    assert multi.policies["blue"].apply(job.spec.policy) == job.spec.policy
+    again = RolloutJob.from_dict(job.to_dict())  # what workers receive: nulls mean "inherit"
+    assert again.spec.multi_agent is not None
+    assert again.spec.multi_agent.policies["blue"].apply(job.spec.policy) == job.spec.policy
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")))
 def test_examples_validate(path: Path) -> None:
     job = RolloutJob.from_file(path)
@@ -55,6 +87,27 @@ def test_defaults_and_camel_case_round_trip() -> None:
         ({"redis": {"url": "redis://:hunter2@redis:6379"}}, "spec.redis.url"),
         ({"redis": {"backpressure": "drop"}}, "spec.redis.backpressure"),
         ({"env": {"entryPoint": "pkg:make", "vectorization": "vector"}}, "spec.env"),
+        (
+            {"multiAgent": _ma(rules=[{"prefix": "a", "policy": "green"}])},
+            "spec.multiAgent.policyMapping.rules[0].policy",
+        ),
+        (
+            {"multiAgent": _ma(rules=[{"prefix": "a", "policy": "red"}], default="x")},
+            "spec.multiAgent.policyMapping.default",
+        ),
+        ({"multiAgent": _ma(policiesToTrain=["red", "blue"])}, "spec.multiAgent.policiesToTrain[1]"),
+        (
+            {"multiAgent": _ma(rules=[{"prefix": "a", "regex": "b", "policy": "red"}])},
+            "spec.multiAgent.policyMapping.rules[0]",
+        ),
+        ({"multiAgent": _ma(rules=[{"regex": "(", "policy": "red"}])}, "spec.multiAgent.policyMapping.rules[0].regex"),
+        ({"multiAgent": _ma(rules=[], entryPoint="a:b")}, "spec.multiAgent.policyMapping"),
+        ({"multiAgent": _ma(entryPoint="a:b", default="red")}, "spec.multiAgent.policyMapping.default"),
+        ({"multiAgent": _ma(policies={"re:d": {}})}, "spec.multiAgent.policies"),
+        ({"multiAgent": _ma(policies={})}, "spec.multiAgent.policies"),
+        ({"multiAgent": _ma(policies={"red": {"hidden": [0]}})}, "spec.multiAgent.policies.red.hidden"),
+        ({"multiAgent": _ma(policies={"red": {"hiden": [4]}})}, "spec.multiAgent.policies.red.hiden"),
+        ({"multiAgent": _ma(countStepsBy="agents")}, "spec.multiAgent.countStepsBy"),
     ],
 )
 def test_each_mistake_names_its_field(spec: dict[str, Any], field: str) -> None:

@@ -30,6 +30,8 @@ ACTION_LOGP = "action_logp"
 ACTION_DIST_INPUTS = "action_dist_inputs"
 VF_PREDS = "vf_preds"
 WEIGHTS_SEQ_NO = "weights_seq_no"
+AGENT_ID = "agent_id"
+"""Multi-agent batches: the agent id of each row as text (``agent_index`` is its number)."""
 
 COLUMNS = (
     OBS,

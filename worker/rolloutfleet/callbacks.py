@@ -16,13 +16,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rolloutfleet.entry_points import load_entry_point
+from rolloutfleet.spec import SpecError
+
 if TYPE_CHECKING:
     from rolloutfleet.batch import SampleBatch
+    from rolloutfleet.multiagent_batch import MultiAgentBatch
+    from rolloutfleet.multiagent_sampler import MultiAgentEnvRunner
     from rolloutfleet.sampler import EnvRunner
 
 
 class Callbacks:
-    def on_episode_start(self, *, runner: EnvRunner, env_index: int, eps_id: int) -> None:
+    """Multi-agent runners call ``on_episode_start``, ``on_episode_end`` (return: summed over
+    agents; length: env steps) and ``on_sample_end`` (with a MultiAgentBatch)."""
+
+    def on_episode_start(self, *, runner: EnvRunner | MultiAgentEnvRunner, env_index: int, eps_id: int) -> None:
         """A new episode began in sub-env ``env_index`` (after reset)."""
 
     def on_episode_step(
@@ -33,7 +41,7 @@ class Callbacks:
     def on_episode_end(
         self,
         *,
-        runner: EnvRunner,
+        runner: EnvRunner | MultiAgentEnvRunner,
         env_index: int,
         eps_id: int,
         episode_return: float,
@@ -43,8 +51,22 @@ class Callbacks:
     ) -> None:
         """An episode ended by termination or truncation (not when dropped after an env failure)."""
 
-    def on_sample_end(self, *, runner: EnvRunner, batch: SampleBatch) -> None:
+    def on_sample_end(self, *, runner: EnvRunner | MultiAgentEnvRunner, batch: SampleBatch | MultiAgentBatch) -> None:
         """``sample()`` is about to return ``batch``."""
+
+
+def load_callbacks(entry_point: str | None) -> Callbacks:
+    """``spec.sampling.callbacks`` instantiated (plain :class:`Callbacks` when unset)."""
+    if entry_point is None:
+        return Callbacks()
+    cls = load_entry_point(entry_point, "spec.sampling.callbacks")
+    try:
+        callbacks = cls()
+    except Exception as exc:  # noqa: BLE001
+        raise SpecError(f"spec.sampling.callbacks: {entry_point}() failed: {exc}") from None
+    if not isinstance(callbacks, Callbacks):
+        raise SpecError(f"spec.sampling.callbacks: {entry_point} is not a rolloutfleet Callbacks subclass")
+    return callbacks
 
 
 def overrides(callbacks: Callbacks, name: str) -> bool:

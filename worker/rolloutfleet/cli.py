@@ -1,6 +1,7 @@
 """``rolloutfleet``: the command line.
 
 rolloutfleet sample examples/cartpole.yaml --steps 10000 --output cartpole.npz
+rolloutfleet sample examples/multiagent.yaml --steps 2000 --output tag.npz   # red/obs, blue/agent_id, ...
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rolloutfleet.spec import RolloutJob, SpecError
 from rolloutfleet.streams_cli import add_consume_parser, add_streams_parser
@@ -19,29 +21,40 @@ def _sample(args: argparse.Namespace) -> int:
     import numpy as np
 
     from rolloutfleet.batch import SampleBatch
-    from rolloutfleet.sampler import EnvRunner
+    from rolloutfleet.multiagent_batch import MultiAgentBatch
+    from rolloutfleet.runners import make_env_runner
 
     job = RolloutJob.from_file(args.manifest)
-    with EnvRunner(job, worker_index=args.worker_index, num_workers=args.num_workers) as runner:
-        batches = []
-        rows = 0
-        while rows < args.steps:
+    with make_env_runner(job, worker_index=args.worker_index, num_workers=args.num_workers) as runner:
+        batches: list[Any] = []
+        steps = 0  # rows (single-agent) or env steps (multi-agent)
+        while steps < args.steps:
             batch = (
-                runner.sample(num_timesteps=args.steps - rows)
+                runner.sample(num_timesteps=args.steps - steps)
                 if job.spec.sampling.batch_mode == "truncate_episodes"
                 else runner.sample()
             )
             batches.append(batch)
-            rows += len(batch)
+            steps += batch.env_steps()
         metrics = runner.get_metrics()
-    result = SampleBatch.concat(batches)
+    if job.spec.multi_agent is not None:
+        # "<policy_id>/<column>", agent_id (text) included; every policy, trained or not.
+        multi = MultiAgentBatch.concat(batches)
+        arrays = multi.to_npz_arrays()
+        rows = f"{multi.agent_steps()} agent steps over {multi.env_steps()} env steps " + (
+            "(" + ", ".join(f"{policy}: {len(part)}" for policy, part in multi.items()) + ")"
+        )
+    else:
+        result = SampleBatch.concat(batches)
+        arrays = dict(result.items())
+        rows = f"{len(result)} rows"
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
     save = np.savez_compressed if args.compress else np.savez
-    save(output, **dict(result.items()))  # type: ignore[arg-type]
+    save(output, **arrays)  # type: ignore[arg-type]
     print(
-        f"wrote {len(result)} rows ({metrics['num_episodes']} episodes ended, "
+        f"wrote {rows} ({metrics['num_episodes']} episodes ended, "
         f"return mean {metrics['episode_return_mean']:.1f}, {metrics['env_steps_per_s']:,.0f} env steps/s) to {output}"
     )
     return 0
@@ -72,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sample = commands.add_parser("sample", help="sample locally and write every column to a .npz file")
     sample.add_argument("manifest", help="a RolloutJob YAML file")
-    sample.add_argument("--steps", type=int, required=True, help="env steps to collect (rows)")
+    sample.add_argument(
+        "--steps", type=int, required=True, help="env steps to collect (rows; multi-agent: env steps, all agents)"
+    )
     sample.add_argument("--output", required=True, help="the .npz file to write")
     sample.add_argument("--worker-index", type=int, default=0)
     sample.add_argument("--num-workers", type=int, default=None)

@@ -37,6 +37,7 @@ sets it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -49,8 +50,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 import redis
 
-from rolloutfleet.batch import WEIGHTS_SEQ_NO, SampleBatch
-from rolloutfleet.codec import DecodeError, decode
+from rolloutfleet.batch import AGENT_ID, AGENT_INDEX, WEIGHTS_SEQ_NO, SampleBatch
+from rolloutfleet.codec import DecodeError, decode, decode_multi
 from rolloutfleet.redis_connection import RetryLoop, connect
 from rolloutfleet.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
 from rolloutfleet.spec import RolloutJob
@@ -75,6 +76,10 @@ class BatchMetadata:
     created_at: float
     producer: str = ""
     seq: int = -1
+    policy: str | None = None
+    """The policy of a multi-agent job whose batch this is (None: single-agent)."""
+    agent_ids: tuple[str, ...] = ()
+    """Multi-agent: agent id of each ``agent_index`` in the batch."""
 
     @classmethod
     def from_fields(cls, fields: Mapping[bytes, bytes]) -> BatchMetadata:
@@ -94,7 +99,21 @@ class BatchMetadata:
             created_at=number(b"created_at", float),
             producer=fields.get(b"producer", b"").decode("utf-8", "replace"),
             seq=int(fields[b"seq"]) if fields.get(b"seq", b"").isdigit() else -1,
+            policy=fields[b"policy"].decode("utf-8", "replace") if b"policy" in fields else None,
+            agent_ids=_agent_ids(fields.get(b"agent_ids")),
         )
+
+
+def _agent_ids(raw: bytes | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    try:
+        ids = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise DecodeError(f"field 'agent_ids' is not JSON: {raw[:40]!r}") from None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise DecodeError("field 'agent_ids' must be a JSON list of strings")
+    return tuple(ids)
 
 
 class Message:
@@ -217,6 +236,13 @@ class BatchConsumer:
 
     ``start``: where a newly created group begins, ``"0"`` (everything still in the
     stream) or ``"$"`` (only new entries).
+
+    ``policy``: read one policy's stream of a multi-agent job (one consumer per policy; a
+    learner of several policies makes several). Its batches get an ``agent_id`` column
+    (text, from the entry's ``agent_ids``) beside ``agent_index``, and ``max_policy_lag``
+    compares with that policy's weights version.
+
+    >>> red = BatchConsumer(url, "tag", policy="red")                 # doctest: +SKIP
     """
 
     def __init__(
@@ -235,10 +261,12 @@ class BatchConsumer:
         block_s: float = 1.0,
         start: str = "0",
         reconnect_timeout_s: float = 30.0,
+        policy: str | None = None,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
-        self.keys = job_keys(namespace, job)
+        self.keys = job_keys(namespace, job, policy)
+        self.policy = policy
         self.group = group
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         if reclaim_idle_s <= 0:
@@ -356,7 +384,7 @@ class BatchConsumer:
                 payload = fields.get(b"payload")
                 if payload is None:
                     raise DecodeError("entry has no 'payload' field")
-                batch = decode(payload)
+                batch = decode(payload) if self.policy is None else self._decode_policy_batch(payload, metadata)
             except DecodeError as exc:
                 self._poisoned(entry_id, fields, str(exc))
                 continue
@@ -382,6 +410,18 @@ class BatchConsumer:
         if messages:
             self._last_min_seq_no = min(m.metadata.weights_seq_no for m in messages)
         return messages
+
+    def _decode_policy_batch(self, payload: bytes, metadata: BatchMetadata) -> SampleBatch:
+        groups = decode_multi(payload)
+        batch = groups.get(self.policy or "")
+        if len(groups) != 1 or batch is None:
+            raise DecodeError(f"payload holds policies {sorted(groups)}, expected exactly {self.policy!r}")
+        if AGENT_INDEX not in batch or not metadata.agent_ids:
+            return batch
+        index = batch[AGENT_INDEX]
+        if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(metadata.agent_ids)):
+            raise DecodeError(f"agent_index out of range of the entry's {len(metadata.agent_ids)} agent_ids")
+        return SampleBatch({**batch, AGENT_ID: np.asarray(metadata.agent_ids)[index]})
 
     def _poisoned(self, entry_id: str, fields: Mapping[bytes, bytes], reason: str) -> None:
         self.stats.decode_failures += 1
@@ -475,6 +515,8 @@ class BatchConsumer:
 
         tensors = {}
         for name, array in columns.items():
+            if array.dtype.kind == "U":  # agent ids: text has no tensor; agent_index is its number
+                continue
             tensor = torch.from_numpy(array)
             if pin_memory:
                 tensor = tensor.pin_memory()
@@ -523,7 +565,9 @@ def concat_messages(
     out: dict[str, np.ndarray] = {}
     for name in names:
         first = messages[0].batch[name]
-        column = np.empty((total, *first.shape[1:]), first.dtype)
+        # Text columns (agent ids) differ in width from entry to entry: take the widest.
+        dtype = np.result_type(*(m.batch[name] for m in messages)) if first.dtype.kind == "U" else first.dtype
+        column = np.empty((total, *first.shape[1:]), dtype)
         start = 0
         for message in messages:
             part = message.batch[name]

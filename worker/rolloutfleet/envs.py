@@ -16,6 +16,7 @@ declares (NEXT_STEP for gymnasium's own). The sampler handles both.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,12 @@ def derive_seed(seed: int | None, *path: int) -> int | None:
     if seed is None:
         return None
     return int(np.random.SeedSequence([seed, *path]).generate_state(1)[0])
+
+
+def episode_id_base(worker_index: int) -> int:
+    """High bits of this worker's ``eps_id``s: the worker index and a random number, so ids
+    stay unique across workers and across restarts of the same worker (add a counter)."""
+    return (worker_index << 44) | (secrets.randbits(20) << 24)
 
 
 def env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[[int], gym.Env[Any, Any]]:

@@ -22,6 +22,8 @@ from rolloutfleet.spec import PolicySpec, RolloutJob, SpecError
 
 INIT_SEED_PATH = 0xFFFFFFFE
 """Seed path of the initial weights: derived from the job's seed only, equal on every worker."""
+POLICY_SEED_PATH = 0xFFFFFFFF
+"""Seed path of a worker's action sampling: (seed, worker index, POLICY_SEED_PATH)."""
 
 
 def resolve_device(name: str) -> torch.device:

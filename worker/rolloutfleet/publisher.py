@@ -38,16 +38,17 @@ reassembly state in every consumer. Sample smaller fragments or compress instead
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from rolloutfleet.batch import SampleBatch
-from rolloutfleet.codec import Compression, encode
+from rolloutfleet.codec import Compression, encode, encode_multi
 from rolloutfleet.redis_connection import RetryLoop, connect
 from rolloutfleet.redis_keys import job_keys
 from rolloutfleet.spec import RedisSpec, RolloutJob
@@ -124,6 +125,10 @@ class BatchPublisher:
 
     ``reconnect_timeout_s``: how long one ``publish`` keeps retrying (with backoff) while
     Redis is unreachable before it re-raises the connection error.
+
+    ``policy``: publish to that policy's stream of a multi-agent job
+    (``rolloutfleet:{ns/job}:batches:<policy>``); each entry then also carries ``policy`` and
+    ``agent_ids`` (JSON list: ``agent_index`` -> agent id) fields, and ``agent_steps``.
     """
 
     def __init__(
@@ -140,9 +145,11 @@ class BatchPublisher:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         trim_headroom: int | None = None,
         reconnect_timeout_s: float = 30.0,
+        policy: str | None = None,
     ) -> None:
         namespace, name, spec, replicas = _options(job, namespace)
-        self.keys = job_keys(namespace, name)
+        self.keys = job_keys(namespace, name, policy)
+        self.policy = policy
         self.max_len = spec.max_len if max_len is None else max_len
         self.backpressure: Backpressure = spec.backpressure if backpressure is None else backpressure
         self.block_timeout_s = spec.block_timeout_seconds if block_timeout_s is None else block_timeout_s
@@ -172,13 +179,18 @@ class BatchPublisher:
         weights_seq_no: int = 0,
         worker_index: int = 0,
         env_steps: int | None = None,
+        agent_ids: Sequence[str] | None = None,
     ) -> str:
         """XADD one batch; returns its stream entry id.
 
         Raises :class:`PayloadTooLarge`, :class:`BackpressureTimeout` (``block``), or the
         connection error once Redis stayed away for ``reconnect_timeout_s``.
         """
-        payload = encode(batch, self.compression)
+        if self.policy is not None:
+            # One group named after the policy: the payload says whose it is on its own.
+            payload = encode_multi({self.policy: _wire_columns(batch)}, self.compression)
+        else:
+            payload = encode(batch, self.compression)
         if len(payload) > self.max_payload_bytes:
             raise PayloadTooLarge(
                 f"batch encodes to {len(payload):,} bytes, above max_payload_bytes={self.max_payload_bytes:,} "
@@ -195,6 +207,10 @@ class BatchPublisher:
             b"producer": self.producer_id,
             b"seq": self._seq,
         }
+        if self.policy is not None:
+            fields[b"policy"] = self.policy
+            fields[b"agent_steps"] = _rows(batch)
+            fields[b"agent_ids"] = json.dumps(list(agent_ids or ()))
         self._seq += 1
 
         def count_retry(exc: Exception) -> None:
@@ -294,6 +310,13 @@ class BatchPublisher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _wire_columns(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns the wire carries: text columns (``agent_id``) travel as ``agent_ids`` metadata."""
+    return {
+        name: value for name, value in batch.items() if getattr(value, "dtype", None) is None or value.dtype.kind != "U"
+    }
 
 
 def _rows(batch: Mapping[str, Any]) -> int:

@@ -10,6 +10,17 @@ them in one slot (the weights' Lua script and MULTI blocks touch several of them
     'rolloutfleet:{default/cartpole}:weights:7:0'
     >>> parse_batches_key(keys.batches)
     ('default', 'cartpole')
+
+A multi-agent job has one batch stream and one weights version per policy: the keys of
+``job_keys(namespace, job, policy="red")`` end in the policy id::
+
+    >>> red = job_keys("default", "tag", policy="red")
+    >>> red.batches, red.weights_version
+    ('rolloutfleet:{default/tag}:batches:red', 'rolloutfleet:{default/tag}:weights:red:version')
+    >>> parse_stream_key(red.batches)
+    ('default', 'tag', 'red')
+
+Dead letters and heartbeats stay one per job (a dead letter names its stream).
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ DEFAULT_GROUP = "learner"
 # Kubernetes names (RFC 1123 labels / subdomains) never contain braces, slashes or colons,
 # which is what keeps the key grammar unambiguous; anything else is a caller's mistake.
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
-_BATCHES = re.compile(r"^rolloutfleet:\{([^/{}]+)/([^/{}]+)\}:batches$")
+_BATCHES = re.compile(r"^rolloutfleet:\{([^/{}]+)/([^/{}]+)\}:batches(?::([^/{}:]+))?$")
+# Same grammar as spec.multiAgent.policies' keys (checked there with a field name).
+_POLICY = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,8 @@ class JobKeys:
 
     namespace: str
     job: str
+    policy: str | None = None
+    """A multi-agent job's policy id: batches and weights are that policy's."""
 
     @property
     def tag(self) -> str:
@@ -41,7 +56,12 @@ class JobKeys:
     @property
     def batches(self) -> str:
         """The stream of encoded batches (XADD by workers, XREADGROUP by learners)."""
-        return f"{self.tag}:batches"
+        return f"{self.tag}:batches" if self.policy is None else f"{self.tag}:batches:{self.policy}"
+
+    @property
+    def weights_prefix(self) -> str:
+        """What every weights key of this job (and policy) starts with."""
+        return f"{self.tag}:weights:" if self.policy is None else f"{self.tag}:weights:{self.policy}:"
 
     @property
     def dead_letters(self) -> str:
@@ -56,35 +76,46 @@ class JobKeys:
     @property
     def weights_version(self) -> str:
         """``"<seq_no> <chunks> <bytes>"`` of the current weights; the only key workers poll."""
-        return f"{self.tag}:weights:version"
+        return f"{self.weights_prefix}version"
 
     @property
     def weights_counter(self) -> str:
         """INCR counter handing out weight sequence numbers."""
-        return f"{self.tag}:weights:counter"
+        return f"{self.weights_prefix}counter"
 
     def weights_chunk(self, seq_no: int, index: int) -> str:
         """Chunk ``index`` of the encoded weights of version ``seq_no`` (immutable once written)."""
-        return f"{self.tag}:weights:{seq_no}:{index}"
+        return f"{self.weights_prefix}{seq_no}:{index}"
 
 
-def job_keys(namespace: str, job: str) -> JobKeys:
-    """The keys of job ``namespace/job``; raises ``ValueError`` for names Kubernetes would refuse."""
+def job_keys(namespace: str, job: str, policy: str | None = None) -> JobKeys:
+    """The keys of job ``namespace/job`` (of one of its policies); raises ``ValueError`` for
+    names Kubernetes would refuse and for policy ids the spec would refuse."""
     for field, value in (("namespace", namespace), ("job", job)):
         if not _NAME.match(value):
             raise ValueError(
                 f"{field} {value!r} is not a Kubernetes name (letters, digits, '-', '.', '_'; "
                 "starting and ending with a letter or digit)"
             )
-    return JobKeys(namespace, job)
+    if policy is not None and not _POLICY.match(policy):
+        raise ValueError(f"policy id {policy!r} must start with a letter and hold only letters, digits, '-', '_', '.'")
+    return JobKeys(namespace, job, policy)
+
+
+def parse_stream_key(key: str | bytes) -> tuple[str, str, str | None] | None:
+    """``(namespace, job, policy or None)`` of a batch stream key, or ``None`` for any other key."""
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    match = _BATCHES.match(text)
+    return (match.group(1), match.group(2), match.group(3)) if match else None
 
 
 def parse_batches_key(key: str | bytes) -> tuple[str, str] | None:
-    """``(namespace, job)`` of a batch stream key, or ``None`` for any other key."""
-    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-    match = _BATCHES.match(text)
-    return (match.group(1), match.group(2)) if match else None
+    """``(namespace, job)`` of a batch stream key (a policy's too), or ``None`` for any other key."""
+    parsed = parse_stream_key(key)
+    return None if parsed is None else (parsed[0], parsed[1])
 
 
 BATCHES_PATTERN = f"{PREFIX}:{{*}}:batches"
-"""SCAN pattern matching every job's batch stream."""
+"""SCAN pattern matching every single-agent job's batch stream."""
+POLICY_BATCHES_PATTERN = f"{PREFIX}:{{*}}:batches:*"
+"""SCAN pattern matching every policy stream of multi-agent jobs."""

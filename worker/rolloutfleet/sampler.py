@@ -23,7 +23,6 @@ last observation of one episode with the first of the next.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -35,11 +34,10 @@ from gymnasium.vector import AutoresetMode
 
 from rolloutfleet import batch as sb
 from rolloutfleet.batch import SampleBatch
-from rolloutfleet.callbacks import Callbacks, overrides
-from rolloutfleet.entry_points import load_entry_point
-from rolloutfleet.envs import FAILED, choose_vectorization, derive_seed, make_vector_env
+from rolloutfleet.callbacks import Callbacks, load_callbacks, overrides
+from rolloutfleet.envs import FAILED, choose_vectorization, derive_seed, episode_id_base, make_vector_env
 from rolloutfleet.filters import MeanStdFilter
-from rolloutfleet.policy import INIT_SEED_PATH, Policy
+from rolloutfleet.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.spec import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
@@ -47,7 +45,6 @@ log = logging.getLogger(__name__)
 _VALID = "_valid"
 _TICK = "_tick"  # global vector-step counter: orders episode ends across sub-envs
 _METRICS_WINDOW = 100
-_POLICY_SEED_PATH = 0xFFFFFFFF
 
 
 class EnvRunner:
@@ -65,6 +62,11 @@ class EnvRunner:
         callbacks: Callbacks | None = None,
     ) -> None:
         spec = job.spec
+        if spec.multi_agent is not None:
+            raise SpecError(
+                "spec.multiAgent: a multi-agent job samples with rolloutfleet.multiagent_sampler.MultiAgentEnvRunner "
+                "(rolloutfleet.runners.make_env_runner picks the right runner for a job)"
+            )
         self.job = job
         self.worker_index = worker_index
         self.num_workers = spec.replicas if num_workers is None else num_workers
@@ -84,11 +86,11 @@ class EnvRunner:
             spec.policy,
             self.observation_space,
             self.action_space,
-            seed=derive_seed(self._seed, worker_index, _POLICY_SEED_PATH),
+            seed=derive_seed(self._seed, worker_index, POLICY_SEED_PATH),
             init_seed=derive_seed(self._seed, INIT_SEED_PATH),
         )
         self.filter = self._build_filter()
-        self.callbacks = callbacks or self._load_callbacks()
+        self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
         self._call_step = overrides(self.callbacks, "on_episode_step")
         self._call_start = overrides(self.callbacks, "on_episode_start")
         self._call_end = overrides(self.callbacks, "on_episode_end")
@@ -107,7 +109,7 @@ class EnvRunner:
         self._t = np.zeros(n, np.int64)
         self._ep_return = np.zeros(n, np.float64)
         # eps_ids stay unique across workers and across restarts of the same worker.
-        self._eps_base = (worker_index << 44) | (secrets.randbits(20) << 24)
+        self._eps_base = episode_id_base(worker_index)
         self._eps_counter = 0
         self._tick = 0
         self._env_restarts = 0
@@ -127,20 +129,6 @@ class EnvRunner:
         if not isinstance(space, spaces.Box):
             raise SpecError(f"spec.sampling.observationFilter: meanStd needs a Box observation space, got {space}")
         return MeanStdFilter(space.shape)
-
-    def _load_callbacks(self) -> Callbacks:
-        if self.sampling.callbacks is None:
-            return Callbacks()
-        cls = load_entry_point(self.sampling.callbacks, "spec.sampling.callbacks")
-        try:
-            callbacks = cls()
-        except Exception as exc:  # noqa: BLE001
-            raise SpecError(f"spec.sampling.callbacks: {self.sampling.callbacks}() failed: {exc}") from None
-        if not isinstance(callbacks, Callbacks):
-            raise SpecError(
-                f"spec.sampling.callbacks: {self.sampling.callbacks} is not a rolloutfleet Callbacks subclass"
-            )
-        return callbacks
 
     def _action_clipper(self) -> tuple[np.ndarray, np.ndarray] | None:
         space = self.action_space

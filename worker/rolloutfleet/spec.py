@@ -31,10 +31,20 @@ _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 # RFC 1123 label: what Kubernetes accepts as a name we later embed in pod names.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+# Policy ids are parts of Redis keys and .npz member names: no braces, slashes or colons.
+_POLICY_ID = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
 
 
 class SpecError(ValueError):
     """A manifest is invalid. The message names every offending field."""
+
+
+class _SubfieldError(ValueError):
+    """Raised by a model validator about one of its fields: the error names that field's path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class _Model(BaseModel):
@@ -49,6 +59,18 @@ class _Model(BaseModel):
 def _check_entry_point(value: str | None) -> str | None:
     if value is not None and not _ENTRY_POINT.match(value):
         raise ValueError(f"must look like 'package.module:name', got {value!r}")
+    return value
+
+
+def _check_layers(value: list[int]) -> list[int]:
+    if not value or any(size < 1 for size in value):
+        raise ValueError(f"must be a non-empty list of positive layer sizes, got {value}")
+    return value
+
+
+def _check_device(value: str) -> str:
+    if not _DEVICE.match(value):
+        raise ValueError(f"must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
     return value
 
 
@@ -115,16 +137,142 @@ class PolicySpec(_Model):
     @field_validator("hidden")
     @classmethod
     def _positive_layers(cls, value: list[int]) -> list[int]:
-        if not value or any(size < 1 for size in value):
-            raise ValueError(f"must be a non-empty list of positive layer sizes, got {value}")
-        return value
+        return _check_layers(value)
 
     @field_validator("device")
     @classmethod
     def _device_syntax(cls, value: str) -> str:
-        if not _DEVICE.match(value):
-            raise ValueError(f"must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+        return _check_device(value)
+
+
+class PolicyOverrides(_Model):
+    """One policy of a multi-agent job: any field of ``spec.policy``, overriding it for this policy."""
+
+    hidden: list[int] | None = None
+    activation: Literal["tanh", "relu"] | None = None
+    vf_share_layers: bool | None = None
+    entry_point: str | None = None
+    config: dict[str, Any] | None = None
+    device: str | None = None
+    explore: bool | None = None
+    inference: Literal["auto", "torch"] | None = None
+    num_threads: int | None = Field(default=None, ge=1)
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return _check_entry_point(value)
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive_layers(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else _check_layers(value)
+
+    @field_validator("device")
+    @classmethod
+    def _device_syntax(cls, value: str | None) -> str | None:
+        return None if value is None else _check_device(value)
+
+    def apply(self, base: PolicySpec) -> PolicySpec:
+        """``base`` with the fields given here replaced; a field left out (or null) keeps ``base``'s value."""
+        update = {name: value for name in type(self).model_fields if (value := getattr(self, name)) is not None}
+        return base.model_copy(update=update)
+
+
+class MappingRule(_Model):
+    """Agents whose id starts with ``prefix`` (or fully matches ``regex``) act with ``policy``."""
+
+    prefix: str | None = None
+    regex: str | None = None
+    policy: str
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
         return value
+
+    @model_validator(mode="after")
+    def _exactly_one_pattern(self) -> MappingRule:
+        if (self.prefix is None) == (self.regex is None):
+            raise ValueError("give exactly one of 'prefix' or 'regex'")
+        return self
+
+
+class PolicyMappingSpec(_Model):
+    """Which policy acts for an agent: a function, or a rule table that needs no code."""
+
+    entry_point: str | None = None
+    """``pkg.module:fn``, called as ``fn(agent_id, episode) -> policy_id`` once per agent and episode."""
+    rules: list[MappingRule] | None = None
+    """Tried in order; the first rule matching the agent id wins."""
+    default: str | None = None
+    """Policy for agents no rule matches (rules only); without it such an agent is an error."""
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return _check_entry_point(value)
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> PolicyMappingSpec:
+        if (self.entry_point is None) == (self.rules is None):
+            raise ValueError("give exactly one of 'entryPoint' (pkg.module:fn) or 'rules'")
+        if self.entry_point is not None and self.default is not None:
+            raise _SubfieldError("default", "only applies to 'rules'; an entryPoint function decides alone")
+        if self.rules is not None and not self.rules:
+            raise _SubfieldError("rules", "must hold at least one rule")
+        return self
+
+
+class MultiAgentSpec(_Model):
+    """Several policies acting in one multi-agent env (PettingZoo Parallel API or RLlib-style dicts)."""
+
+    policies: dict[str, PolicyOverrides]
+    """Policy id -> overrides of ``spec.policy`` (``{}``: the defaults). Ids become Redis key parts."""
+    policy_mapping: PolicyMappingSpec
+    policies_to_train: list[str] | None = None
+    """Policies whose experience is published (default: all); the others act but are not published."""
+    count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"
+    """What ``rolloutFragmentLength`` counts: env steps, or agent steps (one per acting agent)."""
+
+    @field_validator("policies")
+    @classmethod
+    def _policy_ids(cls, value: dict[str, PolicyOverrides]) -> dict[str, PolicyOverrides]:
+        if not value:
+            raise ValueError("must name at least one policy")
+        for policy_id in value:
+            if not _POLICY_ID.match(policy_id):
+                raise ValueError(
+                    f"policy id {policy_id!r} must start with a letter and hold only letters, digits, '-', '_' "
+                    "or '.' (at most 64 characters): it becomes part of Redis key names"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _known_policy_ids(self) -> MultiAgentSpec:
+        known = ", ".join(self.policies)
+
+        def check(path: str, policy_id: str) -> None:
+            if policy_id not in self.policies:
+                raise _SubfieldError(path, f"unknown policy id {policy_id!r}; spec.multiAgent.policies has {known}")
+
+        for index, rule in enumerate(self.policy_mapping.rules or []):
+            check(f"policyMapping.rules[{index}].policy", rule.policy)
+        if self.policy_mapping.default is not None:
+            check("policyMapping.default", self.policy_mapping.default)
+        for index, policy_id in enumerate(self.policies_to_train or []):
+            check(f"policiesToTrain[{index}]", policy_id)
+        return self
+
+    @property
+    def trained_policies(self) -> list[str]:
+        """The ids in ``policiesToTrain``, or every policy id."""
+        return list(self.policies) if self.policies_to_train is None else list(dict.fromkeys(self.policies_to_train))
 
 
 class SamplingSpec(_Model):
@@ -199,6 +347,8 @@ class RolloutJobSpec(_Model):
     env: EnvSpec
     policy: PolicySpec = Field(default_factory=PolicySpec)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    multi_agent: MultiAgentSpec | None = None
+    """Several policies and a mapping of agents to them; absent for single-agent envs."""
     redis: RedisSpec = Field(default_factory=RedisSpec)
     restart_policy: RestartPolicySpec = Field(default_factory=RestartPolicySpec)
     suspend: bool = False
@@ -289,7 +439,10 @@ class RolloutJob(_Model):
 def _describe(exc: ValidationError) -> str:
     problems = []
     for error in exc.errors():
-        location = ".".join(_camel(part) for part in error["loc"])
+        location = ".".join(_camel(part) for part in error["loc"]).replace(".[", "[")
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, _SubfieldError):
+            location = f"{location}.{cause.path}" if location else cause.path
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "literal_error":
             message = "must be one of " + error["ctx"]["expected"]

@@ -6,6 +6,12 @@ write a heartbeat. :mod:`rolloutfleet.worker` drives it and owns the retry loop:
     transport.publish(batch, runner.weights_seq_no)
     transport.heartbeat(runner.get_metrics())
 
+A multi-agent job (``spec.multiAgent``) gets one publisher per trained policy, each on its
+policy's stream, and one weights subscriber per policy (independent seq numbers);
+``publish`` sends each trained policy's part of a :class:`MultiAgentBatch` (policies not
+to train are sampled but never published). A publish interrupted by a Redis outage is
+retried by the worker with the same batch, and the policies already sent are skipped.
+
 Heartbeats are a hash per job (:attr:`rolloutfleet.redis_keys.JobKeys.heartbeats`):
 worker index -> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
 ``weights_seq_no`` and ``time`` (unix seconds); the hash expires when no worker writes
@@ -27,6 +33,8 @@ from rolloutfleet.weights import WeightSubscriber, WeightsUpdate
 
 if TYPE_CHECKING:
     from rolloutfleet.batch import SampleBatch
+    from rolloutfleet.multiagent_batch import MultiAgentBatch
+    from rolloutfleet.runners import AnyEnvRunner
     from rolloutfleet.worker_config import WorkerConfig
 
 HEARTBEAT_TTL_S = 300
@@ -45,16 +53,84 @@ class WorkerTransport:
         job = config.job
         self.worker_index = config.worker_index
         self.keys = job_keys(job.namespace, job.name)
+        url, password = config.redis_url, config.redis_password
+        multi = job.spec.multi_agent
         # Short reconnect window: the worker's own loop backs off and keeps the fragment.
-        self.publisher = BatchPublisher(config.redis_url, job, password=config.redis_password, reconnect_timeout_s=2.0)
-        self.weights = WeightSubscriber(config.redis_url, job, password=config.redis_password)
+        self.publishers: dict[str | None, BatchPublisher]
+        self.subscribers: dict[str | None, WeightSubscriber]
+        if multi is None:
+            self.publishers = {None: BatchPublisher(url, job, password=password, reconnect_timeout_s=2.0)}
+            self.subscribers = {None: WeightSubscriber(url, job, password=password)}
+        else:
+            self.publishers = {
+                policy: BatchPublisher(url, job, password=password, reconnect_timeout_s=2.0, policy=policy)
+                for policy in multi.trained_policies
+            }
+            self.subscribers = {
+                policy: WeightSubscriber(url, job, password=password, policy=policy) for policy in multi.policies
+            }
+        self.publisher = next(iter(self.publishers.values()))
+        self.weights = next(iter(self.subscribers.values()))
         self.client = self.publisher.client
+        self._sent: tuple[int, set[str]] = (0, set())  # (id of the batch being published, policies done)
 
     def poll_weights(self) -> WeightsUpdate | None:
+        """Single-agent: the newer weights, if any."""
         return self.weights.poll()
 
-    def publish(self, batch: SampleBatch, weights_seq_no: int) -> None:
-        self.publisher.publish(batch, weights_seq_no=weights_seq_no, worker_index=self.worker_index)
+    def poll_policy_weights(self) -> dict[str | None, WeightsUpdate]:
+        """Each policy's newer weights (key None for a single-agent job); absent when not newer."""
+        updates: dict[str | None, WeightsUpdate] = {}
+        for policy, subscriber in self.subscribers.items():
+            update = subscriber.poll()
+            if update is not None:
+                updates[policy] = update
+        return updates
+
+    def load_weights(self, runner: AnyEnvRunner) -> int | None:
+        """Poll and load newer weights into ``runner``; returns the newest seq no loaded, if any."""
+        from rolloutfleet.multiagent_sampler import MultiAgentEnvRunner
+
+        loaded = None
+        for policy, update in self.poll_policy_weights().items():
+            if isinstance(runner, MultiAgentEnvRunner):
+                assert policy is not None
+                done = runner.set_policy_weights(policy, update.weights, update.seq_no)
+            else:
+                done = runner.set_weights(update.weights, update.seq_no)
+            if done:
+                loaded = max(loaded or 0, update.seq_no)
+        return loaded
+
+    def publish(self, batch: SampleBatch | MultiAgentBatch, weights_seq_no: int = 0) -> None:
+        """XADD the batch: a single-agent batch to the job's stream; each trained policy's part of
+        a multi-agent batch to its policy's stream (with that policy's weights version)."""
+        from rolloutfleet.multiagent_batch import MultiAgentBatch
+
+        if not isinstance(batch, MultiAgentBatch):
+            self.publisher.publish(batch, weights_seq_no=weights_seq_no, worker_index=self.worker_index)
+            return
+        if self._sent[0] != id(batch):
+            self._sent = (id(batch), set())
+        done = self._sent[1]
+        for policy, publisher in self.publishers.items():
+            assert policy is not None
+            part = batch.get(policy)
+            if policy in done or part is None or len(part) == 0:
+                continue
+            publisher.publish(
+                part,
+                weights_seq_no=batch.weights_seq_nos.get(policy, 0),
+                worker_index=self.worker_index,
+                env_steps=batch.env_steps(),
+                agent_ids=batch.agent_ids,
+            )
+            done.add(policy)
+
+    def interrupt(self) -> None:
+        """Make publishes blocked on a full stream give up (safe from a signal handler)."""
+        for publisher in self.publishers.values():
+            publisher.interrupt()
 
     def heartbeat(self, stats: Mapping[str, float | int]) -> None:
         beat = {
@@ -70,8 +146,10 @@ class WorkerTransport:
         pipe.execute()
 
     def close(self) -> None:
-        self.publisher.close()
-        self.weights.close()
+        for publisher in self.publishers.values():
+            publisher.close()
+        for subscriber in self.subscribers.values():
+            subscriber.close()
 
 
 def read_heartbeats(redis_url: str, job: RolloutJob, password: str | None = None) -> dict[int, dict[str, float]]:

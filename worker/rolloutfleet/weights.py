@@ -22,6 +22,11 @@ How a version is published, so that a reader never sees a mix of two versions:
 
 A poll is one GET of the small version key; the chunks are fetched only when it names a
 newer version.
+
+Multi-agent jobs: ``policy="red"`` on both sides publishes and polls that policy's weights
+under its own keys (``weights:red:version``...), with a sequence of its own::
+
+    WeightPublisher(url, job, policy="red").publish(red_model)    # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -106,6 +111,8 @@ class WeightPublisher:
 
     >>> WeightPublisher(url, "cartpole").publish({"pi.weight": torch.zeros(2, 4)})  # doctest: +SKIP
     1
+
+    ``policy``: the policy of a multi-agent job whose weights these are.
     """
 
     def __init__(
@@ -119,12 +126,13 @@ class WeightPublisher:
         grace_s: int = 30,
         compression: Compression = "none",
         reconnect_timeout_s: float = 30.0,
+        policy: str | None = None,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
         if not 1 <= chunk_bytes <= 512 << 20:
             raise ValueError(f"chunk_bytes must be within 1 byte and 512 MiB (Redis' bulk limit), got {chunk_bytes}")
-        self.keys = job_keys(namespace, job)
+        self.keys = job_keys(namespace, job, policy)
         self.chunk_bytes = chunk_bytes
         self.grace_s = grace_s
         self.compression: Compression = compression
@@ -150,7 +158,7 @@ class WeightPublisher:
             return int(
                 self._script(
                     keys=[self.keys.weights_version, *names],
-                    args=[seq, f"{seq} {len(chunks)} {len(payload)}", self.grace_s, f"{self.keys.tag}:weights:"],
+                    args=[seq, f"{seq} {len(chunks)} {len(payload)}", self.grace_s, self.keys.weights_prefix],
                     client=self.client,
                 )
             )
@@ -186,10 +194,11 @@ class WeightSubscriber:
         *,
         password: str | None = None,
         seq_no: int = 0,
+        policy: str | None = None,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
-        self.keys = job_keys(namespace, job)
+        self.keys = job_keys(namespace, job, policy)
         self.seq_no = seq_no
         self.client = connect(redis_url, password, socket_timeout=120.0)
 

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
     from rolloutfleet.batch import SampleBatch
+    from rolloutfleet.multiagent_batch import MultiAgentBatch
     from rolloutfleet.transport import WorkerTransport
 
 from rolloutfleet.publisher import PublishInterrupted
@@ -87,32 +88,32 @@ class Worker:
         self.stopping = True
         if self.transport is not None:
             # A publish waiting on a full stream (no learner reading) must not outlast the grace period.
-            self.transport.publisher.interrupt()
+            self.transport.interrupt()
 
     def run(self) -> int:
         from rolloutfleet.probes import serve
-        from rolloutfleet.sampler import EnvRunner
+        from rolloutfleet.runners import make_env_runner
         from rolloutfleet.transport import WorkerTransport
 
         config = self.config
         server = serve(self.probes, self.metrics.registry, config.metrics_port)
         log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
                  config.job.name, server.server_port)  # fmt: skip
-        runner = EnvRunner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
+        runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         transport = self.transport = WorkerTransport(config)
         if self.stopping:
-            transport.publisher.interrupt()
+            transport.interrupt()
         backoff = 0.5
-        pending: SampleBatch | None = None
+        pending: SampleBatch | MultiAgentBatch | None = None
         stats: Mapping[str, float | int] = {}
         restarts_seen = 0
         while not self.stopping or pending is not None:
             self.probes.beat()
             try:
                 if pending is None:
-                    update = transport.poll_weights()
-                    if update is not None and runner.set_weights(update.weights, update.seq_no):
-                        self.metrics.weights_seq_no.set(update.seq_no)
+                    loaded = transport.load_weights(runner)
+                    if loaded is not None:
+                        self.metrics.weights_seq_no.set(runner.weights_seq_no)
                     pending = runner.sample()
                     stats = runner.get_metrics()
                     self._record(stats, restarts_seen)
