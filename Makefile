@@ -57,6 +57,7 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, mea
 	$(BIN)/python bench/bench_sampling.py
 	$(BIN)/python bench/bench_transport.py
 	$(BIN)/python bench/bench_fleet.py
+	$(BIN)/python bench/bench_multiagent.py
 	$(BIN)/python bench/bench_operator.py
 
 images: ## build the worker (CPU, CUDA) and operator images where a Docker engine exists
