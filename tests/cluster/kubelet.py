@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -91,6 +92,9 @@ MAX_MESSAGE = 4096  # what the kubelet keeps of a termination message
 FALLBACK_LINES = 80  # FallbackToLogsOnError: the log's last lines ...
 FALLBACK_BYTES = 2048  # ... at most this many bytes
 READINESS_PERIOD = 0.5
+WRITERS = (
+    8  # concurrent API writes (bindings, status, final deletes): the API server's latency, not ours, bounds a burst
+)
 SUPERVISE_PERIOD = 0.1
 TICK = 1.0
 HEARTBEAT = 10.0
@@ -243,6 +247,7 @@ class LocalKubelet:
         self._threads: list[threading.Thread] = []
         self._watch_response: Any = None
         self._started_at = _now()
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None  # API writes off the sync thread
         # Owned by the sync thread:
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}  # unbound pods and this node's
         self._assumed: dict[tuple[str, str], str] = {}  # bound by us, binding not yet seen: key -> uid
@@ -254,6 +259,7 @@ class LocalKubelet:
 
     def start(self) -> LocalKubelet:
         self._register_node()
+        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="kubelet-write")
         for target, name in (
             (self._watch_loop, "watch"),
             (self._sync_loop, "sync"),
@@ -275,6 +281,8 @@ class LocalKubelet:
                 response.shutdown()  # unblocks the watch thread's read
         for thread in self._threads:
             thread.join(timeout=10)
+        if self._writer is not None:
+            self._writer.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             pods = list(self.pods.values())
         for pod in pods:
@@ -514,6 +522,10 @@ class LocalKubelet:
             try:
                 if kind == "list":
                     self._resync(payload)
+                elif kind == "unassume":
+                    key, uid = payload
+                    if self._assumed.get(key) == uid:
+                        del self._assumed[key]
                 elif kind == "DELETED":
                     self._on_deleted(payload)
                 elif kind:
@@ -545,14 +557,14 @@ class LocalKubelet:
                 self._waiting.pop(key, None)
             elif now >= retry_at:
                 self._start(pod)
-        if self._unschedulable:
+        for key in list(self._unschedulable):
+            if (self._cache.get(key, {}).get("spec") or {}).get("nodeName") or key not in self._cache:
+                self._unschedulable.pop(key, None)
+        pending = [pod for key, pod in self._cache.items() if key not in self._assumed and self._to_schedule(pod)]
+        if pending:
             used = self._used()
-            for key in list(self._unschedulable):
-                pod = self._cache.get(key)
-                if pod is None or (pod.get("spec") or {}).get("nodeName"):
-                    self._unschedulable.pop(key, None)
-                else:
-                    self._schedule(pod, used)
+            for pod in pending:
+                self._schedule(pod, used)
 
     def _on_deleted(self, pod: dict[str, Any]) -> None:
         key, uid = _key(pod), pod["metadata"]["uid"]
@@ -608,7 +620,7 @@ class LocalKubelet:
             return
         phase = status.get("phase") or "Pending"
         if not node:
-            if phase == "Pending" and (spec.get("schedulerName") or "default-scheduler") == self.scheduler_name:
+            if self._to_schedule(pod) and key not in self._assumed:
                 self._schedule(pod, self._used())
             return
         with self._lock:
@@ -648,6 +660,15 @@ class LocalKubelet:
         # the supervise loop SIGKILLs at kill_at and makes the final delete once all exited
 
     # -- scheduling ----------------------------------------------------------------------
+
+    def _to_schedule(self, pod: dict[str, Any]) -> bool:
+        spec = pod.get("spec") or {}
+        return (
+            not spec.get("nodeName")
+            and not pod["metadata"].get("deletionTimestamp")
+            and ((pod.get("status") or {}).get("phase") or "Pending") == "Pending"
+            and (spec.get("schedulerName") or "default-scheduler") == self.scheduler_name
+        )
 
     def _requests(self, pod: dict[str, Any]) -> dict[str, float]:
         uid = pod["metadata"]["uid"]
@@ -705,22 +726,25 @@ class LocalKubelet:
                 self._post_event(pod, "Warning", "FailedScheduling", message, component="default-scheduler")
             self._unschedulable[key] = message
             return
+        self._unschedulable.pop(key, None)
+        self._assumed[key] = meta["uid"]  # counts as used until the watch shows the binding (or it fails)
+        for name, value in self._requests(pod).items():
+            used[name] = used.get(name, 0.0) + value
+        self._async(self._bind, key, meta["uid"])
+
+    def _bind(self, key: tuple[str, str], uid: str) -> None:
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+            "metadata": {"name": key[1], "namespace": key[0], "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
         }
         try:
-            self.core.create_namespaced_pod_binding(meta["name"], meta["namespace"], binding, _preload_content=False)
-        except ApiException as error:
-            if error.status not in (404, 409):  # gone, or bound meanwhile (by another scheduler)
+            self.core.create_namespaced_pod_binding(key[1], key[0], binding, _preload_content=False)
+        except Exception as error:
+            self._put(("unassume", (key, uid)))  # gone, bound elsewhere, or failed: schedule it again
+            if not (isinstance(error, ApiException) and error.status in (404, 409)):
                 raise
-            return
-        self._unschedulable.pop(key, None)
-        self._assumed[key] = meta["uid"]  # counts as used until the watch shows the binding
-        for name, value in self._requests(pod).items():
-            used[name] = used.get(name, 0.0) + value
 
     # -- running ---------------------------------------------------------------------------
 
@@ -816,7 +840,7 @@ class LocalKubelet:
             running = RunningPod(key[0], key[1], uid, stand_ins, now, simulated=True)
             with self._lock:
                 self.pods[key] = running
-            self._report(running)
+            self._async(self._report, running)
             return
         sleeper = self._sleeper(pod)
         try:
@@ -862,7 +886,7 @@ class LocalKubelet:
             containers.append(container)
         with self._lock:
             self.pods[key] = running
-        self._report(running)
+        self._async(self._report, running)
 
     def _spawn(self, container: Container) -> None:
         """Start (or restart) a container's process in a process group of its own."""
@@ -1001,7 +1025,7 @@ class LocalKubelet:
                     _signal_group(container.process, signal.SIGKILL)
             if not alive:
                 pod.removed = True
-                self._remove(pod.key, pod.uid)
+                self._async(self._remove, pod.key, pod.uid)
             return
         if pod.finished:
             if changed:
@@ -1097,6 +1121,20 @@ class LocalKubelet:
         return terminated
 
     # -- API writes ----------------------------------------------------------------------------
+
+    def _async(self, function: Any, *args: Any) -> None:
+        """Run an API write on the writer pool (logged if it fails)."""
+
+        def run() -> None:
+            try:
+                function(*args)
+            except Exception:
+                log.exception("%s failed", getattr(function, "__name__", function))
+
+        if self._writer is None or self._stop.is_set():
+            return
+        with contextlib.suppress(RuntimeError):  # shut down meanwhile
+            self._writer.submit(run)
 
     def _remove(self, key: tuple[str, str], uid: str) -> None:
         """The kubelet's final delete: the containers are gone, the object may go."""
