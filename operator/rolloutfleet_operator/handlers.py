@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import kopf
@@ -35,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from rolloutfleet.spec import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.plan import Plan, plan, records_from_status
+from rolloutfleet_operator.plan import creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import JOB_LABEL, MANAGED_BY, PodView, build_pod, template_hash
 from rolloutfleet_operator.status import build_status, invalid_spec_status
 
@@ -45,6 +46,7 @@ POD_FILTER: dict[str, Any] = {
     JOB_LABEL: kopf.PRESENT,
 }
 TIMER_INTERVAL_S = 5.0
+EXPECTATION_TTL_S = 60.0  # a created pod the watch never shows is created again after this
 API_CONCURRENCY = 16
 
 log = logging.getLogger(__name__)
@@ -59,8 +61,19 @@ class JobRuntime:
     dirty: bool = False
     known: dict[int, str] = field(default_factory=dict)  # index -> uid of the pod last seen
     deleted: set[str] = field(default_factory=set)  # uids this operator deleted
+    # index -> (uid, monotonic time) of pods this process created that the watch hasn't
+    # shown yet: without it the next reconcile, triggered by the very events of those
+    # creations, would find them missing and post them again (answered 409: wasted calls).
+    expected: dict[int, tuple[str, float]] = field(default_factory=dict)
     beats: dict[int, dict[str, float]] = field(default_factory=dict)
     reported_invalid: str = ""
+    reported_refusal: str = ""
+    # The status this process wrote last, with the uid of the job it was written for.
+    # The operator is the only writer of status (peering: one active replica), so this
+    # is newer than the watch's copy, which can lag behind our own patches; after a
+    # restart it is empty and the job's stored status is read instead.
+    written: dict[str, Any] | None = None
+    written_for: str = ""
     password: tuple[float, str | None] = (0.0, None)
 
 
@@ -94,7 +107,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Our own Events say what we do; kopf's per-handler "succeeded" Events would be noise.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
-    settings.batching.worker_limit = 256
+    settings.queueing.worker_limit = 256
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=API_CONCURRENCY + 4))
     _load_kube_config()
     memo.runtime = Runtime(
@@ -195,13 +208,19 @@ async def reconcile(
 
     config = runtime.config
     current_hash = template_hash(job, config)
-    pods = list(pod_index.get(key, []))
+    uid = str(body["metadata"]["uid"])
+    own_status = state.written if state.written is not None and state.written_for == uid else body["status"]
+    # A pod this process deleted counts as going away until the watch says so; else the
+    # reconcile that the delete's own events trigger would delete it again.
+    pods = [
+        replace(p, deleting=True) if p.uid in state.deleted and not p.deleting else p for p in pod_index.get(key, [])
+    ]
     present = {p.index: p.uid for p in pods}
     vanished = [i for i, uid in state.known.items() if i not in present and uid not in state.deleted]
     the_plan = plan(
         job,
         pods,
-        records_from_status(body["status"]),
+        records_from_status(own_status),
         now,
         current_hash,
         max_unavailable=config.max_unavailable,
@@ -209,10 +228,18 @@ async def reconcile(
     )
     state.known = dict(present)
     state.deleted &= set(present.values())
+    clock = time.monotonic()
+    state.expected = {
+        index: (uid, at)
+        for index, (uid, at) in state.expected.items()
+        if index not in present and clock - at < EXPECTATION_TTL_S
+    }
+    to_create = [index for index in the_plan.create if index not in state.expected]
 
     # Records first: a failure is persisted before its pod is deleted.
-    status = build_status(name, job.spec.suspend, the_plan, pods, generation, now, body["status"], state.beats)
+    status = build_status(name, job.spec.suspend, the_plan, pods, generation, now, own_status, state.beats)
     await _patch_status(runtime, key, body, status)
+    state.written, state.written_for = status, uid
     for event in the_plan.events:
         kopf.event(_event_target(body), type=event.type, reason=event.reason, message=event.message)
         if event.reason in ("WorkerFailed", "RestartBudgetExhausted"):
@@ -224,21 +251,58 @@ async def reconcile(
             for pod_name, why in the_plan.delete
         )
     )
-    created = await asyncio.gather(
-        *(_create_pod(runtime, job, body["metadata"]["uid"], index, current_hash) for index in the_plan.create)
-    )
+    if the_plan.delete:
+        _announce_deletes(body, the_plan.delete)
     # Created pods join ``state.known`` once the watch shows them: only a pod this
     # process has seen can be said to have vanished.
-    if any(created):
-        _announce_creates(body, the_plan)
+    created: list[int] = []
+    refusal = ""
+    for batch in creation_batches(to_create):
+        outcomes = await asyncio.gather(*(_create_pod(runtime, job, uid, index, current_hash) for index in batch))
+        for index, (pod_uid, _) in zip(batch, outcomes, strict=True):
+            if pod_uid is not None:
+                created.append(index)
+                state.expected[index] = (pod_uid, clock)
+        refused = [index for index, (_, error) in zip(batch, outcomes, strict=True) if error]
+        if refused:
+            refusal = next(error for _, error in outcomes if error)
+            if refusal != state.reported_refusal:  # once per distinct reason, not on every timer tick
+                kopf.event(
+                    _event_target(body),
+                    type="Warning",
+                    reason="CreateFailed",
+                    message=f"the API server refused worker pod(s) {_shown(refused)}: {refusal}",
+                )
+            break  # the next reconcile tries again; the rest would most likely be refused alike
+    state.reported_refusal = refusal
+    if created:
+        kopf.event(
+            _event_target(body),
+            type="Normal",
+            reason="CreatedWorkers",
+            message=f"created worker pod(s) {_shown(created)}",
+        )
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
 
 
-def _announce_creates(body: dict[str, Any], the_plan: Plan) -> None:
-    indexes = the_plan.create
-    shown = ", ".join(str(i) for i in indexes[:10]) + (f" and {len(indexes) - 10} more" if len(indexes) > 10 else "")
-    kopf.event(_event_target(body), type="Normal", reason="CreatedWorkers", message=f"created worker pod(s) {shown}")
+def _shown(indexes: Iterable[int], limit: int = 10) -> str:
+    listed = list(indexes)
+    more = f" and {len(listed) - limit} more" if len(listed) > limit else ""
+    return ", ".join(str(i) for i in listed[:limit]) + more
+
+
+def _announce_deletes(body: dict[str, Any], deletes: list[tuple[str, str]]) -> None:
+    by_why: dict[str, list[int]] = {}
+    for pod_name, why in deletes:
+        by_why.setdefault(why, []).append(int(pod_name.rsplit("-", 1)[1]))
+    for why, indexes in by_why.items():
+        kopf.event(
+            _event_target(body),
+            type="Normal",
+            reason="DeletedWorkers",
+            message=f"deleted worker pod(s) {_shown(indexes)}: {why}",
+        )
 
 
 def _event_target(body: dict[str, Any]) -> kopf.Body:
@@ -248,7 +312,17 @@ def _event_target(body: dict[str, Any]) -> kopf.Body:
 
 
 def _status_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    return any(old.get(k) != v for k, v in new.items())
+    # A null in a merge patch deletes the key, so the stored status has no key where
+    # ours says null: compare without nulls, or every reconcile would patch again.
+    return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 async def _patch_status(runtime: Runtime, key: Key, body: dict[str, Any], status: dict[str, Any]) -> None:
@@ -272,17 +346,35 @@ async def _patch_status(runtime: Runtime, key: Key, body: dict[str, Any], status
     body["status"] = {**body["status"], **status}  # until the watch brings the new version
 
 
-async def _create_pod(runtime: Runtime, job: RolloutJob, uid: str, index: int, current_hash: str) -> str:
+async def _create_pod(
+    runtime: Runtime, job: RolloutJob, uid: str, index: int, current_hash: str
+) -> tuple[str | None, str | None]:
+    """(uid of the pod this call created, the API server's reason for refusing it). An
+    existing pod of that name (an earlier reconcile's or operator's) gives neither."""
     pod = build_pod(job, uid, index, runtime.config, current_hash)
     async with runtime.api_slots:
         try:
-            created = await asyncio.to_thread(runtime.core.create_namespaced_pod, job.namespace, cast(Any, pod))
+            # Raw responses: parsing 1 000 full V1Pod models would cost more than the calls.
+            response: Any = await asyncio.to_thread(
+                runtime.core.create_namespaced_pod, job.namespace, cast(Any, pod), _preload_content=False
+            )
         except ApiException as error:
-            if error.status == 409:  # already there (an earlier reconcile or operator): not a duplicate
-                return ""
-            raise
+            if error.status == 409:
+                return None, None
+            if error.status is not None and error.status >= 500:
+                raise  # the server's trouble, not the pod's: the reconcile fails and runs again
+            return None, _api_reason(error)  # quota, admission, an invalid field: worth an Event
     metrics.PODS_CREATED.inc()
-    return str(created.metadata.uid) if created.metadata is not None else ""
+    return str(json.loads(response.data).get("metadata", {}).get("uid", "")), None
+
+
+def _api_reason(error: ApiException) -> str:
+    """The ``message`` of a Kubernetes Status body (what kubectl shows), else the HTTP reason."""
+    try:
+        message = json.loads(error.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or f"HTTP {error.status} {error.reason}")
 
 
 async def _delete_pod(
@@ -303,6 +395,7 @@ async def _delete_pod(
                     grace_period_seconds=grace,
                     preconditions=k8s.V1Preconditions(uid=pod.uid) if pod is not None else None,
                 ),
+                _preload_content=False,
             )
         except ApiException as error:
             if error.status not in (404, 409):  # gone already, or replaced meanwhile

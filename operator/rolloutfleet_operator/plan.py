@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -243,6 +243,21 @@ def plan(
             delete(pod, "spec changed; replacing it")
             available -= 1
     return result
+
+
+def creation_batches(indexes: Sequence[int], largest: int = 256) -> Iterator[list[int]]:
+    """Slow start, as the ReplicaSet controller does: 1, 2, 4, ... pods at a time (at most
+    ``largest``). The caller stops at the first batch with an error, so a quota or an
+    admission webhook that refuses every pod costs a few calls, not a thousand.
+
+    >>> [len(b) for b in creation_batches(list(range(20)), largest=8)]
+    [1, 2, 4, 8, 5]
+    """
+    size, start = 1, 0
+    while start < len(indexes):
+        yield list(indexes[start : start + size])
+        start += size
+        size = min(size * 2, largest)
 
 
 def _describe_exit(pod: PodView) -> str:

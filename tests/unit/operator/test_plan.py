@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rolloutfleet.spec import RolloutJob
-from rolloutfleet_operator.plan import WorkerRecord, plan, records_from_status
+from rolloutfleet_operator.plan import WorkerRecord, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import PodView
 
 HASH = "current"
@@ -142,3 +142,11 @@ def test_records_round_trip_through_the_status() -> None:
     )
     assert records_from_status({"workers": {"4": record.to_status()}}) == {4: record}
     assert records_from_status({"workers": {"nope": {}}}) == {}
+
+
+def test_creation_batches_start_small_double_and_cover_every_index_once() -> None:
+    indexes = list(range(1000))
+    batches = list(creation_batches(indexes, largest=256))
+    assert [len(b) for b in batches] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 233]
+    assert [i for b in batches for i in b] == indexes
+    assert list(creation_batches([])) == []
