@@ -30,7 +30,8 @@ both for one Node, through the real API server:
 * **deletion**: SIGTERM to the process group, SIGKILL once ``deletionGracePeriodSeconds``
   have passed, then the final delete (grace 0, uid precondition) as a real kubelet does;
 * **for tests**: :meth:`LocalKubelet.kill` signals a pod's process (a crash),
-  :meth:`LocalKubelet.pid` gives its pid, :meth:`LocalKubelet.log_path` its output.
+  :meth:`LocalKubelet.pid` gives its pid, :meth:`LocalKubelet.log_path` its output,
+  :meth:`LocalKubelet.exits` how its processes ended (also once the pod object is gone).
 
 Modes for benchmarks with 1 000 pods: ``sleeper=True`` (or the pod annotation
 ``test-kubelet.rolloutfleet.io/sleeper: "true"``) runs ``sleep infinity`` in place of each
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -248,6 +250,8 @@ class LocalKubelet:
         self._watch_response: Any = None
         self._started_at = _now()
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None  # API writes off the sync thread
+        # (namespace, pod, uid, container) -> terminated state, the latest 1000: outlives the pod object
+        self._exits: collections.OrderedDict[tuple[str, str, str, str], dict[str, Any]] = collections.OrderedDict()
         # Owned by the sync thread:
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}  # unbound pods and this node's
         self._assumed: dict[tuple[str, str], str] = {}  # bound by us, binding not yet seen: key -> uid
@@ -326,6 +330,15 @@ class LocalKubelet:
             return self._container(namespace, name, container).pid
         except KeyError:
             return None
+
+    def exits(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Terminated states of the pod's processes, oldest first, also of deleted pods (by uid)."""
+        with self._lock:
+            return [
+                {"uid": uid, "container": container, **state}
+                for (ns, pod, uid, container), state in self._exits.items()
+                if (ns, pod) == (namespace, name)
+            ]
 
     def log_path(self, namespace: str, name: str, container: str | None = None) -> Path:
         """Where a container's stdout+stderr go (the first container's without ``container``)."""
@@ -1001,6 +1014,10 @@ class LocalKubelet:
                 container.terminated = self._terminated(container)
                 container.ready = False
                 changed = True
+                with self._lock:
+                    self._exits[(pod.namespace, pod.name, pod.uid, container.name)] = container.terminated
+                    while len(self._exits) > 1000:
+                        self._exits.popitem(last=False)
                 _signal_group(container.process, signal.SIGKILL)  # nothing of the group outlives its leader
             if container.terminated is not None and not pod.stopping and self._restarts(pod, container.terminated):
                 # CrashLoopBackOff as the kubelet does it: 10 s (crash_backoff), doubling, at most 300 s.
