@@ -37,7 +37,6 @@ from kubelet import LocalKubelet  # noqa: E402
 
 from rolloutfleet.embedded_redis import EmbeddedRedis  # noqa: E402
 
-pytestmark = pytest.mark.e2e
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -86,7 +85,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """Build (or find cached) the control plane once, before any e2e test runs, so a cold
     build is not cut short by a test's timeout."""
     here = Path(__file__).resolve().parent
-    if _BUILD or not any(Path(str(item.path)).resolve().is_relative_to(here) for item in items):
+    ours = [item for item in items if Path(str(item.path)).resolve().is_relative_to(here)]
+    for item in ours:
+        item.add_marker(pytest.mark.e2e)  # so `-m "not e2e"` leaves them out
+    if _BUILD or not ours:
         return
     if os.environ.get("CLUSTER_BIN_DIR"):
         _BUILD["bin_dir"] = os.environ["CLUSTER_BIN_DIR"]
