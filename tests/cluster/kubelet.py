@@ -620,10 +620,9 @@ class LocalKubelet:
             self._cache.pop(key, None)  # another node's: none of our business
             self._assumed.pop(key, None)
             return
-        if not node and self._assumed.get(key) == uid:
-            pod = {**pod, "spec": {**spec, "nodeName": self.node_name}}  # an event from before our binding
-            node = self.node_name
         self._cache[key] = pod
+        if not node and self._assumed.get(key) == uid:
+            return  # an event from before our binding: it counts as ours until the binding shows or fails
         if node:
             self._assumed.pop(key, None)
             self._unschedulable.pop(key, None)
