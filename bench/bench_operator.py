@@ -72,6 +72,12 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait(condition, timeout: float, interval: float = 0.05) -> float:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -169,15 +175,17 @@ def main() -> None:
                 core.create_namespace({"metadata": {"name": namespace}})
                 operator = start_operator(kubeconfig, namespace, work / f"operator-{size}.log")
                 time.sleep(3)  # the operator is up and watching
-                started = time.monotonic()
+                started, cpu_before = time.monotonic(), cpu_s(operator.pid)
                 custom.create_namespaced_custom_object(*API, namespace, "rolloutjobs", job("big", size, redis.url))
 
                 times = measure_scale(core, custom, namespace, size, started)
+                cpu = cpu_s(operator.pid) - cpu_before
                 rows.append(
                     (
                         f"{size} workers: apply -> all Running / job Ready",
                         f"{times[1]:.1f} s / {times[2]:.1f} s; "
-                        f"{size / times[0]:.0f} pods created/s; operator peak RSS {rss_mb(operator.pid):.0f} MB",
+                        f"{size / times[0]:.0f} pods created/s; operator CPU {cpu:.1f} s, "
+                        f"peak RSS {rss_mb(operator.pid):.0f} MB",
                     )
                 )
                 operator.terminate()
@@ -185,7 +193,7 @@ def main() -> None:
     finally:
         redis.stop()
         subprocess.run([str(REPO / "hack/cluster/down.sh"), str(state)], capture_output=True, check=False)
-    print("\nOperator on the local control plane (kube-apiserver v1.35.8, etcd v3.6.5, 2 cores)")
+    print(f"\nOperator on the local control plane (kube-apiserver v1.35.8, etcd v3.6.5, {os.cpu_count()} cores)")
     for name, value in rows:
         print(f"  {name:<52} {value}")
 

@@ -46,6 +46,8 @@ POD_FILTER: dict[str, Any] = {
     JOB_LABEL: kopf.PRESENT,
 }
 TIMER_INTERVAL_S = 5.0
+SETTLE_S = 0.05  # shortest wait for more events before a reconcile
+MAX_SETTLE_S = 2.0
 EXPECTATION_TTL_S = 60.0  # a created pod the watch never shows is created again after this
 API_CONCURRENCY = 16
 
@@ -59,6 +61,7 @@ class JobRuntime:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dirty: bool = False
+    last_seconds: float = 0.0  # how long the last reconcile took
     known: dict[int, str] = field(default_factory=dict)  # index -> uid of the pod last seen
     deleted: set[str] = field(default_factory=set)  # uids this operator deleted
     # index -> (uid, monotonic time) of pods this process created that the watch hasn't
@@ -96,6 +99,22 @@ def _load_kube_config() -> None:
         k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
 
 
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """kopf keeps an object's last handled "essence" for on.create/update diffs, and builds
+    it on every event by deep-copying the whole body. This operator has no such handlers
+    (it reconciles state), so the copy is pure waste: a third of the operator's CPU while
+    1 000 pods start."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast(kopf.BodyEssence, {})
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        pass
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Each replica draws its own priority: the highest acts, the others stand by (kopf
@@ -104,6 +123,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.peering.name = "rolloutfleet"
     settings.peering.mandatory = False
     settings.persistence.finalizer = "rolloutfleet.io/operator"
+    settings.persistence.diffbase_storage = _NoDiffBase()
     # Our own Events say what we do; kopf's per-handler "succeeded" Events would be noise.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
@@ -169,15 +189,21 @@ async def tick(*, namespace: str | None, name: str, memo: Any, **indexes: Any) -
 async def request_reconcile(
     key: Key, runtime: Runtime, job_index: kopf.Index[Key, Any], pod_index: kopf.Index[Key, Any]
 ) -> None:
-    """Reconcile ``key`` now, or make the reconcile already running go round once more."""
+    """Reconcile ``key`` soon, or make the reconcile already pending or running go round
+    once more. Each round first waits as long as the last one took (at least
+    :data:`SETTLE_S`): the events that arrive meanwhile join that round, so a job of n
+    pods costs O(n) per round and a bounded share of the CPU, not O(n) per pod event."""
     state = runtime.job(key)
     state.dirty = True
     if state.lock.locked():
         return
     async with state.lock:
         while state.dirty:
+            await asyncio.sleep(max(SETTLE_S, state.last_seconds))
             state.dirty = False
+            started = time.perf_counter()
             requeue = await reconcile(key, runtime, job_index, pod_index)
+            state.last_seconds = min(time.perf_counter() - started, MAX_SETTLE_S)
             if requeue is not None and requeue <= TIMER_INTERVAL_S:
                 await asyncio.sleep(requeue)  # a restart falls due before the next tick
                 state.dirty = True
