@@ -7,7 +7,7 @@ chart's rules equal to these, and the e2e tests run the operator under them).
 | rolloutjobs/status: get, patch | phase, conditions, restart records, progress |
 | pods: list, watch, create, delete | the worker pods (deterministic names; never updated in place) |
 | secrets: get | the Redis password of a job (``spec.redis.passwordSecret``), to read worker heartbeats for status progress; drop it with ``ROLLOUTFLEET_READ_PROGRESS=0`` |
-| events (core and events.k8s.io): create, patch | what the operator did and why |
+| events (core/v1): create | what the operator did and why (kopf only ever posts new core Events) |
 | kopfpeerings (namespaced) / clusterkopfpeerings: get, list, watch, patch | several replicas: one active |
 | customresourcedefinitions: get, list, watch (cluster-wide, read-only) | kopf discovers the RolloutJob resource |
 | namespaces: list, watch (cluster-wide, read-only) | kopf matches the watched namespaces against the existing ones |
@@ -24,7 +24,7 @@ NAMESPACED: list[Rule] = [
     {"apiGroups": ["rolloutfleet.io"], "resources": ["rolloutjobs/status"], "verbs": ["get", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
 ]
 """Rules in each watched namespace (a Role per namespace, or part of the ClusterRole)."""

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import attrs
 import kmock
 import kopf
 import kubernetes.config.kube_config
@@ -32,11 +33,17 @@ PODS_URL = f"/api/v1/namespaces/{NS}/pods"
 EVENTS_URL = f"/api/v1/namespaces/{NS}/events"
 
 
+@attrs.define(kw_only=True)
 class Emulator(kmock.KubernetesEmulator):
     """kmock's emulator, plus what the real API server stamps on a new object (a uid,
-    a creation time, a generation for custom resources): the operator relies on them."""
+    a creation time, a generation for custom resources): the operator relies on them.
+    ``refuse_pods``: answer pod creations 403 with this message, as a ResourceQuota would."""
+
+    refuse_pods: str | None = None
 
     async def _handle(self, request: kmock.Request) -> Any:
+        if self.refuse_pods and request.action == kmock.action.CREATE and request.url.path == PODS_URL:
+            raise kmock.KubernetesError(status=403, reason="Forbidden", message=self.refuse_pods)
         if request.action == kmock.action.CREATE and isinstance(request.data, dict):
             metadata = request.data.setdefault("metadata", {})
             metadata.setdefault("uid", str(uuid.uuid4()))
@@ -357,6 +364,26 @@ async def test_a_restarted_operator_creates_no_duplicates_and_keeps_restart_coun
         await asyncio.sleep(1.0)
     assert pod_creations(server) == before and not any(r.method.value == "DELETE" for r in server)
     assert status["restarts"] == 2 and status["workers"]["1"]["restarts"] == 2 and status["readyReplicas"] == 3
+
+
+async def test_refused_creations_stop_early_and_are_reported_once(server: Any, operator: Runner) -> None:
+    quota = 'pods "cp-worker-0" is forbidden: exceeded quota: workers, requested: pods=1, used: pods=0, limited: pods=0'
+    server.refuse_pods = quota
+    async with operator():
+        await send(server, "post", JOBS_URL, job_manifest("cp", replicas=50))
+
+        async def refused() -> list[dict[str, Any]]:
+            return [e for e in await events(server) if e["reason"] == "CreateFailed"]
+
+        reported = await eventually(refused)
+        await asyncio.sleep(1.0)
+        attempts = pod_creations(server)
+        again = await refused()
+        server.refuse_pods = None  # the quota is raised: the next reconcile (timer) creates them all
+        await eventually(lambda: _names_are(server, {f"cp-worker-{i}" for i in range(50)}), timeout=20)
+    # Slow start: one refused pod per reconcile, not fifty; one Event per distinct reason.
+    assert 1 <= attempts <= 3
+    assert len(again) == 1 and quota in reported[0]["message"] and reported[0]["type"] == "Warning"
 
 
 async def _pod_uid(server: Any, name: str) -> str | None:
