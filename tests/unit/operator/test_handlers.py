@@ -57,7 +57,7 @@ class Emulator(kmock.KubernetesEmulator):
         return await super()._handle(request)
 
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=Emulator)]
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow, pytest.mark.kmock(cls=Emulator)]
 
 
 def declare_resources(server: Any) -> None:
