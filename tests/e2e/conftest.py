@@ -342,8 +342,14 @@ def operators(
     # Workers of one job listen on base + index (pods share this host's network).
     port_base = 20000 + (abs(hash(namespace)) % 400) * 100
     factory = OperatorFactory(cluster, namespace, tmp_path, port_base)
-    yield factory
-    # Jobs carry the operator's finalizer: let the operator release them before it stops,
-    # so the namespace (and its worker processes) really goes away.
-    cluster.kubectl("-n", namespace, "delete", "rj", "--all", "--timeout=60s", check=False)
-    factory.stop_all()
+    try:
+        yield factory
+    finally:
+        # Jobs carry the operator's finalizer: let the operator release them before it
+        # stops, so the namespace (and its worker processes) really goes away. kubectl's
+        # own wait (30 s) ends before the subprocess limit (60 s), and the operators are
+        # stopped whatever happened.
+        try:
+            cluster.kubectl("-n", namespace, "delete", "rj", "--all", "--timeout=30s", check=False)
+        finally:
+            factory.stop_all()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
+from rolloutfleet.distributions import LOGIT_BOUND
 from rolloutfleet.models import DefaultModel
 
 
@@ -63,7 +64,15 @@ class NumpyMLP:
         self.critic = [arrays(layer) for layer in critic[1:]]
         self.pi = arrays(model.pi)
         self.vf = arrays(model.vf)
+        self.num_outputs = self.pi[0].shape[1]
+        if self.shared:
+            # Policy and value heads read the same features: one matmul for both.
+            self.head = (np.concatenate([self.pi[0], self.vf[0]], axis=1), np.concatenate([self.pi[1], self.vf[1]]))
         self.relu = any(isinstance(m, nn.ReLU) for m in model.actor_trunk.modules())
+        # tanh features lie in [-1, 1], so |logit_o| <= sum_j |W_jo| + |b_o|.
+        has_hidden = bool(actor)
+        bound = np.abs(self.pi[0]).sum(axis=0) + np.abs(self.pi[1])
+        self.bounded = has_hidden and not self.relu and float(bound.max(initial=0.0)) <= LOGIT_BOUND
         encoder = model.encoder
         self.discrete = encoder.kind == "discrete"
         self.start = getattr(encoder, "start", 0)
@@ -95,17 +104,19 @@ class NumpyMLP:
             a += b
             a = self._activate(a)
         if self.shared:
-            c = a
+            both = a @ self.head[0]
+            both += self.head[1]
+            out, values = both[:, : self.num_outputs], both[:, self.num_outputs]
         else:
             c = h[:, self.split :]
             for w, b in self.critic:
                 c = c @ w
                 c += b
                 c = self._activate(c)
-        out = a @ self.pi[0]
-        out += self.pi[1]
-        values = c @ self.vf[0]
-        values += self.vf[1]
+            out = a @ self.pi[0]
+            out += self.pi[1]
+            values = (c @ self.vf[0])[:, 0]
+            values += self.vf[1]
         if self.log_std is not None:
             out = np.concatenate([out, np.broadcast_to(self.log_std, out.shape)], axis=1)
-        return out, values[:, 0]
+        return out, values

@@ -128,6 +128,11 @@ class Policy:
             )
         return dist_inputs.detach().numpy(), values.detach().reshape(-1).numpy()
 
+    @property
+    def logits_bounded(self) -> bool:
+        """Whether the numpy forward pass proves its logits small enough to skip the max-shift."""
+        return self._numpy is not None and self._numpy.bounded
+
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         # A reused pinned staging buffer lets the copy to the GPU run asynchronously.
         if self._pinned is None or self._pinned.shape != tensor.shape or self._pinned.dtype != tensor.dtype:
@@ -138,17 +143,18 @@ class Policy:
     def act(self, explore: bool) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         """A function ``obs -> (actions, logp, dist_inputs, values)`` bound for the sampling loop."""
         forward, sample, rng = self.forward, self.distribution.sample, self.rng
+        bounded = self.logits_bounded
 
         def act(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             dist_inputs, values = forward(obs)
-            actions, logp = sample(dist_inputs, rng, explore)
+            actions, logp = sample(dist_inputs, rng, explore, bounded)
             return actions, logp, dist_inputs, values
 
         return act
 
     def compute_actions(self, obs: np.ndarray, explore: bool) -> ActionOutput:
         dist_inputs, values = self.forward(obs)
-        actions, logp = self.distribution.sample(dist_inputs, self.rng, explore)
+        actions, logp = self.distribution.sample(dist_inputs, self.rng, explore, self.logits_bounded)
         return ActionOutput(actions, logp, dist_inputs, values)
 
     def random_actions(self, num: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,17 +1,20 @@
 """EnvRunner: step a vector of environments with a torch policy, return SampleBatches.
 
 What RLlib's ``SingleAgentEnvRunner`` does for one process, with a fraction of the
-machinery. The hot loop writes into preallocated ``(steps, num_envs)`` column buffers
-(one numpy assignment per column per vector step) and does per-env Python work only for
-the sub-envs whose episode ended. At the end of a chunk of steps the valid rows are
-moved, env-major, into a store; ``sample()`` cuts its batch from that store and keeps
-the rest (the start of the next fragment) for the next call.
+machinery. The hot loop only acts, steps and writes what the env returned into preallocated
+``(steps, num_envs)`` column buffers (one numpy assignment per column per vector step;
+observations once, since a row's ``new_obs`` is the next row's ``obs``). Everything
+derived from those columns — which rows are transitions, episode ids, ``t``, episode
+returns and lengths — is computed for a whole chunk of steps at once by
+:meth:`EnvRunner._account`. ``sample()`` cuts its batch, env-major, from the valid rows
+and carries the rest (the start of the next fragment) to the next call.
 
 Autoreset (gymnasium 1.x): with NEXT_STEP envs the step after an episode's end returns
 the next episode's first observation and is not a transition, so its row is marked
 invalid and never reaches a batch; SAME_STEP envs return the true final observation in
-``info["final_obs"]``, which becomes that row's ``new_obs``. Either way no row pairs the
-last observation of one episode with the first of the next.
+``info["final_obs"]``, which becomes that row's ``new_obs`` (kept aside and patched in
+when the batch is cut). Either way no row pairs the last observation of one episode with
+the first of the next.
 
 >>> job = RolloutJob.from_dict({"metadata": {"name": "cp"}, "spec": {"env": {"id": "CartPole-v1", "numEnvs": 4}}})
 >>> runner = EnvRunner(job)
@@ -44,6 +47,8 @@ log = logging.getLogger(__name__)
 
 _VALID = "_valid"
 _TICK = "_tick"  # global vector-step counter: orders episode ends across sub-envs
+_OBS_BUF = "_obs_buf"  # capacity + 1 rows: row s is grid row s's obs, row s + 1 its new_obs
+_RAW_REWARDS = "_raw_rewards"  # unclipped rewards (episode returns), only when clipping
 _METRICS_WINDOW = 100
 
 
@@ -94,6 +99,8 @@ class EnvRunner:
         self._call_step = overrides(self.callbacks, "on_episode_step")
         self._call_start = overrides(self.callbacks, "on_episode_start")
         self._call_end = overrides(self.callbacks, "on_episode_end")
+        # Episode callbacks run right after the step they belong to: bookkeeping per step.
+        self._per_step = self._call_step or self._call_start or self._call_end
         self._clip = self._action_clipper()
 
         n = self.num_envs
@@ -104,6 +111,7 @@ class EnvRunner:
         self._grid_tick = 0
         self._grid_seq_no = 0
         self._obs: np.ndarray | None = None
+        self._final_obs: dict[int, np.ndarray] = {}  # SAME_STEP: grid row * num_envs + env -> new_obs
         self._pending_reset = np.zeros(n, np.bool_)  # NEXT_STEP: this step's row is the reset step
         self._eps_id = np.zeros(n, np.int64)
         self._t = np.zeros(n, np.int64)
@@ -149,8 +157,6 @@ class EnvRunner:
         act_shape = self.action_space.shape or ()
         dist = self.policy.distribution.num_inputs
         specs: dict[str, tuple[tuple[int, ...], Any]] = {
-            sb.OBS: (obs_shape, obs_dtype),
-            sb.NEW_OBS: (obs_shape, obs_dtype),
             sb.ACTIONS: (act_shape, self.action_space.dtype),
             sb.REWARDS: ((), np.float32),
             sb.TERMINATEDS: ((), np.bool_),
@@ -162,9 +168,13 @@ class EnvRunner:
             sb.VF_PREDS: ((), np.float32),
             _VALID: ((), np.bool_),
         }
+        if self.sampling.clip_rewards is not None:
+            specs[_RAW_REWARDS] = ((), np.float64)
         self._columns = {name: np.empty((steps, n, *shape), dtype) for name, (shape, dtype) in specs.items()}
+        self._columns[_OBS_BUF] = np.empty((steps + 1, n, *obs_shape), obs_dtype)
         for name, column in old.items():
-            self._columns[name][:filled] = column[:filled]
+            rows = filled + 1 if name == _OBS_BUF else filled
+            self._columns[name][:rows] = column[:rows]
         self._capacity = steps
 
     # -- episodes ---------------------------------------------------------------------
@@ -189,24 +199,6 @@ class EnvRunner:
         if self._call_start:
             for i in envs:
                 self.callbacks.on_episode_start(runner=self, env_index=int(i), eps_id=int(self._eps_id[i]))
-
-    def _episodes_ended(self, envs: np.ndarray, terminateds: np.ndarray, truncateds: np.ndarray) -> None:
-        """Record the episodes of ``envs`` as ended and start new ones (~3 end per step at 64 envs)."""
-        returns, lengths = self._ep_return[envs], self._t[envs]
-        self._period.returns.append(returns)
-        self._period.lengths.append(lengths)
-        if self._call_end:
-            for k, i in enumerate(envs):
-                self.callbacks.on_episode_end(
-                    runner=self,
-                    env_index=int(i),
-                    eps_id=int(self._eps_id[i]),
-                    episode_return=float(returns[k]),
-                    episode_length=int(lengths[k]),
-                    terminated=bool(terminateds[i]),
-                    truncated=bool(truncateds[i]),
-                )
-        self._start_episodes(envs)
 
     def _drop_episodes(self, env_indices: np.ndarray, upto: int) -> None:
         """Forget the ongoing episodes of these sub-envs: their rows never reach a batch."""
@@ -233,25 +225,27 @@ class EnvRunner:
         """Step all sub-envs ``steps`` times, writing grid rows ``start`` onwards.
 
         This loop is the sampler's hot path (tens of microseconds per vector step at 64
-        envs): one numpy assignment per column, per-env Python only where episodes end.
+        envs): act, step, one numpy assignment per column. Episode bookkeeping runs over
+        the whole chunk afterwards (:meth:`_account`); only an env failure, or episode
+        callbacks, make it run earlier.
         """
         self._ensure_capacity(start + steps)
         if self._obs is None:
             self._reset_envs()
         cols = self._columns
-        c_obs, c_new_obs, c_act = cols[sb.OBS], cols[sb.NEW_OBS], cols[sb.ACTIONS]
-        c_rew, c_term, c_trunc = cols[sb.REWARDS], cols[sb.TERMINATEDS], cols[sb.TRUNCATEDS]
-        c_eps, c_t, c_logp = cols[sb.EPS_ID], cols[sb.T], cols[sb.ACTION_LOGP]
-        c_dist, c_vf, c_valid = cols[sb.ACTION_DIST_INPUTS], cols[sb.VF_PREDS], cols[_VALID]
+        c_obs, c_act, c_rew = cols[_OBS_BUF], cols[sb.ACTIONS], cols[sb.REWARDS]
+        c_term, c_trunc, c_logp = cols[sb.TERMINATEDS], cols[sb.TRUNCATEDS], cols[sb.ACTION_LOGP]
+        c_dist, c_vf, c_raw = cols[sb.ACTION_DIST_INPUTS], cols[sb.VF_PREDS], cols.get(_RAW_REWARDS)
         clip_rewards = self.sampling.clip_rewards
-        same_step = self._same_step
+        same_step, per_step = self._same_step, self._per_step
         resilient = self.vectorization == "sync"
         obs_filter, clip, n = self.filter, self._clip, self.num_envs
         act = (lambda _obs: self.policy.random_actions(n)) if random_actions else self.policy.act(explore)
         env_step = self.env.step
-        pending, eps_id, t, ep_return = self._pending_reset, self._eps_id, self._t, self._ep_return
         obs = self._obs
         assert obs is not None  # _reset_envs set it
+        c_obs[start] = obs
+        accounted = start  # rows before this one have their episode bookkeeping done
         # Weights change only between sample() calls, so weights_seq_no (like env_id and
         # the tick) is not written per step but filled in when the batch is assembled.
         for s in range(start, start + steps):
@@ -261,74 +255,182 @@ class EnvRunner:
                     actions if clip is None else np.clip(actions, clip[0], clip[1])
                 )
             except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
+                self._account(accounted, s)
                 self._restart_vector_env(exc, s)
-                env_step, obs = self.env.step, self._obs
+                env_step, obs, accounted = self.env.step, self._obs, s + 1
                 assert obs is not None
                 continue
-            c_obs[s] = obs
             c_act[s] = actions
             c_logp[s] = logp
             c_dist[s] = dist_inputs
             c_vf[s] = values
-            c_eps[s] = eps_id
-            c_t[s] = t
             c_term[s] = terminateds
             c_trunc[s] = truncateds
-            if clip_rewards is None:
+            if c_raw is None:
                 c_rew[s] = rewards
             else:
-                np.clip(rewards, -clip_rewards, clip_rewards, out=c_rew[s])
+                c_raw[s] = rewards
+                np.clip(rewards, -clip_rewards, clip_rewards, out=c_rew[s])  # type: ignore[operator]
             if obs_filter is not None:
                 next_obs = obs_filter(next_obs)
-            c_new_obs[s] = next_obs
+            c_obs[s + 1] = next_obs
             obs = next_obs
-
-            valid = c_valid[s]
-            done = terminateds | truncateds
-            if pending.any():  # NEXT_STEP: rows of sub-envs that just reset are not transitions
-                np.logical_not(pending, out=valid)
-                ep_return += np.where(valid, rewards, 0.0)
-                t += valid
-                done &= valid
-                pending[:] = False
-            else:
-                valid[:] = True
-                ep_return += rewards
-                t += 1
-            failed = info.get(FAILED) if resilient else None
-            if failed is not None:
-                valid &= ~failed
-                done &= ~failed
-            if self._call_step:
-                self._step_callbacks(s, actions, rewards)
-            if done.any():
-                ended = done.nonzero()[0]
-                if same_step:
-                    final = info["final_obs"]
-                    for i in ended:
-                        c_new_obs[s, i] = self._filter(np.asarray(final[i])[None], update=False)[0]
-                else:
-                    pending[ended] = True
-                self._episodes_ended(ended, terminateds, truncateds)
-            if failed is not None:
-                self._env_restarts += int(failed.sum())
-                self._drop_episodes(failed.nonzero()[0], s)
+            if info:
+                if same_step and "_final_obs" in info:
+                    self._keep_final_obs(s, info)
+                failed = info.get(FAILED) if resilient else None
+                if failed is not None:
+                    self._account(accounted, s + 1, failed)
+                    accounted = s + 1
+                    self._env_restarts += int(failed.sum())
+                    self._drop_episodes(failed.nonzero()[0], s)
+            if per_step:
+                self._account(accounted, s + 1)
+                accounted = s + 1
+        self._account(accounted, start + steps)
         self._obs = obs
-        transitions = int(c_valid[start : start + steps].sum())
+
+    def _keep_final_obs(self, s: int, info: Mapping[str, Any]) -> None:
+        """SAME_STEP: the true final observations of the episodes that ended at row ``s``."""
+        ended = np.flatnonzero(info["_final_obs"])
+        if len(ended) == 0:
+            return
+        final = info["final_obs"]
+        stacked = np.stack([np.asarray(final[i]) for i in ended])
+        filtered = self._filter(stacked, update=False)
+        base = s * self.num_envs
+        for k, i in enumerate(ended):
+            self._final_obs[base + int(i)] = filtered[k]
+
+    def _new_obs(self, s: int, i: int) -> np.ndarray:
+        """Grid row ``s``'s ``new_obs`` of sub-env ``i``."""
+        final = self._final_obs.get(s * self.num_envs + i)
+        return self._columns[_OBS_BUF][s + 1, i] if final is None else final
+
+    def _account(self, a: int, b: int, failed: np.ndarray | None = None) -> None:
+        """Episode bookkeeping for grid rows ``[a, b)``, vectorized over the rows.
+
+        Writes the ``_valid``, ``eps_id`` and ``t`` columns and records the episodes that
+        ended (returns, lengths, callbacks), in the order they ended. NEXT_STEP: a row is
+        a transition unless its sub-env ended an episode in the row before (the reset
+        step). ``failed`` marks sub-envs whose last row is not a transition (their
+        episodes are dropped by the caller).
+        """
+        k = b - a
+        if k <= 0:
+            return
+        cols, n, same_step = self._columns, self.num_envs, self._same_step
+        term, trunc = cols[sb.TERMINATEDS][a:b], cols[sb.TRUNCATEDS][a:b]
+        valid = cols[_VALID][a:b]
+        raw = term | trunc
+        pending = self._pending_reset
+        if same_step:
+            valid[:] = True
+            done = raw
+        else:
+            np.logical_not(pending, out=valid[0])
+            np.logical_not(raw[:-1], out=valid[1:])
+            done = raw & valid
+            if k > 1 and (raw[:-1] & ~done[:-1]).any():
+                # An env reported an end on its reset step: not a transition; go row by row.
+                for r in range(1, k):
+                    np.logical_not(done[r - 1], out=valid[r])
+                    np.logical_and(raw[r], valid[r], out=done[r])
+        if failed is not None:
+            valid[-1] &= ~failed
+            done[-1] &= ~failed
+        transitions = int(np.count_nonzero(valid))
         self._lifetime_steps += transitions
         self._period.steps += transitions
 
-    def _step_callbacks(self, s: int, actions: np.ndarray, rewards: np.ndarray) -> None:
-        cols = self._columns
-        for i in np.flatnonzero(cols[_VALID][s]):
-            self.callbacks.on_episode_step(
-                runner=self,
-                env_index=int(i),
-                eps_id=int(cols[sb.EPS_ID][s, i]),
-                action=actions[i],
-                reward=float(rewards[i]),
-                new_obs=cols[sb.NEW_OBS][s, i],
-            )
+        # Per sub-env, episode q of this chunk (0: the one running at row a) starts after
+        # the q-th end. Tables indexed [env, q] give its eps_id, t offset and return offset.
+        before = np.cumsum(done, axis=0)
+        ends_per_env = before[-1].copy()
+        before -= done
+        rows, envs = np.nonzero(done)  # row-major: in the order the episodes ended
+        rank = before[rows, envs]
+        width = int(ends_per_env.max()) + 1
+        env_range = np.arange(n)
+        step_in_chunk = np.arange(k)[:, None]
+
+        new_ids = self._eps_base | np.arange(self._eps_counter + 1, self._eps_counter + 1 + len(rows))
+        self._eps_counter += len(rows)
+        ids = np.empty((n, width), np.int64)
+        ids[:, 0] = self._eps_id
+        ids[envs, rank + 1] = new_ids
+        cols[sb.EPS_ID][a:b] = ids[env_range, before]
+
+        # t = offset + row: the first transition of a new episode follows its reset step
+        # (NEXT_STEP) or the end row itself (SAME_STEP).
+        t0 = np.empty((n, width), np.int64)
+        t0[:, 0] = self._t if same_step else self._t - pending
+        t0[envs, rank + 1] = -(rows + (1 if same_step else 2))
+        cols[sb.T][a:b] = t0[env_range, before] + step_in_chunk
+
+        rewards = cols[sb.REWARDS if _RAW_REWARDS not in cols else _RAW_REWARDS][a:b]
+        running = np.cumsum(np.where(valid, rewards, 0.0), axis=0, dtype=np.float64)
+        r0 = np.empty((n, width), np.float64)
+        r0[:, 0] = -self._ep_return
+        at_end = running[rows, envs]
+        r0[envs, rank + 1] = at_end
+        returns = at_end - r0[envs, rank]
+        lengths = t0[envs, rank] + rows + 1
+
+        self._eps_id = ids[env_range, ends_per_env]
+        self._ep_return = running[-1] - r0[env_range, ends_per_env]
+        self._t = t0[env_range, ends_per_env] + k
+        if not same_step:
+            np.copyto(pending, done[-1])
+            self._t[pending] = 0
+        if failed is not None:
+            pending &= ~failed
+        if len(rows):
+            self._period.returns.append(returns)
+            self._period.lengths.append(lengths)
+        if self._per_step:
+            self._episode_callbacks(a, valid, rows, envs, new_ids, returns, lengths)
+
+    def _episode_callbacks(
+        self,
+        a: int,
+        valid: np.ndarray,
+        rows: np.ndarray,
+        envs: np.ndarray,
+        new_ids: np.ndarray,
+        returns: np.ndarray,
+        lengths: np.ndarray,
+    ) -> None:
+        """Steps, then episode ends and the episodes that follow them, row by row."""
+        cols, callbacks = self._columns, self.callbacks
+        e = 0
+        for r in range(len(valid)):
+            s = a + r
+            if self._call_step:
+                for i in np.flatnonzero(valid[r]):
+                    callbacks.on_episode_step(
+                        runner=self,
+                        env_index=int(i),
+                        eps_id=int(cols[sb.EPS_ID][s, i]),
+                        action=cols[sb.ACTIONS][s, i],
+                        reward=float(cols[sb.REWARDS][s, i]),
+                        new_obs=self._new_obs(s, int(i)),
+                    )
+            while e < len(rows) and rows[e] == r:
+                i = int(envs[e])
+                if self._call_end:
+                    callbacks.on_episode_end(
+                        runner=self,
+                        env_index=i,
+                        eps_id=int(cols[sb.EPS_ID][s, i]),
+                        episode_return=float(returns[e]),
+                        episode_length=int(lengths[e]),
+                        terminated=bool(cols[sb.TERMINATEDS][s, i]),
+                        truncated=bool(cols[sb.TRUNCATEDS][s, i]),
+                    )
+                if self._call_start:
+                    callbacks.on_episode_start(runner=self, env_index=i, eps_id=int(new_ids[e]))
+                e += 1
 
     def _restart_vector_env(self, exc: Exception, step: int) -> None:
         """The whole vector env raised (vector/async modes): rebuild it, drop ongoing episodes."""
@@ -345,6 +447,7 @@ class EnvRunner:
         self._drop_episodes(np.arange(self.num_envs), step)
         obs, _ = self.env.reset(seed=self._reset_seed())
         self._obs = self._filter(obs)
+        self._columns[_OBS_BUF][step + 1] = self._obs
         self._pending_reset[:] = False
 
     def _reset_seed(self) -> Any:
@@ -387,16 +490,33 @@ class EnvRunner:
             grid_part = sel.grid_src // n + self._grid_tick
         elif name == sb.WEIGHTS_SEQ_NO:
             grid_part = np.full(len(sel.grid_src), self._grid_seq_no, np.int64)
+        elif name in (sb.OBS, sb.NEW_OBS):
+            # One buffer holds both: new_obs of row s is obs of row s + 1, except the
+            # SAME_STEP final observations kept aside.
+            first = 0 if name == sb.OBS else 1
+            column = self._columns[_OBS_BUF][first : first + self._filled]
+            grid_part = np.take(column.reshape(-1, *column.shape[2:]), sel.grid_src, axis=0)
+            if name == sb.NEW_OBS and self._final_obs:
+                self._patch_final_obs(grid_part, sel.grid_src)
         else:
             column = self._columns[name][: self._filled]
-            grid_part = column.reshape(-1, *column.shape[2:])[sel.grid_src]
+            grid_part = np.take(column.reshape(-1, *column.shape[2:]), sel.grid_src, axis=0)
         if sel.carry_src is None:
             return grid_part
-        assert self._carry is not None
-        out = np.empty((sel.size, *grid_part.shape[1:]), grid_part.dtype)
-        out[sel.carry_pos] = self._carry[name][sel.carry_src]
-        out[sel.grid_pos] = grid_part
-        return out
+        assert self._carry is not None and sel.order is not None
+        carried = np.take(self._carry[name], sel.carry_src, axis=0)
+        return np.take(np.concatenate([carried, grid_part]), sel.order, axis=0)
+
+    def _patch_final_obs(self, new_obs: np.ndarray, grid_src: np.ndarray) -> None:
+        """Put the kept final observations into gathered ``new_obs`` rows (flat ``grid_src``)."""
+        keys = np.fromiter(self._final_obs, np.int64, len(self._final_obs))
+        where = np.full(self._filled * self.num_envs, -1, np.int64)
+        where[keys] = np.arange(len(keys))
+        hit = where[grid_src]
+        rows = np.flatnonzero(hit >= 0)
+        if len(rows):
+            finals = list(self._final_obs.values())
+            new_obs[rows] = np.stack([finals[j] for j in hit[rows]])
 
     def _ended(self, layout: _Layout) -> np.ndarray:
         return self._sorted_column(layout, sb.TERMINATEDS) | self._sorted_column(layout, sb.TRUNCATEDS)
@@ -420,6 +540,7 @@ class EnvRunner:
         columns = {name: self._gather_selected(chosen, name) for name in names if name != _TICK}
         self._carry = carry
         self._filled = 0
+        self._final_obs = {}
         columns[sb.AGENT_INDEX] = np.zeros(chosen.size, np.int32)
         return SampleBatch({name: columns[name] for name in sb.COLUMNS})
 
@@ -458,6 +579,7 @@ class EnvRunner:
         started = time.perf_counter()
         fragment = self.sampling.rollout_fragment_length
         self._filled = 0
+        self._final_obs = {}
         self._grid_tick = self._tick
         self._grid_seq_no = self.policy.weights_seq_no
 
@@ -583,23 +705,30 @@ class _Layout(NamedTuple):
 
 
 class _Selection(NamedTuple):
-    """Where selected rows come from: the carry and/or the grid (flat step * envs + env)."""
+    """Where selected rows come from: the carry and/or the grid (flat step * envs + env).
+
+    With carried rows, the output is ``take(carry rows ++ grid rows, order)``: numpy's
+    ``take`` moves small rows (a CartPole observation) ten times faster than fancy
+    indexing or scattering does.
+    """
 
     size: int
-    grid_pos: np.ndarray
     grid_src: np.ndarray
-    carry_pos: np.ndarray | None
     carry_src: np.ndarray | None
+    order: np.ndarray | None  # output position -> index into carry rows ++ grid rows
 
     @staticmethod
     def of(layout: _Layout, index: np.ndarray) -> _Selection:
         if layout.carried == 0:
-            return _Selection(len(index), np.arange(len(index)), layout.grid_flat[index], None, None)
+            return _Selection(len(index), layout.grid_flat[index], None, None)
         from_carry = index < layout.carried
         carry_pos = np.flatnonzero(from_carry)
         grid_pos = np.flatnonzero(~from_carry)
         grid_src = layout.grid_flat[index[grid_pos] - layout.carried]
-        return _Selection(len(index), grid_pos, grid_src, carry_pos, index[carry_pos])
+        order = np.empty(len(index), np.intp)
+        order[carry_pos] = np.arange(len(carry_pos))
+        order[grid_pos] = np.arange(len(carry_pos), len(index))
+        return _Selection(len(index), grid_src, index[carry_pos], order)
 
 
 class _Period:
