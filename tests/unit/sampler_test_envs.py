@@ -7,6 +7,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 
 class CounterEnv(gym.Env[np.ndarray, np.int64]):
@@ -97,3 +99,50 @@ def make_clip_probe(ctx: dict[str, Any]) -> ClipProbe:
 
 def not_an_env(ctx: dict[str, Any]) -> str:
     return "nope"
+
+
+class CounterVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
+    """``num_envs`` counters with NEXT_STEP autoreset, like gymnasium's own vector envs.
+
+    obs = [episode, step] per sub-env, reward = step, terminated after ``length`` steps. The
+    step after an end resets that sub-env (reward 0, not a transition). ``end_on_reset``
+    makes the reset step also report ``terminated``, as a careless vector env might.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, length: int = 5, end_on_reset: bool = False) -> None:
+        self.num_envs, self.length, self.end_on_reset = num_envs, length, end_on_reset
+        self.single_observation_space = spaces.Box(0, 1e6, (2,), np.float32)
+        self.single_action_space = spaces.Discrete(2)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.episode = np.zeros(num_envs, np.int64)
+        self.steps = np.zeros(num_envs, np.int64)
+        self.prev_done = np.zeros(num_envs, np.bool_)
+
+    def _obs(self) -> np.ndarray:
+        return np.stack([self.episode, self.steps], axis=1).astype(np.float32)
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        self.episode[:] = 0
+        self.steps[:] = 0
+        self.prev_done[:] = False
+        return self._obs(), {}
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        resetting = self.prev_done.copy()
+        self.steps += 1
+        self.episode[resetting] += 1
+        self.steps[resetting] = 0
+        rewards = np.where(resetting, 0.0, self.steps.astype(np.float64))
+        terminated = self.steps >= self.length
+        self.prev_done = terminated & ~resetting
+        if self.end_on_reset:
+            terminated |= resetting
+        return self._obs(), rewards, terminated, np.zeros(self.num_envs, np.bool_), {}
+
+
+gym.register("RolloutFleetCounterVec-v0", vector_entry_point=CounterVectorEnv)

@@ -51,3 +51,21 @@ def test_diag_gaussian_logp_and_moments() -> None:
     normal = torch.distributions.Normal(torch.from_numpy(mean), torch.from_numpy(np.exp(log_std)))
     np.testing.assert_allclose(logp[:100], normal.log_prob(torch.from_numpy(actions[:100])).sum(-1).numpy(), rtol=1e-4)
     np.testing.assert_allclose(dist.logp(inputs[:100], actions[:100]), logp[:100], rtol=1e-4)
+
+
+def test_categorical_without_the_max_shift_samples_the_same_distribution() -> None:
+    # Logits known to be small (a tanh head) skip the max-shift: same draws, same logp.
+    logits = np.random.default_rng(3).uniform(-5, 5, (1000, 6)).astype(np.float32)
+    shifted = Categorical(6).sample(logits, np.random.default_rng(4), explore=True)
+    bounded = Categorical(6).sample(logits, np.random.default_rng(4), explore=True, bounded=True)
+    np.testing.assert_array_equal(bounded[0], shifted[0])
+    reference = torch.distributions.Categorical(logits=torch.from_numpy(logits)).log_prob(torch.from_numpy(bounded[0]))
+    np.testing.assert_allclose(bounded[1], reference.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_categorical_with_extreme_logits_never_picks_a_zero_probability_action() -> None:
+    logits = np.tile(np.array([[0.0, -500.0, 400.0]], np.float32), (10_000, 1))
+    with np.errstate(all="raise"):  # no overflow, no division by zero
+        actions, logp = Categorical(3).sample(logits, np.random.default_rng(0), explore=True)
+    assert (actions == 2).all()
+    np.testing.assert_allclose(logp, 0.0, atol=1e-6)

@@ -56,3 +56,17 @@ def test_matches_the_torch_forward(
 def test_images_are_not_mirrored() -> None:
     space = spaces.Box(0, 255, (36, 36, 3), np.uint8)
     assert not supports(DefaultModel(space, spaces.Discrete(2), distribution_for(spaces.Discrete(2))))
+
+
+def test_logits_bound_is_proven_only_for_tanh_heads_with_small_weights() -> None:
+    space, actions = spaces.Box(-1, 1, (4,)), spaces.Discrete(2)
+    tanh = DefaultModel(space, actions, distribution_for(actions), hidden=[64, 64], activation="tanh")
+    relu = DefaultModel(space, actions, distribution_for(actions), hidden=[64, 64], activation="relu")
+    assert NumpyMLP(tanh).bounded  # fresh policy heads are initialised small
+    assert not NumpyMLP(relu).bounded  # relu features are unbounded
+    with torch.no_grad():
+        tanh.pi.weight.fill_(1.0)  # |logit| can now reach 64 + |bias|
+    mirror = NumpyMLP(tanh)
+    assert not mirror.bounded
+    worst = mirror(np.full((1, 4), 1.0, np.float32))[0]  # the bound itself still holds
+    assert np.abs(worst).max() <= 64 + 1e-3

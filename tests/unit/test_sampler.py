@@ -111,6 +111,40 @@ def test_counter_env_every_transition_is_what_the_env_saw() -> None:
         assert env.seen_actions[: rows.sum()] == batch["actions"][rows].tolist()
 
 
+def counter_facts(batch: SampleBatch, length: int) -> None:
+    """What every row of a counter env's batch must satisfy (obs = [episode, step])."""
+    obs, new_obs = batch["obs"], batch["new_obs"]
+    np.testing.assert_array_equal(new_obs[:, 0], obs[:, 0])  # never the next episode's observation
+    np.testing.assert_array_equal(new_obs[:, 1], obs[:, 1] + 1)  # one step of the counter
+    np.testing.assert_array_equal(batch["t"], obs[:, 1])
+    np.testing.assert_array_equal(batch["terminateds"], new_obs[:, 1] == length)
+    for chunk in batch.split_by_episode():
+        assert len(set(chunk["obs"][:, 0].tolist())) == 1  # one eps_id is one episode of one env
+
+
+@pytest.mark.parametrize("end_on_reset", [False, True])
+def test_next_step_vector_env_episodes_span_sample_calls(end_on_reset: bool) -> None:
+    length = 7  # episodes span several 3-step fragments, and their reset steps fall anywhere
+    runner = EnvRunner(
+        job({"id": "RolloutFleetCounterVec-v0", "numEnvs": 3, "config": {"length": length, "end_on_reset": end_on_reset}},
+            {"rolloutFragmentLength": 3, "clipRewards": 2.5})
+    )  # fmt: skip
+    batches = [runner.sample() for _ in range(12)]
+    for batch in batches:
+        assert len(batch) == 9
+        counter_facts(batch, length)
+        np.testing.assert_array_equal(batch["rewards"], np.minimum(batch["new_obs"][:, 1], 2.5))
+    every = SampleBatch.concat(batches)
+    for env in range(3):  # each env's rows: episode after episode, step after step, nothing skipped
+        rows = every.rows(every["env_id"] == env)
+        np.testing.assert_array_equal(rows["obs"], np.stack([np.arange(36) // length, np.arange(36) % length], 1))
+    metrics = runner.get_metrics()
+    assert metrics["num_episodes"] >= 3 * (36 // length)
+    assert metrics["episode_len_mean"] == length
+    assert metrics["episode_return_mean"] == length * (length + 1) / 2  # the env's rewards, not the clipped ones
+    assert metrics["num_env_steps_sampled"] >= len(every)
+
+
 def test_complete_episodes_and_num_episodes() -> None:
     runner = EnvRunner(
         job({"entryPoint": "sampler_test_envs:make_counter", "numEnvs": 3, "config": {"length": 6}},
@@ -122,9 +156,13 @@ def test_complete_episodes_and_num_episodes() -> None:
         assert chunk["t"][0] == 0
         assert chunk["terminateds"][-1]
         assert len(chunk) == 6
-    episodes = runner.sample(num_episodes=5).split_by_episode()
-    assert len(episodes) == 5
-    assert all(len(e) == 6 and e["t"][0] == 0 for e in episodes)
+    counter_facts(batch, 6)
+    for _ in range(3):  # episodes that ended but were not taken wait for the next call
+        batch = runner.sample(num_episodes=5)
+        counter_facts(batch, 6)
+        episodes = batch.split_by_episode()
+        assert len(episodes) == 5
+        assert all(len(e) == 6 and e["t"][0] == 0 for e in episodes)
 
 
 def test_num_timesteps_rounds_up_to_whole_vector_steps() -> None:

@@ -12,6 +12,7 @@ The layout of ``action_dist_inputs`` matches RLlib's:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -21,6 +22,13 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 LOGIT_BOUND = 30.0
 """Logits within +-this need no max-shift before ``exp`` (float32: no overflow, no zero,
 and ``logp`` keeps about 1e-6 absolute precision)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _row_numbers(n: int) -> np.ndarray:
+    rows = np.arange(n)
+    rows.flags.writeable = False
+    return rows
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -58,10 +66,10 @@ class Categorical:
             # Exponential race: with E_i ~ Exp(1) independent, argmin_i E_i / w_i is i with
             # probability w_i / sum(w). Three numpy calls, no normalisation, no cumsum.
             noise = rng.standard_exponential(weights.shape, dtype=np.float32)
-            actions = np.argmin(noise / weights, axis=-1)
+            actions = np.divide(noise, weights, out=noise).argmin(axis=1)
         else:
-            actions = np.argmax(logits, axis=-1)
-        logp = logits[np.arange(len(inputs)), actions]
+            actions = logits.argmax(axis=1)
+        logp = logits[_row_numbers(len(inputs)), actions]
         logp -= np.log(total)
         if self.start:
             actions += self.start

@@ -33,90 +33,101 @@ def _linears(trunk: nn.Module) -> list[nn.Linear]:
     return [m for m in trunk.modules() if isinstance(m, nn.Linear)]
 
 
+def _augmented(layer: nn.Linear) -> np.ndarray:
+    """``[W | b]`` as float32 (out, in + 1): ``_augmented(l) @ [x; 1] == l(x)`` for column vectors."""
+    weight = layer.weight.detach().cpu().numpy()
+    bias = layer.bias.detach().cpu().numpy()
+    return np.ascontiguousarray(np.concatenate([weight, bias[:, None]], axis=1), np.float32)
+
+
 class NumpyMLP:
-    """Forward pass of a :class:`DefaultModel` MLP: ``(action_dist_inputs, vf_preds)``."""
+    """Forward pass of a :class:`DefaultModel` MLP: ``(action_dist_inputs, vf_preds)``.
+
+    It runs on transposed activations, one column per observation, each followed by a
+    row of ones: a layer is then a single matmul of ``[W | b]`` into a contiguous
+    block (no separate bias add), and the activation runs in place on that block.
+    Buffers are kept per batch size.
+    """
 
     def __init__(self, model: DefaultModel) -> None:
         self.model = model
+        self._buffers: dict[int, tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]] = {}
         self.refresh()
 
     def refresh(self) -> None:
         """Copy the torch parameters (call after any weight change)."""
         model = self.model
-
-        def arrays(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
-            # Stored transposed and contiguous: x @ W is one BLAS call without copies.
-            weight = layer.weight.detach().cpu().numpy().T.copy()
-            return weight, layer.bias.detach().cpu().numpy().copy()
-
         actor = _linears(model.actor_trunk)
         critic = [] if model.critic_trunk is None else _linears(model.critic_trunk)
         self.shared = not critic
-        if self.shared:
-            self.first = arrays(actor[0])
-            self.split = self.first[0].shape[1]
-        else:
-            (wa, ba), (wc, bc) = arrays(actor[0]), arrays(critic[0])
-            # Both trunks read the same input: one matmul for both first layers.
-            self.first = (np.concatenate([wa, wc], axis=1), np.concatenate([ba, bc]))
-            self.split = wa.shape[1]
-        self.actor = [arrays(layer) for layer in actor[1:]]
-        self.critic = [arrays(layer) for layer in critic[1:]]
-        self.pi = arrays(model.pi)
-        self.vf = arrays(model.vf)
-        self.num_outputs = self.pi[0].shape[1]
+        self.actor = [_augmented(layer) for layer in actor]
+        self.critic = [_augmented(layer) for layer in critic]
+        self.num_outputs = model.pi.out_features
         if self.shared:
             # Policy and value heads read the same features: one matmul for both.
-            self.head = (np.concatenate([self.pi[0], self.vf[0]], axis=1), np.concatenate([self.pi[1], self.vf[1]]))
+            self.head = np.concatenate([_augmented(model.pi), _augmented(model.vf)])
+        else:
+            self.pi, self.vf = _augmented(model.pi), _augmented(model.vf)
         self.relu = any(isinstance(m, nn.ReLU) for m in model.actor_trunk.modules())
-        # tanh features lie in [-1, 1], so |logit_o| <= sum_j |W_jo| + |b_o|.
-        has_hidden = bool(actor)
-        bound = np.abs(self.pi[0]).sum(axis=0) + np.abs(self.pi[1])
-        self.bounded = has_hidden and not self.relu and float(bound.max(initial=0.0)) <= LOGIT_BOUND
         encoder = model.encoder
         self.discrete = encoder.kind == "discrete"
         self.start = getattr(encoder, "start", 0)
         self.scale = getattr(encoder, "scale", None)
+        if self.discrete:
+            # one_hot(obs) @ W.T + b is a column of (W + b): the first layer is a lookup.
+            self.tables = [np.ascontiguousarray(first[:, :-1] + first[:, -1:]) for first in self._firsts()]
         self.log_std = None if model.log_std is None else model.log_std.detach().cpu().numpy().copy()
+        # tanh features lie in [-1, 1], so |logit_o| <= sum_j |W_oj| + |b_o|.
+        pi = self.head[: self.num_outputs] if self.shared else self.pi
+        bound = float(np.abs(pi).sum(axis=1).max(initial=0.0))
+        self.bounded = not self.relu and bound <= LOGIT_BOUND
+        self._buffers.clear()
 
-    def _activate(self, x: np.ndarray) -> np.ndarray:
-        if self.relu:
-            return np.maximum(x, 0, out=x)
-        return np.tanh(x, out=x)
+    def _firsts(self) -> list[np.ndarray]:
+        return [self.actor[0]] if self.shared else [self.actor[0], self.critic[0]]
+
+    def _buffers_for(self, n: int) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+        buffers = self._buffers.get(n)
+        if buffers is None:
+            inputs = np.ones((self.actor[0].shape[1], n), np.float32)
+            actor = [np.ones((w.shape[0] + 1, n), np.float32) for w in self.actor]
+            critic = [np.ones((w.shape[0] + 1, n), np.float32) for w in self.critic]
+            buffers = self._buffers[n] = (inputs, actor, critic)
+        return buffers
+
+    def _trunk(
+        self, obs: np.ndarray, x: np.ndarray, layers: list[np.ndarray], outs: list[np.ndarray], which: int
+    ) -> np.ndarray:
+        for depth, (weight, out) in enumerate(zip(layers, outs, strict=True)):
+            block = out[:-1]
+            if depth == 0 and self.discrete:
+                np.take(self.tables[which], obs.astype(np.intp).reshape(-1) - self.start, axis=1, out=block)
+            else:
+                np.matmul(weight, x, out=block)
+            if self.relu:
+                np.maximum(block, 0, out=block)
+            else:
+                np.tanh(block, out=block)
+            x = out
+        return x
 
     def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        weight, bias = self.first
-        if self.discrete:
-            # one_hot(obs) @ W is a row lookup.
-            h = weight[obs.astype(np.int64).reshape(-1) - self.start] + bias
-        else:
-            x = obs.reshape(len(obs), -1)
-            if x.dtype != np.float32:
-                x = x.astype(np.float32)
+        n = len(obs)
+        inputs, actor_bufs, critic_bufs = self._buffers_for(n)
+        if not self.discrete:
+            flat = obs.reshape(n, -1).T
             if self.scale is not None:
-                x = x * np.float32(self.scale)
-            h = x @ weight
-            h += bias
-        h = self._activate(h)
-        a = h if self.shared else h[:, : self.split]
-        for w, b in self.actor:
-            a = a @ w
-            a += b
-            a = self._activate(a)
+                np.multiply(flat, np.float32(self.scale), out=inputs[:-1], casting="unsafe")
+            else:
+                inputs[:-1] = flat
+        features = self._trunk(obs, inputs, self.actor, actor_bufs, 0)
+        k = self.num_outputs
         if self.shared:
-            both = a @ self.head[0]
-            both += self.head[1]
-            out, values = both[:, : self.num_outputs], both[:, self.num_outputs]
+            both = self.head @ features  # (outputs + 1, n): fresh, so the views below stay valid
+            out, values = both[:k].T, both[k]
         else:
-            c = h[:, self.split :]
-            for w, b in self.critic:
-                c = c @ w
-                c += b
-                c = self._activate(c)
-            out = a @ self.pi[0]
-            out += self.pi[1]
-            values = (c @ self.vf[0])[:, 0]
-            values += self.vf[1]
+            out = (self.pi @ features).T
+            values = (self.vf @ self._trunk(obs, inputs, self.critic, critic_bufs, 1))[0]
         if self.log_std is not None:
             out = np.concatenate([out, np.broadcast_to(self.log_std, out.shape)], axis=1)
         return out, values
