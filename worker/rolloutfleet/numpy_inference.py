@@ -12,6 +12,8 @@ the mirror against the torch forward pass.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from torch import nn
 
@@ -46,12 +48,12 @@ class NumpyMLP:
     It runs on transposed activations, one column per observation, each followed by a
     row of ones: a layer is then a single matmul of ``[W | b]`` into a contiguous
     block (no separate bias add), and the activation runs in place on that block.
-    Buffers are kept per batch size.
+    Buffers (and views of them) are kept per batch size.
     """
 
     def __init__(self, model: DefaultModel) -> None:
         self.model = model
-        self._buffers: dict[int, tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]] = {}
+        self._plans: dict[int, _Plan] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -81,53 +83,65 @@ class NumpyMLP:
         pi = self.head[: self.num_outputs] if self.shared else self.pi
         bound = float(np.abs(pi).sum(axis=1).max(initial=0.0))
         self.bounded = not self.relu and bound <= LOGIT_BOUND
-        self._buffers.clear()
+        self._plans.clear()
 
     def _firsts(self) -> list[np.ndarray]:
         return [self.actor[0]] if self.shared else [self.actor[0], self.critic[0]]
 
-    def _buffers_for(self, n: int) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-        buffers = self._buffers.get(n)
-        if buffers is None:
+    def _plan_for(self, n: int) -> _Plan:
+        plan = self._plans.get(n)
+        if plan is None:
             inputs = np.ones((self.actor[0].shape[1], n), np.float32)
-            actor = [np.ones((w.shape[0] + 1, n), np.float32) for w in self.actor]
-            critic = [np.ones((w.shape[0] + 1, n), np.float32) for w in self.critic]
-            buffers = self._buffers[n] = (inputs, actor, critic)
-        return buffers
+
+            def layers(weights: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                outs = [np.ones((w.shape[0] + 1, n), np.float32) for w in weights]
+                return [(w, out, out[:-1]) for w, out in zip(weights, outs, strict=True)]
+
+            plan = self._plans[n] = _Plan(inputs, inputs[:-1], layers(self.actor), layers(self.critic))
+        return plan
 
     def _trunk(
-        self, obs: np.ndarray, x: np.ndarray, layers: list[np.ndarray], outs: list[np.ndarray], which: int
+        self, obs: np.ndarray, x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray, np.ndarray]], which: int
     ) -> np.ndarray:
-        for depth, (weight, out) in enumerate(zip(layers, outs, strict=True)):
-            block = out[:-1]
+        tanh = not self.relu
+        for depth, (weight, out, block) in enumerate(layers):
             if depth == 0 and self.discrete:
                 np.take(self.tables[which], obs.astype(np.intp).reshape(-1) - self.start, axis=1, out=block)
             else:
                 np.matmul(weight, x, out=block)
-            if self.relu:
-                np.maximum(block, 0, out=block)
-            else:
+            if tanh:
                 np.tanh(block, out=block)
+            else:
+                np.maximum(block, 0, out=block)
             x = out
         return x
 
     def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(obs)
-        inputs, actor_bufs, critic_bufs = self._buffers_for(n)
+        plan = self._plans.get(n) or self._plan_for(n)
         if not self.discrete:
             flat = obs.reshape(n, -1).T
             if self.scale is not None:
-                np.multiply(flat, np.float32(self.scale), out=inputs[:-1], casting="unsafe")
+                np.multiply(flat, np.float32(self.scale), out=plan.input_block, casting="unsafe")
             else:
-                inputs[:-1] = flat
-        features = self._trunk(obs, inputs, self.actor, actor_bufs, 0)
+                plan.input_block[...] = flat
+        features = self._trunk(obs, plan.inputs, plan.actor, 0)
         k = self.num_outputs
         if self.shared:
             both = self.head @ features  # (outputs + 1, n): fresh, so the views below stay valid
             out, values = both[:k].T, both[k]
         else:
             out = (self.pi @ features).T
-            values = (self.vf @ self._trunk(obs, inputs, self.critic, critic_bufs, 1))[0]
+            values = (self.vf @ self._trunk(obs, plan.inputs, plan.critic, 1))[0]
         if self.log_std is not None:
             out = np.concatenate([out, np.broadcast_to(self.log_std, out.shape)], axis=1)
         return out, values
+
+
+class _Plan(NamedTuple):
+    """Buffers for one batch size: the input block and, per layer, ``(W|b, output, output block)``."""
+
+    inputs: np.ndarray
+    input_block: np.ndarray
+    actor: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    critic: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
