@@ -6,7 +6,7 @@
 #
 # PROFILE:
 #   dev          everything in requirements.lock (tests, linters) + the packages, editable
-#   worker-cpu   the worker package with its runtime extras; torch from PyTorch's CPU index
+#   worker-cpu   the worker package with its runtime extras (worker, multiagent); torch from PyTorch's CPU index
 #                (the PyPI wheel is the CUDA build: ~3 GB that a CPU pod never uses)
 #   worker-cuda  the same with PyPI's torch, which bundles the CUDA runtime (the node
 #                needs only the NVIDIA driver and device plugin)
@@ -34,10 +34,10 @@ case "$profile" in
   worker-cpu)
     torch_pin="$(grep -E '^torch==' "$lock")" || { echo "no torch pin in $lock" >&2; exit 1; }
     "${pip[@]}" -c "$lock" --index-url "$torch_cpu_index" "$torch_pin"
-    "${pip[@]}" -c "$lock" "$root/worker[worker]"
+    "${pip[@]}" -c "$lock" "$root/worker[worker,multiagent]"
     ;;
   worker-cuda)
-    "${pip[@]}" -c "$lock" "$root/worker[worker]"
+    "${pip[@]}" -c "$lock" "$root/worker[worker,multiagent]"
     ;;
   operator)
     "${pip[@]}" -c "$lock" "$root/worker" "$root/operator"

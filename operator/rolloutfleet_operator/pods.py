@@ -191,6 +191,8 @@ class PodView:
     exit_code: int | None = None
     reason: str = ""
     message: str = ""
+    waiting_reason: str = ""  # why a live pod does not run yet: Unschedulable, ImagePullBackOff, ...
+    waiting_message: str = ""
 
     @property
     def terminated(self) -> bool:
@@ -210,8 +212,15 @@ class PodView:
         started = finished = None
         exit_code = None
         reason, message = status.get("reason") or "", status.get("message") or ""
+        waiting_reason = waiting_message = ""
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                waiting_reason, waiting_message = cond.get("reason") or "Unschedulable", cond.get("message") or ""
         for container in status.get("containerStatuses") or []:
             state = container.get("state") or {}
+            waiting = state.get("waiting") or {}
+            if waiting.get("reason") and waiting["reason"] not in _STARTING:
+                waiting_reason, waiting_message = waiting["reason"], waiting.get("message") or ""
             if "running" in state:
                 started = (state["running"] or {}).get("startedAt")
             if "terminated" in state:
@@ -233,7 +242,13 @@ class PodView:
             exit_code=exit_code,
             reason=reason,
             message=_one_line(message),
+            waiting_reason=waiting_reason,
+            waiting_message=_one_line(waiting_message),
         )
+
+
+_STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+"""Container waiting reasons that only mean "on its way"."""
 
 
 def _one_line(message: str, limit: int = 300) -> str:

@@ -93,6 +93,9 @@ def build_status(
             last = the_plan.records[backing_off[0]]
             message += f"; worker(s) {_list(backing_off)} restarting after: {last.last_error}"
 
+    if phase in ("Pending", "Degraded"):
+        reason, message = _waiting(live, reason, message, phase)
+
     old_conditions = (previous or {}).get("conditions") or []
     degraded = bool(backing_off or down) or (phase == "Degraded")
     failure_message = message if phase == "Failed" else "no failure"
@@ -142,6 +145,22 @@ def invalid_spec_status(
             condition("Failed", True, "InvalidSpec", error, generation, now, old),
         ],
     }
+
+
+def _waiting(live: list[PodView], reason: str, message: str, phase: str) -> tuple[str, str]:
+    """Say why workers wait (no node fits, the image does not pull, a Secret is missing):
+    by reason, most common first. A Pending job takes the most common reason as its own."""
+    by_reason: dict[str, list[PodView]] = {}
+    for pod in live:
+        if not pod.ready and pod.waiting_reason:
+            by_reason.setdefault(pod.waiting_reason, []).append(pod)
+    if not by_reason:
+        return reason, message
+    groups = sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))
+    for why, pods in groups[:2]:
+        detail = f"{why}: {pods[0].waiting_message}" if pods[0].waiting_message else why
+        message += f"; worker(s) {_list(sorted(p.index for p in pods))} waiting: {detail}"
+    return (groups[0][0] if phase == "Pending" else reason), message
 
 
 def _list(indexes: list[int], limit: int = 5) -> str:

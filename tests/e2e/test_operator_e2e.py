@@ -48,6 +48,9 @@ def test_a_job_asking_for_more_gpus_than_the_node_has_waits_without_spending_res
     time.sleep(6)  # more than one operator timer period (5 s): a Pending pod is not a failure
     status = jobs.status("greedy")
     assert status.get("restarts", 0) == 0 and status.get("phase") == "Pending", status
+    # The job says why, in the scheduler's words.
+    assert status.get("reason") == "Unschedulable", status
+    assert "worker(s) 0 waiting: Unschedulable:" in status["message"] and "nvidia.com/gpu" in status["message"], status
     assert not status.get("readyReplicas")
     assert list(jobs.pods("greedy")) == ["greedy-worker-0"]  # no duplicate, no churn
 

@@ -51,8 +51,13 @@ def test_streams_lists_every_job(
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps cells to the terminal width
     BatchPublisher(redis_url, "cartpole", "team").publish({"obs": np.zeros(2)})
     BatchPublisher(redis_url, "pong", "default").publish({"obs": np.zeros(2)})
+    for policy in ("red", "blue"):  # a multi-agent job: one stream per policy
+        BatchPublisher(redis_url, "tag", "default", policy=policy).publish({"obs": np.zeros(2)})
     run("consume", "--redis", redis_url, "--job", "pong", "--count", "1", "--output", "/dev/null", "--timeout", "5")
+    run("consume", "--redis", redis_url, "--job", "tag", "--policy", "red", "--count", "1", "--output", "/dev/null",
+        "--group", "red-learner", "--timeout", "5")  # fmt: skip
     capsys.readouterr()
     assert run("streams", "--redis", redis_url) == 0
     out = capsys.readouterr().out
     assert "team/cartpole" in out and "default/pong" in out and "learner" in out
+    assert "default/tag (blue)" in out and "default/tag (red)" in out and "red-learner" in out

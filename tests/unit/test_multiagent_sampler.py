@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rolloutfleet import RolloutJob, SpecError
+from rolloutfleet import Callbacks, RolloutJob, SpecError
 from rolloutfleet.batch import SampleBatch
 from rolloutfleet.examples.team_tag import MOVES
 from rolloutfleet.multiagent_sampler import MultiAgentEnvRunner, build_policy_models
@@ -93,6 +93,46 @@ def test_truncate_counts_env_steps_and_keeps_open_rows_for_the_next_batch() -> N
     a0 = SampleBatch.concat([first["even"], second["even"]])
     env0 = a0.rows(a0["env_id"] == 0)
     assert env0["t"].tolist()[:8] == list(range(8))
+
+
+class StepRecorder(Callbacks):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, int]] = []  # (kind, env_index, eps_id)
+        self.rewards: dict[int, float] = {}
+        self.returns: dict[int, float] = {}
+
+    def on_episode_start(self, *, env_index: int, eps_id: int, **kwargs: Any) -> None:
+        self.events.append(("start", env_index, eps_id))
+
+    def on_episode_step(
+        self, *, env_index: int, eps_id: int, action: Any, reward: Any, new_obs: Any, **kw: Any
+    ) -> None:
+        self.events.append(("step", env_index, eps_id))
+        assert set(action) == set(reward) == set(new_obs) == {"a0", "a1"}
+        for agent, obs in new_obs.items():  # the env's rule: position += action - 1, reward = action
+            assert reward[agent] == action[agent]
+            assert obs[1] == int(agent[1:])
+        self.rewards[eps_id] = self.rewards.get(eps_id, 0.0) + sum(reward.values())
+
+    def on_episode_end(self, *, env_index: int, eps_id: int, episode_return: float, **kwargs: Any) -> None:
+        self.events.append(("end", env_index, eps_id))
+        self.returns[eps_id] = episode_return
+
+
+def test_multi_agent_callbacks_see_every_step_in_order() -> None:
+    recorder = StepRecorder()
+    runner = MultiAgentEnvRunner(job(sampling={"rolloutFragmentLength": 10}), callbacks=recorder)
+    batch = runner.sample()
+    assert batch.env_steps() == 20
+    for env in (0, 1):
+        kinds = [(kind, eps) for kind, j, eps in recorder.events if j == env]
+        # start, 8 steps, end, start, 2 steps (WalkEnv episodes last 8 env steps)
+        first, second = kinds[0][1], kinds[10][1]
+        assert (
+            kinds
+            == [("start", first), *[("step", first)] * 8, ("end", first), ("start", second)] + [("step", second)] * 2
+        )
+    assert recorder.returns and all(recorder.returns[e] == recorder.rewards[e] for e in recorder.returns)
 
 
 def test_agent_steps_counting() -> None:

@@ -27,16 +27,27 @@ if TYPE_CHECKING:
 
 
 class Callbacks:
-    """Multi-agent runners call ``on_episode_start``, ``on_episode_end`` (return: summed over
-    agents; length: env steps) and ``on_sample_end`` (with a MultiAgentBatch)."""
+    """Multi-agent runners call the same hooks: ``on_episode_step`` once per env step with
+    dicts keyed by agent (the actions taken, the env's unclipped rewards and the new
+    observations), ``on_episode_end`` with the return summed over agents and the length in
+    env steps, ``on_sample_end`` with a MultiAgentBatch."""
 
     def on_episode_start(self, *, runner: EnvRunner | MultiAgentEnvRunner, env_index: int, eps_id: int) -> None:
         """A new episode began in sub-env ``env_index`` (after reset)."""
 
     def on_episode_step(
-        self, *, runner: EnvRunner, env_index: int, eps_id: int, action: Any, reward: float, new_obs: Any
+        self,
+        *,
+        runner: EnvRunner | MultiAgentEnvRunner,
+        env_index: int,
+        eps_id: int,
+        action: Any,
+        reward: Any,
+        new_obs: Any,
     ) -> None:
-        """One transition of an ongoing episode (called only when overridden)."""
+        """One transition of an ongoing episode (called only when overridden, after the step
+        and before that step's ``on_episode_end``). Single-agent: the action, the reward as
+        stored in the batch (clipped when ``clipRewards`` is set) and ``new_obs``."""
 
     def on_episode_end(
         self,

@@ -204,6 +204,7 @@ class MultiAgentEnvRunner:
         self.count_steps_by = self.multi_agent.count_steps_by
         self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
         self._call_start = overrides(self.callbacks, "on_episode_start")
+        self._call_step = overrides(self.callbacks, "on_episode_step")
         self._call_end = overrides(self.callbacks, "on_episode_end")
 
         self._eps_base = episode_id_base(worker_index)
@@ -461,14 +462,25 @@ class MultiAgentEnvRunner:
             except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
                 self._drop_episode(j, exc)
                 continue
-            self._record(j, sub, result, clip_rewards)
+            self._record(j, sub, result, clip_rewards, actions[j])
         n = len(subenvs)
         self._env_steps_uncut += n
         self._period.env_steps += n
         self._period.agent_steps += sum(len(group[0]) for group in groups.values())
 
-    def _record(self, env_index: int, sub: _SubEnv, result: MultiAgentStep, clip_rewards: float | None) -> None:
+    def _record(
+        self,
+        env_index: int,
+        sub: _SubEnv,
+        result: MultiAgentStep,
+        clip_rewards: float | None,
+        actions: Mapping[Any, Any],
+    ) -> None:
         obs, rewards, terminateds, truncateds, ended_term, ended_trunc = result
+        if self._call_step:
+            self.callbacks.on_episode_step(
+                runner=self, env_index=env_index, eps_id=sub.eps_id, action=actions, reward=rewards, new_obs=obs
+            )
         sub.length += 1
         open_rows, policy_rows, returns = sub.open, self._rows, sub.returns
         for agent, reward in rewards.items():

@@ -69,6 +69,11 @@ class JobKeys:
         return f"{self.tag}:dead-letters"
 
     @property
+    def filters(self) -> str:
+        """The fleet's observation-filter statistics (codec tensors: count, mean, m2)."""
+        return f"{self.tag}:filters" if self.policy is None else f"{self.tag}:filters:{self.policy}"
+
+    @property
     def heartbeats(self) -> str:
         """Hash: worker index -> JSON of the worker's latest sampling figures."""
         return f"{self.tag}:heartbeats"

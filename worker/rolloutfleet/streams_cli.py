@@ -21,7 +21,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rolloutfleet.redis_keys import BATCHES_PATTERN, DEFAULT_GROUP, job_keys, parse_batches_key
+from rolloutfleet.redis_keys import (
+    BATCHES_PATTERN,
+    DEFAULT_GROUP,
+    POLICY_BATCHES_PATTERN,
+    job_keys,
+    parse_stream_key,
+)
 
 
 def add_consume_parser(commands: Any) -> argparse.ArgumentParser:
@@ -37,6 +43,7 @@ def add_consume_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--job", required=True, help="the RolloutJob's name")
     parser.add_argument("--namespace", default="default")
+    parser.add_argument("--policy", default=None, help="a multi-agent job's policy id: read that policy's stream")
     parser.add_argument("--count", type=int, required=True, help="batches (stream entries) to read")
     parser.add_argument("--output", required=True, type=Path, help="the .npz file to write")
     parser.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group (default: {DEFAULT_GROUP})")
@@ -49,7 +56,9 @@ def add_consume_parser(commands: Any) -> argparse.ArgumentParser:
 def add_streams_parser(commands: Any) -> argparse.ArgumentParser:
     """``streams`` on the sub-parsers object of the main parser."""
     parser: argparse.ArgumentParser = commands.add_parser(
-        "streams", help="per job: stream length, pending, lag, consumers, dead letters, weights version"
+        "streams",
+        help="per job (per policy for multi-agent jobs): stream length, pending, lag, consumers, dead letters, "
+        "weights version",
     )
     parser.add_argument(
         "--redis", required=True, help="redis:// or rediss:// URL (password: $ROLLOUTFLEET_REDIS_PASSWORD)"
@@ -68,7 +77,13 @@ def run_consume(args: argparse.Namespace) -> int:
     if args.count < 1:
         print(f"rolloutfleet consume: --count must be >= 1, got {args.count}", file=sys.stderr)
         return 2
-    consumer = BatchConsumer(args.redis, args.job, args.namespace, group=args.group, consumer=args.consumer)
+    try:
+        consumer = BatchConsumer(
+            args.redis, args.job, args.namespace, group=args.group, consumer=args.consumer, policy=args.policy
+        )
+    except ValueError as exc:  # a job name or policy id that cannot be a key
+        print(f"rolloutfleet consume: {exc}", file=sys.stderr)
+        return 2
     messages: list[Message] = []
     try:
         while len(messages) < args.count:
@@ -105,10 +120,19 @@ def run_streams(args: argparse.Namespace) -> int:
 
     client = connect(args.redis, socket_timeout=10.0)
     try:
-        jobs = sorted(
-            {job for key in client.scan_iter(match=BATCHES_PATTERN, count=1000) if (job := parse_batches_key(key))}
+        streams = sorted(
+            {
+                stream
+                for pattern in (BATCHES_PATTERN, POLICY_BATCHES_PATTERN)
+                for key in client.scan_iter(match=pattern, count=1000)
+                if (stream := parse_stream_key(key))
+            },
+            key=lambda stream: (stream[0], stream[1], stream[2] or ""),
         )
-        statuses = [read_stream_status(client, job_keys(namespace, name)) for namespace, name in jobs]
+        statuses = [
+            (policy, read_stream_status(client, job_keys(namespace, name, policy)))
+            for namespace, name, policy in streams
+        ]
     finally:
         client.close()
     table = Table(title=f"{len(statuses)} job streams", title_justify="left")
@@ -124,8 +148,8 @@ def run_streams(args: argparse.Namespace) -> int:
         "weights",
     ):
         table.add_column(column, justify="left" if column in ("job", "group") else "right")
-    for status in statuses:
-        name = f"{status.namespace}/{status.job}"
+    for policy, status in statuses:
+        name = f"{status.namespace}/{status.job}" + ("" if policy is None else f" ({policy})")
         weights = "-" if status.weights_seq_no is None else f"v{status.weights_seq_no}"
         groups: list[GroupStatus | None] = [*status.groups] or [None]
         for group in groups:

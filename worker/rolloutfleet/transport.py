@@ -12,6 +12,9 @@ policy's stream, and one weights subscriber per policy (independent seq numbers)
 to train are sampled but never published). A publish interrupted by a Redis outage is
 retried by the worker with the same batch, and the policies already sent are skipped.
 
+A job with ``observationFilter: meanStd`` shares its filter statistics through
+:mod:`rolloutfleet.filter_sync`: pulled once at start-up, merged after every fragment.
+
 Heartbeats are a hash per job (:attr:`rolloutfleet.redis_keys.JobKeys.heartbeats`):
 worker index -> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
 ``weights_seq_no`` and ``time`` (unix seconds); the hash expires when no worker writes
@@ -25,6 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from rolloutfleet.filter_sync import FilterSync
 from rolloutfleet.publisher import BackpressureTimeout, BatchPublisher
 from rolloutfleet.redis_connection import RETRYABLE, connect
 from rolloutfleet.redis_keys import job_keys
@@ -73,6 +77,7 @@ class WorkerTransport:
         self.weights = next(iter(self.subscribers.values()))
         self.client = self.publisher.client
         self._sent: tuple[int, set[str]] = (0, set())  # (id of the batch being published, policies done)
+        self.filter_sync = FilterSync(self.client, self.keys)
 
     def poll_weights(self) -> WeightsUpdate | None:
         """Single-agent: the newer weights, if any."""
@@ -126,6 +131,17 @@ class WorkerTransport:
                 agent_ids=batch.agent_ids,
             )
             done.add(policy)
+
+    def pull_filters(self, runner: AnyEnvRunner) -> bool:
+        """Start from the fleet's observation-filter statistics (meanStd jobs); whether there were any."""
+        filt = getattr(runner, "filter", None)
+        return filt is not None and self.filter_sync.pull(filt)
+
+    def sync_filters(self, runner: AnyEnvRunner) -> None:
+        """Merge what this worker's observation filter saw into the fleet's, and adopt the result."""
+        filt = getattr(runner, "filter", None)
+        if filt is not None:
+            self.filter_sync.push(filt)
 
     def interrupt(self) -> None:
         """Make publishes blocked on a full stream give up (safe from a signal handler)."""

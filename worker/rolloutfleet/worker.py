@@ -1,6 +1,7 @@
 """``rolloutfleet worker``: the process in every worker pod (and every local-fleet worker).
 
-Loop: load newer weights if any → sample a fragment → publish it → heartbeat. Around it:
+Loop: load newer weights if any → sample a fragment → publish it → merge the observation
+filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
 
 * Prometheus metrics, ``/healthz`` and ``/readyz`` (:mod:`rolloutfleet.probes`);
 * SIGTERM/SIGINT: the fragment being sampled is finished and published, then exit 0;
@@ -107,9 +108,13 @@ class Worker:
         pending: SampleBatch | MultiAgentBatch | None = None
         stats: Mapping[str, float | int] = {}
         restarts_seen = 0
+        filters_pulled = False
         while not self.stopping or pending is not None:
             self.probes.beat()
             try:
+                if not filters_pulled:
+                    transport.pull_filters(runner)  # a replacement worker normalizes like the fleet
+                    filters_pulled = True
                 if pending is None:
                     loaded = transport.load_weights(runner)
                     if loaded is not None:
@@ -123,6 +128,7 @@ class Worker:
                 self.metrics.publish_latency.observe(time.perf_counter() - started)
                 self.metrics.batches.inc()
                 pending = None
+                transport.sync_filters(runner)
                 transport.heartbeat(stats)
                 self.probes.set_ready(True)
                 backoff = 0.5

@@ -122,6 +122,38 @@ def test_an_observed_pod_is_read_back() -> None:
     assert PodView.from_pod({"metadata": {"name": "stranger", "labels": {}}}) is None
 
 
+def test_why_a_pod_waits_is_read_back() -> None:
+    pod = build_pod(job(), "u", 0, OperatorConfig())
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}
+        ],
+    }  # fmt: skip
+    view = PodView.from_pod(pod)
+    assert view is not None
+    assert (view.waiting_reason, view.waiting_message) == (
+        "Unschedulable",
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+    )
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            {"state": {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "redis" not found'}}}
+        ],
+    }
+    view = PodView.from_pod(pod)
+    assert view is not None and (view.waiting_reason, view.waiting_message) == (
+        "CreateContainerConfigError",
+        'secret "redis" not found',
+    )
+    pod["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    view = PodView.from_pod(pod)
+    assert view is not None and view.waiting_reason == ""  # merely on its way
+
+
 def test_the_selector_matches_the_pod_labels() -> None:
     labels = build_pod(job(), "u", 0, OperatorConfig())["metadata"]["labels"]
     assert all(labels[k] == v for k, v in (pair.split("=") for pair in selector("cp").split(",")))

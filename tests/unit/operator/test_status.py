@@ -68,3 +68,31 @@ def test_progress_sums_fresh_heartbeats_of_current_workers() -> None:
 def test_an_invalid_spec_fails_the_job_with_the_reason() -> None:
     status = invalid_spec_status("j", "spec cannot be used: spec.env.id: unknown", 2, 0.0, None)
     assert status["phase"] == "Failed" and status["reason"] == "InvalidSpec" and conditions(status)["Ready"] == "False"
+
+
+def test_waiting_workers_say_why() -> None:
+    # What kube-scheduler and the kubelet write into pods that cannot start.
+    unschedulable = PodView(
+        name="j-worker-0", uid="u0", index=0, template_hash="h", phase="Pending",
+        waiting_reason="Unschedulable",
+        waiting_message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    )  # fmt: skip
+    no_image = PodView(
+        name="j-worker-1", uid="u1", index=1, template_hash="h", phase="Pending",
+        waiting_reason="ImagePullBackOff", waiting_message='Back-off pulling image "rolloutfleet/worker:typo"',
+    )  # fmt: skip
+    pending = build_status("j", False, Plan(desired=3), [unschedulable, no_image], 1, 0.0)
+    assert pending["phase"] == "Pending"
+    assert pending["reason"] in ("ImagePullBackOff", "Unschedulable")
+    assert (
+        "worker(s) 0 waiting: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+        in (pending["message"])
+    )
+    assert (
+        'worker(s) 1 waiting: ImagePullBackOff: Back-off pulling image "rolloutfleet/worker:typo"'
+        in (pending["message"])
+    )
+    ready = next(c for c in pending["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["message"] == pending["message"]
+    # Once running, a ready worker's past wait is not reported.
+    assert "waiting" not in build_status("j", False, Plan(desired=1), [pod(0)], 1, 0.0)["message"]
