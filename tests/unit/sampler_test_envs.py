@@ -104,15 +104,17 @@ def not_an_env(ctx: dict[str, Any]) -> str:
 class CounterVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     """``num_envs`` counters with NEXT_STEP autoreset, like gymnasium's own vector envs.
 
-    obs = [episode, step] per sub-env, reward = step, terminated after ``length`` steps. The
+    obs = [episode, step] per sub-env, reward = step, terminated after ``length`` steps
+    (``length + spread * i`` for sub-env i). The
     step after an end resets that sub-env (reward 0, not a transition). ``end_on_reset``
     makes the reset step also report ``terminated``, as a careless vector env might.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, num_envs: int = 1, length: int = 5, end_on_reset: bool = False) -> None:
-        self.num_envs, self.length, self.end_on_reset = num_envs, length, end_on_reset
+    def __init__(self, num_envs: int = 1, length: int = 5, end_on_reset: bool = False, spread: int = 0) -> None:
+        self.num_envs, self.end_on_reset = num_envs, end_on_reset
+        self.length = length + spread * np.arange(num_envs)  # sub-env i: length + spread * i steps
         self.single_observation_space = spaces.Box(0, 1e6, (2,), np.float32)
         self.single_action_space = spaces.Discrete(2)
         self.observation_space = batch_space(self.single_observation_space, num_envs)

@@ -89,7 +89,11 @@ def test_truncate_episodes_shape_and_order() -> None:
     for _ in range(3):
         batch = runner.sample()
         assert len(batch) == 5 * 33
-        np.testing.assert_array_equal(batch["env_id"], np.repeat(np.arange(5), 33))
+        env = batch["env_id"]
+        assert (np.diff(env) >= 0).all() and set(env.tolist()) == set(range(5))  # env-major
+        # Each env's rows are consecutive steps: within an episode, t rises by one.
+        for chunk in batch.split_by_episode():
+            np.testing.assert_array_equal(np.diff(chunk["t"]), 1)
         assert set(batch) == {
             "obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "eps_id", "env_id",
             "agent_index", "t", "action_logp", "action_dist_inputs", "vf_preds", "weights_seq_no",
@@ -143,6 +147,30 @@ def test_next_step_vector_env_episodes_span_sample_calls(end_on_reset: bool) -> 
     assert metrics["episode_len_mean"] == length
     assert metrics["episode_return_mean"] == length * (length + 1) / 2  # the env's rewards, not the clipped ones
     assert metrics["num_env_steps_sampled"] >= len(every)
+
+
+def test_no_env_falls_behind_the_others() -> None:
+    # Sub-env i's episodes last 2 + 3i steps, so they lose a reset step at very different
+    # rates. Each batch still holds the earliest rows: no row is more than a fragment old.
+    runner = EnvRunner(
+        job({"id": "RolloutFleetCounterVec-v0", "numEnvs": 4, "config": {"length": 2, "spread": 3}},
+            {"rolloutFragmentLength": 5})
+    )  # fmt: skip
+    lengths = 2 + 3 * np.arange(4)
+    for k in range(300):
+        batch = runner.sample()
+        assert len(batch) == 20
+        counter_facts_per_env(batch, lengths)
+        episode, step, env = batch["obs"][:, 0], batch["obs"][:, 1], batch["env_id"]
+        vector_step = episode * (lengths[env] + 1) + step  # each episode: its steps, then one reset step
+        assert vector_step.max() - vector_step.min() <= 5 + 1, k
+
+
+def counter_facts_per_env(batch: SampleBatch, lengths: np.ndarray) -> None:
+    obs, new_obs = batch["obs"], batch["new_obs"]
+    np.testing.assert_array_equal(new_obs[:, 0], obs[:, 0])
+    np.testing.assert_array_equal(new_obs[:, 1], obs[:, 1] + 1)
+    np.testing.assert_array_equal(batch["terminateds"], new_obs[:, 1] == lengths[batch["env_id"]])
 
 
 def test_complete_episodes_and_num_episodes() -> None:
@@ -291,14 +319,17 @@ def test_a_failing_sub_env_is_recreated_and_only_its_episode_dropped() -> None:
     metrics = runner.get_metrics()
     assert metrics["num_env_restarts"] == 1
     assert metrics["num_episodes_dropped"] == 1
-    healthy = batch["env_id"] != 1
-    assert healthy.sum() == 2 * 12  # the other sub-envs lost nothing
+    assert len(batch) == 3 * 12
+    # Sub-env 1 ran episode 0 (5 steps), crashed on step 2 of episode 1 (its 2 rows and
+    # the crash are not transitions), and the recreated env started over: 5 steps. The
+    # batch takes the earliest 36 rows, so the others contribute 13 steps each, losing nothing.
+    for healthy in (0, 2):
+        rows = batch.rows(batch["env_id"] == healthy)
+        assert [c["t"].tolist() for c in rows.split_by_episode()] == [list(range(5)), list(range(5)), [0, 1, 2]]
     failed_rows = batch.rows(batch["env_id"] == 1)
-    # Sub-env 1 ran episode 0 (5 steps), crashed on step 2 of episode 1 (its 2 rows are
-    # dropped), and the recreated env started over: 5 steps, then 2 steps of the next.
     chunks = failed_rows.split_by_episode()
-    assert [c["t"].tolist() for c in chunks] == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [0, 1]]
-    assert len({int(c["eps_id"][0]) for c in chunks}) == 3
+    assert [c["t"].tolist() for c in chunks] == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
+    assert len({int(c["eps_id"][0]) for c in chunks}) == 2
     for chunk in chunks:
         np.testing.assert_array_equal(chunk["new_obs"][:, 1], chunk["obs"][:, 1] + 1)
 

@@ -536,8 +536,11 @@ class EnvRunner:
         self._grid_tick += first
         self._filled = kept
 
-    def _grid_counts(self) -> np.ndarray:
-        return self._columns[_VALID][: self._filled].sum(axis=0) if self._filled else np.zeros(self.num_envs, np.int64)
+    def _valid_rows(self) -> np.ndarray:
+        """Flat grid indices (step * num_envs + env) of the valid rows, in time order."""
+        return (
+            np.flatnonzero(self._columns[_VALID][: self._filled].reshape(-1)) if self._filled else np.zeros(0, np.intp)
+        )
 
     # -- public API -------------------------------------------------------------------
 
@@ -550,7 +553,9 @@ class EnvRunner:
     ) -> SampleBatch:
         """Step the envs and return a batch.
 
-        * default, ``truncate_episodes``: ``numEnvs x rolloutFragmentLength`` rows;
+        * default, ``truncate_episodes``: ``numEnvs x rolloutFragmentLength`` rows, the
+          earliest ones not yet returned (sub-envs whose episodes reset more often, losing
+          a reset step each time, contribute a few rows fewer);
         * default, ``complete_episodes``: whole episodes only, at least that many rows;
         * ``num_timesteps``: at least this many rows (rounded up to a multiple of numEnvs
           in truncate mode; whole episodes in complete mode);
@@ -588,11 +593,13 @@ class EnvRunner:
                         break
                 step(fragment)
         else:
-            per_env = fragment if num_timesteps is None else -(-num_timesteps // self.num_envs)
-            while (missing := per_env - int(self._grid_counts().min())) > 0:
-                step(missing)
+            # The earliest rows, in time order, so no row waits more than a step for a batch
+            # (a per-env quota would let envs that reset less often fall further behind).
+            target = self.num_envs * (fragment if num_timesteps is None else -(-num_timesteps // self.num_envs))
+            while (missing := target - len(self._valid_rows())) > 0:
+                step(-(-missing // self.num_envs))
             layout = self._layout()
-            keep = layout.rank < per_env
+            keep = layout.flat <= self._valid_rows()[target - 1]
         batch = self._assemble(layout, keep)
         self._period.seconds += time.perf_counter() - started
         self.callbacks.on_sample_end(runner=self, batch=batch)
