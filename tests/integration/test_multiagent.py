@@ -121,3 +121,29 @@ def test_the_worker_process_runs_a_multi_agent_job(redis_url: str, tmp_path: Pat
         worker.terminate()
         _, stderr = worker.communicate(timeout=60)
     assert worker.returncode == 0, stderr
+
+
+def test_mean_std_filters_are_shared_per_policy(redis_url: str) -> None:
+    from rolloutfleet.filter_sync import read_filter
+
+    manifest = tag_job().to_dict()
+    manifest["spec"]["sampling"]["observationFilter"] = "meanStd"
+    job = RolloutJob.from_dict(manifest)
+    runners = [MultiAgentEnvRunner(job, worker_index=i, num_workers=2) for i in range(2)]
+    workers = [
+        WorkerTransport(WorkerConfig(job=job, worker_index=i, num_workers=2, redis_url=redis_url)) for i in range(2)
+    ]
+    observed = dict.fromkeys(runners[0].filters, 0)
+    for _ in range(2):
+        for runner, worker in zip(runners, workers, strict=True):
+            runner.sample()
+            for policy_id, filt in runner.filters.items():
+                observed[policy_id] += int(filt.buffer.count)
+            worker.sync_filters(runner)
+    for policy_id, count in observed.items():
+        fleet = read_filter(redis_url, job, policy=policy_id)
+        assert fleet is not None and fleet.stats.count == count > 0
+        assert runners[-1].filters[policy_id].stats.count == count
+    assert read_filter(redis_url, job) is None  # no job-wide filter: one per policy
+    for worker in workers:
+        worker.close()

@@ -134,3 +134,18 @@ def per_episode_swap(agent_id: str, episode: Any) -> str:
 
 def unknown_policy(agent_id: str, episode: Any) -> str:
     return "green" if agent_id == "a1" else "even"
+
+
+class DiscreteObsWalk(WalkEnv):
+    """WalkEnv whose agents observe only their (clipped) position, as a Discrete(11)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self.observation_spaces = dict.fromkeys(self.possible_agents, spaces.Discrete(11))
+
+    def obs(self, agent: str) -> np.ndarray:
+        return np.int64(min(max(self.pos[agent] + 5, 0), 10))  # type: ignore[return-value]
+
+
+def make_discrete_obs(ctx: EnvContext) -> DiscreteObsWalk:
+    return DiscreteObsWalk(dict(ctx))

@@ -301,8 +301,39 @@ def test_a_failing_sub_env_is_rebuilt_and_its_episode_dropped() -> None:
             np.testing.assert_array_equal(run["obs"][1:], run["new_obs"][:-1])
 
 
-def test_single_agent_runner_refuses_a_multi_agent_job_and_the_filter_is_refused() -> None:
+def test_single_agent_runner_refuses_a_multi_agent_job() -> None:
     with pytest.raises(SpecError, match=r"spec\.multiAgent"):
         EnvRunner(job())
-    with pytest.raises(SpecError, match=r"spec\.sampling\.observationFilter"):
-        MultiAgentEnvRunner(job(sampling={"observationFilter": "meanStd"}))
+
+
+def test_mean_std_filter_per_policy_normalizes_what_its_agents_saw() -> None:
+    # Uniform actions from one seed: the unfiltered twin shows the raw observations.
+    sampling = {"rolloutFragmentLength": 8, "observationFilter": "meanStd"}
+    filtered = MultiAgentEnvRunner(job(sampling=sampling))
+    raw = MultiAgentEnvRunner(job(sampling={"rolloutFragmentLength": 8}))
+    first = filtered.sample(random_actions=True)
+    first_raw = raw.sample(random_actions=True)
+    for policy_id in ("even", "odd"):
+        np.testing.assert_array_equal(first[policy_id]["actions"], first_raw[policy_id]["actions"])
+        # An agent's first row was normalized by the statistics of the two reset observations
+        # (one per sub-env) that had arrived for its policy: (x - mean) / std, clipped.
+        starts = first_raw[policy_id].rows(first_raw[policy_id]["t"] == 0)["obs"]
+        assert len(starts) == 2
+        expected = (starts - starts.mean(axis=0)) / (starts.std(axis=0, ddof=1) + 1e-8)
+        got = first[policy_id].rows(first[policy_id]["t"] == 0)["obs"]
+        np.testing.assert_allclose(got, np.clip(expected, -10, 10), rtol=1e-5, atol=1e-6)
+    for _ in range(5):
+        batch = filtered.sample(random_actions=True)
+        for part in batch.values():
+            for run in trajectories(part):
+                np.testing.assert_array_equal(run["obs"][1:], run["new_obs"][:-1])  # filtered once, used twice
+    # 2 sub-envs x 6 episodes of 8 steps: per agent 7 resets + 48 steps arrived, each counted once.
+    for policy_id in ("even", "odd"):
+        assert filtered.filters[policy_id].stats.count == 2 * (7 + 48)
+    assert filtered.get_state()["filters"].keys() == {"even", "odd"}
+
+
+def test_mean_std_filter_needs_box_observations() -> None:
+    env = {"entryPoint": "multiagent_test_envs:make_discrete_obs", "numEnvs": 1}
+    with pytest.raises(SpecError, match=r"spec\.sampling\.observationFilter.*policy 'even'"):
+        MultiAgentEnvRunner(job(env=env, sampling={"observationFilter": "meanStd"}))

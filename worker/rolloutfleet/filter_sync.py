@@ -102,15 +102,18 @@ class FilterSync:
         raise redis.WatchError(f"{self.key}: {self.max_attempts} transactions in a row lost to other workers")
 
 
-def read_filter(redis_url: str, job: RolloutJob, password: str | None = None) -> MeanStdFilter | None:
-    """The fleet's observation filter for ``job`` (None before any worker synced one).
+def read_filter(
+    redis_url: str, job: RolloutJob, password: str | None = None, policy: str | None = None
+) -> MeanStdFilter | None:
+    """The fleet's observation filter for ``job`` (a multi-agent job: for ``policy``), None
+    before any worker synced one.
 
     >>> filt = read_filter("redis://127.0.0.1:6379/0", job)  # doctest: +SKIP
     >>> normalized = filt(obs, update=False)  # doctest: +SKIP
     """
     client = connect(redis_url, password, socket_timeout=10.0)
     try:
-        raw = client.get(job_keys(job.namespace, job.name).filters)
+        raw = client.get(job_keys(job.namespace, job.name, policy).filters)
     finally:
         client.close()
     if raw is None:

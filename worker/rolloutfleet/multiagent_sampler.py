@@ -43,6 +43,7 @@ from rolloutfleet import batch as sb
 from rolloutfleet.batch import SampleBatch
 from rolloutfleet.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.envs import derive_seed, episode_id_base
+from rolloutfleet.filters import MeanStdFilter
 from rolloutfleet.multiagent_batch import MultiAgentBatch
 from rolloutfleet.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
 from rolloutfleet.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
@@ -82,11 +83,14 @@ class _PolicyRows:
     ``complete_episodes`` must not cut yet.
     """
 
-    def __init__(self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> None:
+    def __init__(
+        self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
+    ) -> None:
         obs_shape, act_shape = obs_space.shape or (), act_space.shape or ()
+        obs_dtype = np.float32 if filtered else obs_space.dtype
         self.specs: dict[str, tuple[tuple[int, ...], Any]] = {
-            sb.OBS: (obs_shape, obs_space.dtype),
-            sb.NEW_OBS: (obs_shape, obs_space.dtype),
+            sb.OBS: (obs_shape, obs_dtype),
+            sb.NEW_OBS: (obs_shape, obs_dtype),
             sb.ACTIONS: (act_shape, act_space.dtype),
             sb.REWARDS: ((), np.float32),
             sb.TERMINATEDS: ((), np.bool_),
@@ -195,8 +199,6 @@ class MultiAgentEnvRunner:
         self.num_workers = spec.replicas if num_workers is None else num_workers
         self.sampling = spec.sampling
         self.num_envs = spec.env.num_envs
-        if self.sampling.observation_filter != "none":
-            raise SpecError("spec.sampling.observationFilter: meanStd is not supported with spec.multiAgent yet")
         self._seed = spec.sampling.seed
         self._create = multiagent_env_creator(spec.env, worker_index, self.num_workers)
         self.mapper = PolicyMapper(self.multi_agent)
@@ -228,6 +230,20 @@ class MultiAgentEnvRunner:
         self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._checked: set[tuple[Any, str]] = set()
         self._build_policies(envs[0])
+        # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
+        self.filters: dict[str, MeanStdFilter] = {}
+        if self.sampling.observation_filter == "meanStd":
+            for policy_id, policy in self.policies.items():
+                space = policy.observation_space
+                if not isinstance(space, spaces.Box):
+                    raise SpecError(
+                        f"spec.sampling.observationFilter: meanStd needs Box observations, policy {policy_id!r} "
+                        f"has {space}"
+                    )
+                self.filters[policy_id] = MeanStdFilter(space.shape)
+        # Observations that arrived this step, per policy, to filter in one call each:
+        # (observation, row whose new_obs it is or -1, dict to store it in or None, agent).
+        self._arrivals: dict[str, list[tuple[Any, int, dict[Any, Any] | None, Any]]] = {}
         self._started = False
         self._ended: dict[int, tuple[int, int]] = {}  # eps_id -> (env steps, agent steps), not yet cut
         self._env_steps_uncut = 0  # env steps since the last batch (truncate mode)
@@ -279,7 +295,8 @@ class MultiAgentEnvRunner:
                 init_seed=derive_seed(self._seed, INIT_SEED_PATH, path),
             )
             self.policies[policy_id] = policy
-            self._rows[policy_id] = _PolicyRows(policy, pair[0], pair[1])
+            filtered = self.sampling.observation_filter == "meanStd"
+            self._rows[policy_id] = _PolicyRows(policy, pair[0], pair[1], filtered)
             box = isinstance(pair[1], spaces.Box) and self.sampling.clip_actions
             self._clips[policy_id] = (pair[1].low, pair[1].high) if box else None  # type: ignore[attr-defined]
 
@@ -309,13 +326,36 @@ class MultiAgentEnvRunner:
         sub = self.subenvs[env_index]
         obs = sub.env.reset(seed=seed)
         sub.start(obs, self._new_eps_id())
+        if self.filters:
+            for agent, agent_obs in obs.items():
+                self._arrive(sub.mapping.get(agent) or self._map(sub, env_index, agent), agent_obs, -1, obs, agent)
         if self._call_start:
             self.callbacks.on_episode_start(runner=self, env_index=env_index, eps_id=sub.eps_id)
 
     def _start(self) -> None:
         for j in range(self.num_envs):
             self._reset(j, derive_seed(self._seed, self.worker_index, j, self._env_restarts))
+        self._filter_arrivals()
         self._started = True
+
+    def _arrive(self, policy_id: str, obs: Any, row: int, store: dict[Any, Any] | None, agent: Any) -> None:
+        self._arrivals.setdefault(policy_id, []).append((obs, row, store, agent))
+
+    def _filter_arrivals(self) -> None:
+        """Normalize this step's observations, one filter call per policy: each observation
+        updates its policy's statistics once and becomes, filtered, both the new_obs of the
+        agent's last row and the obs it acts on next (so new_obs[t] == obs[t + 1] still)."""
+        for policy_id, arrivals in self._arrivals.items():
+            if not arrivals:
+                continue
+            rows = self._rows[policy_id]
+            filtered = self.filters[policy_id](np.stack([np.asarray(a[0]) for a in arrivals]))
+            for k, (_, row, store, agent) in enumerate(arrivals):
+                if row >= 0:
+                    rows.new_obs[row] = filtered[k]
+                if store is not None:
+                    store[agent] = filtered[k]
+            arrivals.clear()
 
     def _close_row(self, policy_id: str, row: int, new_obs: Any, terminated: bool, truncated: bool) -> None:
         rows = self._rows[policy_id]
@@ -368,6 +408,10 @@ class MultiAgentEnvRunner:
                 self._completed_uncut -= int((doomed & rows.complete[:n]).sum())
                 _, remap = rows.take(doomed)
                 self._remap_open(policy_id, remap)
+                self._arrivals[policy_id] = [
+                    (obs, int(remap[row]) if row >= 0 else -1, store, agent)
+                    for obs, row, store, agent in self._arrivals.get(policy_id, [])
+                ]
         sub.open = {}
         try:
             sub.env.close()
@@ -463,6 +507,8 @@ class MultiAgentEnvRunner:
                 self._drop_episode(j, exc)
                 continue
             self._record(j, sub, result, clip_rewards, actions[j])
+        if self.filters:
+            self._filter_arrivals()
         n = len(subenvs)
         self._env_steps_uncut += n
         self._period.env_steps += n
@@ -490,6 +536,7 @@ class MultiAgentEnvRunner:
                 value = reward if clip_rewards is None else min(max(reward, -clip_rewards), clip_rewards)
                 policy_rows[ref[0]].rewards[ref[1]] += value
         next_obs: dict[Any, Any] = {}
+        filters = self.filters
         for agent, agent_obs in obs.items():
             terminated = bool(terminateds.get(agent, False))
             truncated = bool(truncateds.get(agent, False))
@@ -497,8 +544,12 @@ class MultiAgentEnvRunner:
             if ref is not None:
                 self._close_row(ref[0], ref[1], agent_obs, terminated, truncated)
                 sub.agent_t[agent] = sub.agent_t.get(agent, 0) + 1
-            if not (terminated or truncated):
+            done = terminated or truncated
+            if not done:
                 next_obs[agent] = agent_obs
+            if filters:
+                policy_id = ref[0] if ref is not None else sub.mapping.get(agent) or self._map(sub, env_index, agent)
+                self._arrive(policy_id, agent_obs, -1 if ref is None else ref[1], None if done else next_obs, agent)
         # Agents done without a last observation keep their own as new_obs.
         for flags in (terminateds, truncateds):
             for agent, done in flags.items():
@@ -632,10 +683,25 @@ class MultiAgentEnvRunner:
             raise KeyError(f"no policy {policy_id!r}; this job has {', '.join(self.policies)}")
         return policy
 
+    def get_filters(self, flush_after: bool = False) -> dict[str, MeanStdFilter]:
+        """Copies of the observation filters, keyed by policy id (empty without meanStd)."""
+        copies = {policy_id: filt.copy() for policy_id, filt in self.filters.items()}
+        if flush_after:
+            for filt in self.filters.values():
+                filt.flush()
+        return copies
+
+    def sync_filters(self, filters: Mapping[str, MeanStdFilter]) -> None:
+        """Adopt merged statistics per policy (keeping what was seen since the last flush)."""
+        for policy_id, central in filters.items():
+            if policy_id in self.filters:
+                self.filters[policy_id].sync(central)
+
     def get_state(self) -> dict[str, Any]:
         return {
             "weights": self.get_weights(),
             "weights_seq_nos": self.weights_seq_nos,
+            "filters": {policy_id: filt.get_state() for policy_id, filt in self.filters.items()},
             "num_env_steps_sampled_lifetime": self._lifetime_env_steps,
             "num_agent_steps_sampled_lifetime": self._lifetime_agent_steps,
             "num_episodes_lifetime": self._lifetime_episodes + len(self._period.returns),
@@ -647,6 +713,9 @@ class MultiAgentEnvRunner:
             policy = self._policy(policy_id)
             policy.set_weights(weights)
             policy.weights_seq_no = int(seq_nos.get(policy_id, policy.weights_seq_no))
+        for policy_id, filter_state in state.get("filters", {}).items():
+            if policy_id in self.filters:
+                self.filters[policy_id].set_state(filter_state)
         self._lifetime_env_steps = int(state.get("num_env_steps_sampled_lifetime", self._lifetime_env_steps))
         self._lifetime_agent_steps = int(state.get("num_agent_steps_sampled_lifetime", self._lifetime_agent_steps))
         self._lifetime_episodes = int(state.get("num_episodes_lifetime", self._lifetime_episodes))

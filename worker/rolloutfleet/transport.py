@@ -12,8 +12,9 @@ policy's stream, and one weights subscriber per policy (independent seq numbers)
 to train are sampled but never published). A publish interrupted by a Redis outage is
 retried by the worker with the same batch, and the policies already sent are skipped.
 
-A job with ``observationFilter: meanStd`` shares its filter statistics through
-:mod:`rolloutfleet.filter_sync`: pulled once at start-up, merged after every fragment.
+A job with ``observationFilter: meanStd`` shares its filter statistics (one set per policy
+for a multi-agent job) through :mod:`rolloutfleet.filter_sync`: pulled once at start-up,
+merged after every fragment.
 
 Heartbeats are a hash per job (:attr:`rolloutfleet.redis_keys.JobKeys.heartbeats`):
 worker index -> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from rolloutfleet.filter_sync import FilterSync
+from rolloutfleet.filters import MeanStdFilter
 from rolloutfleet.publisher import BackpressureTimeout, BatchPublisher
 from rolloutfleet.redis_connection import RETRYABLE, connect
 from rolloutfleet.redis_keys import job_keys
@@ -77,7 +79,7 @@ class WorkerTransport:
         self.weights = next(iter(self.subscribers.values()))
         self.client = self.publisher.client
         self._sent: tuple[int, set[str]] = (0, set())  # (id of the batch being published, policies done)
-        self.filter_sync = FilterSync(self.client, self.keys)
+        self._filter_syncs: dict[str | None, FilterSync] = {}
 
     def poll_weights(self) -> WeightsUpdate | None:
         """Single-agent: the newer weights, if any."""
@@ -132,16 +134,27 @@ class WorkerTransport:
             )
             done.add(policy)
 
+    def _filters(self, runner: AnyEnvRunner) -> dict[str | None, tuple[MeanStdFilter, FilterSync]]:
+        """The runner's observation filters (one, or one per policy) with their syncs."""
+        single = getattr(runner, "filter", None)
+        filters: dict[str | None, MeanStdFilter] = (
+            {None: single} if single is not None else dict(getattr(runner, "filters", None) or {})
+        )
+        for policy in filters:
+            if policy not in self._filter_syncs:
+                keys = job_keys(self.keys.namespace, self.keys.job, policy)
+                self._filter_syncs[policy] = FilterSync(self.client, keys)
+        return {policy: (filt, self._filter_syncs[policy]) for policy, filt in filters.items()}
+
     def pull_filters(self, runner: AnyEnvRunner) -> bool:
         """Start from the fleet's observation-filter statistics (meanStd jobs); whether there were any."""
-        filt = getattr(runner, "filter", None)
-        return filt is not None and self.filter_sync.pull(filt)
+        pulled = [sync.pull(filt) for filt, sync in self._filters(runner).values()]
+        return any(pulled)
 
     def sync_filters(self, runner: AnyEnvRunner) -> None:
-        """Merge what this worker's observation filter saw into the fleet's, and adopt the result."""
-        filt = getattr(runner, "filter", None)
-        if filt is not None:
-            self.filter_sync.push(filt)
+        """Merge what this worker's observation filters saw into the fleet's, and adopt the result."""
+        for filt, sync in self._filters(runner).values():
+            sync.push(filt)
 
     def interrupt(self) -> None:
         """Make publishes blocked on a full stream give up (safe from a signal handler)."""
