@@ -14,7 +14,7 @@ PYTEST := $(BIN)/python -m pytest
 CLUSTER_DIR ?= .cluster
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench demo lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-peer demo lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools
 
 help: ## this list
@@ -59,6 +59,13 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, mea
 	$(BIN)/python bench/bench_fleet.py
 	$(BIN)/python bench/bench_multiagent.py
 	$(BIN)/python bench/bench_operator.py
+
+PEER_VENV ?= .venv-peer
+bench-peer: ## the sampling bench with RLlib measured in the same run (own venv: RLlib pins gymnasium 1.2.2; ~6 GB)
+	[ -x $(PEER_VENV)/bin/python ] || $(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-peer.txt
+	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e worker
+	$(PEER_VENV)/bin/python bench/bench_sampling.py
 
 images: ## build the worker (CPU, CUDA) and operator images where a Docker engine exists
 	docker build -f worker/Dockerfile -t rolloutfleet/worker:$(VERSION) .

@@ -6,8 +6,8 @@ Rows (env steps/s, every sub-env step counted, medians of interleaved repeats):
   with ``action_space.sample()`` — the fastest way gymnasium offers to step CartPole;
 * SyncVectorEnv with random actions;
 * EnvRunner with the default 64x64 MLP (auto vectorization), full ``sample()`` calls;
-* RLlib's SingleAgentEnvRunner: measured here when ray is installed (``pip install
-  'ray[rllib]'``), else the figure from ../shared/ANCHORS.md, marked as such.
+* RLlib's SingleAgentEnvRunner: measured here when ray is installed (``make bench-peer``
+  runs this in a venv with RLlib), else the figure from ../shared/ANCHORS.md, marked as such.
 
 Usage: ``python bench/bench_sampling.py [--seconds 2] [--repeats 3] [--envs 1 8 64]``
 """
@@ -15,6 +15,7 @@ Usage: ``python bench/bench_sampling.py [--seconds 2] [--repeats 3] [--envs 1 8 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import time
@@ -66,10 +67,13 @@ def rllib(num_envs: int) -> Callable[[], int] | None:
         from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # type: ignore[import-not-found]
     except ImportError:
         return None
+    # The same model as ours: 64x64 tanh MLP, value head on the shared layers.
+    model = {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": True}
     config = (
         PPOConfig()
         .environment("CartPole-v1")
         .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=200)
+        .rl_module(model_config=model)
     )
     runner = SingleAgentEnvRunner(config=config)
     return lambda: sum(len(e) for e in runner.sample(num_timesteps=200 * num_envs))
@@ -108,6 +112,8 @@ def main() -> None:
             f"{n:>5} {med['ceiling']:>11,.0f} {med['sync']:>11,.0f} {med['ours']:>11,.0f} {peer_label:>16}"
             f" {med['ours'] / med['ceiling']:>12.0%} {med['ours'] / peer_rate:>10.1f}x"
         )
+    if importlib.util.find_spec("ray") is None:
+        print("(anc): RLlib is not installed here; the figure is ../shared/ANCHORS.md's. `make bench-peer` measures it")
 
 
 if __name__ == "__main__":
