@@ -135,3 +135,20 @@ def test_workers_sampling_with_a_mean_std_filter_share_it(redis_url: str) -> Non
     replacement = EnvRunner(job, worker_index=0, num_workers=2)
     assert transports[0].pull_filters(replacement)
     assert replacement.filter is not None and replacement.filter.stats.count == observed
+
+
+def test_statistics_lost_by_redis_are_seeded_again_from_a_worker(redis_url: str) -> None:
+    rng = np.random.default_rng(2)
+    filt, syncer = MeanStdFilter((3,)), sync(redis_url)
+    seen = [rng.normal(1.0, 2.0, (64, 3)) for _ in range(5)]
+    for obs in seen[:4]:
+        filt(obs)
+        syncer.push(filt)
+    redis.Redis.from_url(redis_url).delete(KEYS.filters)  # e.g. Redis restarted without persistence
+    filt(seen[4])
+    syncer.push(filt)
+    everything = np.concatenate(seen)
+    assert_describes(filt, everything)  # not just the last fragment
+    learner = read_filter(redis_url, JOB)
+    assert learner is not None
+    assert_describes(learner, everything)

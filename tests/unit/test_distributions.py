@@ -65,7 +65,24 @@ def test_categorical_without_the_max_shift_samples_the_same_distribution() -> No
 
 def test_categorical_with_extreme_logits_never_picks_a_zero_probability_action() -> None:
     logits = np.tile(np.array([[0.0, -500.0, 400.0]], np.float32), (10_000, 1))
-    with np.errstate(all="raise"):  # no overflow, no division by zero
+    with np.errstate(over="raise", divide="raise", invalid="raise"):
         actions, logp = Categorical(3).sample(logits, np.random.default_rng(0), explore=True)
     assert (actions == 2).all()
     np.testing.assert_allclose(logp, 0.0, atol=1e-6)
+
+
+def test_masked_actions_are_never_drawn() -> None:
+    # -inf logits (an action mask in a custom model): never drawn, the others uniform.
+    logits = np.tile(np.array([[-np.inf, 0.0, 0.0, -np.inf]], np.float32), (2_000_000, 1))
+    with np.errstate(over="raise", divide="raise", invalid="raise"):
+        actions, logp = Categorical(4).sample(logits, np.random.default_rng(5), explore=True)
+    assert set(np.unique(actions).tolist()) == {1, 2}
+    np.testing.assert_allclose(logp, np.log(0.5), rtol=1e-6)
+
+
+def test_tiny_probabilities_stay_tiny() -> None:
+    # float32 exponential noise is exactly 0 about once in 1e7 draws, and a zero wins the
+    # race whatever the weight: with float64 noise an action of probability ~1e-26 never shows.
+    logits = np.tile(np.array([[30.0, -30.0]], np.float32), (20_000_000, 1))
+    actions, _ = Categorical(2).sample(logits, np.random.default_rng(6), explore=True, bounded=True)
+    assert not actions.any()

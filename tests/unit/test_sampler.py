@@ -261,16 +261,23 @@ def test_mean_std_filter_tracks_the_observations_the_env_produced() -> None:
     filtered = EnvRunner(job(spec, {"observationFilter": "meanStd"}))
     raw = EnvRunner(job(spec))
     filtered_obs = np.concatenate([filtered.sample(random_actions=True)["obs"] for _ in range(5)])
-    raw_obs = np.concatenate([raw.sample(random_actions=True)["obs"] for _ in range(5)])
+    raw_batch = SampleBatch.concat([raw.sample(random_actions=True) for _ in range(5)])
+    raw_obs = raw_batch["obs"]
+    ends = raw_batch["terminateds"] | raw_batch["truncateds"]
     assert filtered.filter is not None
     stats = filtered.filter.stats
-    assert stats.count == len(raw_obs) + 4  # every observation, plus the one after the last step
+    # Every observation once: each row's obs, each episode's final one, the one after the last step.
+    assert ends.sum() == 4 * 5  # Pendulum's time limit: 200 steps
+    assert stats.count == len(raw_obs) + ends.sum() + 4
+    everything = np.concatenate([raw_obs, raw_batch["new_obs"][ends]])
+    np.testing.assert_allclose(stats.mean, everything.mean(axis=0), atol=0.02)
     np.testing.assert_allclose(stats.mean, raw_obs.mean(axis=0), atol=0.02)
     np.testing.assert_allclose(stats.std, raw_obs.std(axis=0), rtol=0.02)
     # The policy saw (raw - running mean) / running std: the last steps of the last batch
     # (rows are env-major, 200 per env) were normalized with nearly the final statistics.
     late = np.r_[195:200, 395:400, 595:600, 795:800] + 3200
-    np.testing.assert_allclose(filtered_obs[late], (raw_obs[late] - stats.mean) / stats.std, atol=0.01)
+    # (the statistics moved a little after them: the episodes' 4 final observations came last)
+    np.testing.assert_allclose(filtered_obs[late], (raw_obs[late] - stats.mean) / stats.std, atol=0.02)
 
 
 def test_filters_sync_like_rllib() -> None:

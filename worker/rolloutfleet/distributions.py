@@ -52,21 +52,27 @@ class Categorical:
 
         ``bounded``: the caller knows every logit lies within +-LOGIT_BOUND (a tanh trunk
         with small enough head weights), so ``exp`` can neither overflow nor underflow
-        to zero without subtracting the row maximum first.
+        to zero without subtracting the row maximum first. Otherwise logits of -inf
+        (masked actions) are fine: their weight is 0 and they are never drawn.
         """
         if bounded:
             logits = inputs
             weights = np.exp(logits)
         else:
             logits = inputs - inputs.max(axis=-1, keepdims=True)
-            # Floored so that no weight underflows to 0 (a probability below 1e-35 anyway).
-            weights = np.exp(np.maximum(logits, -LOGIT_BOUND))
+            weights = np.exp(logits)
         total = weights.sum(axis=-1)
         if explore:
             # Exponential race: with E_i ~ Exp(1) independent, argmin_i E_i / w_i is i with
-            # probability w_i / sum(w). Three numpy calls, no normalisation, no cumsum.
-            noise = rng.standard_exponential(weights.shape, dtype=np.float32)
-            actions = np.divide(noise, weights, out=noise).argmin(axis=1)
+            # probability w_i / sum(w). Three numpy calls, no normalisation, no cumsum. The
+            # noise is float64: a draw of exactly 0 wins whatever the weight, and float32
+            # draws are 0 about once in 1e7 (float64: 2^-53).
+            noise = rng.standard_exponential(weights.shape)
+            if bounded:
+                actions = np.divide(noise, weights, out=noise).argmin(axis=1)
+            else:
+                with np.errstate(divide="ignore"):  # weight 0: E / 0 = inf, never the argmin
+                    actions = np.divide(noise, weights, out=noise).argmin(axis=1)
         else:
             actions = logits.argmax(axis=1)
         logp = logits[_row_numbers(len(inputs)), actions]

@@ -9,7 +9,8 @@ after each fragment a worker merges its delta into them in one optimistic transa
 * every observation counts exactly once: a delta is flushed only after its transaction
   committed, and a transaction that lost a race is retried with the new statistics;
 * a replacement worker starts from the fleet's statistics (:meth:`FilterSync.pull`), not
-  from zero;
+  from zero; if the key is lost (Redis restarted without persistence), the next worker
+  to sync seeds it again with everything it knew;
 * a learner reads the same key (:func:`read_filter`) to normalize observations as the
   workers do, e.g. for evaluation or export.
 
@@ -88,8 +89,15 @@ class FilterSync:
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(self.key)  # type: ignore[no-untyped-call]
-                    merged = self._read(pipe, filt.shape) or RunningStat(filt.shape)
-                    merged.merge(delta)
+                    fleet = self._read(pipe, filt.shape)
+                    if fleet is None:
+                        # No statistics (a new job, or Redis lost them): seed them with all
+                        # this worker knows (what it adopted plus its delta), not the delta
+                        # alone, so normalization does not collapse to one fragment's data.
+                        merged = filt.stats.copy()
+                    else:
+                        merged = fleet
+                        merged.merge(delta)
                     pipe.multi()
                     pipe.set(self.key, encode_stat(merged))
                     pipe.execute()

@@ -293,7 +293,7 @@ class EnvRunner:
             return
         final = info["final_obs"]
         stacked = np.stack([np.asarray(final[i]) for i in ended])
-        filtered = self._filter(stacked, update=False)
+        filtered = self._filter(stacked)  # an observation like any other (NEXT_STEP envs return it as next_obs)
         base = s * self.num_envs
         for k, i in enumerate(ended):
             self._final_obs[base + int(i)] = filtered[k]

@@ -29,6 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import redis
+
 from rolloutfleet.filter_sync import FilterSync
 from rolloutfleet.filters import MeanStdFilter
 from rolloutfleet.publisher import BackpressureTimeout, BatchPublisher
@@ -53,7 +55,8 @@ class WorkerTransport:
     (Redis away, or the learner not keeping up under ``block`` backpressure).
     """
 
-    retryable: tuple[type[Exception], ...] = (*RETRYABLE, BackpressureTimeout)
+    # WatchError: the filter statistics kept losing their transaction to other workers.
+    retryable: tuple[type[Exception], ...] = (*RETRYABLE, BackpressureTimeout, redis.WatchError)
 
     def __init__(self, config: WorkerConfig) -> None:
         job = config.job
