@@ -112,8 +112,12 @@ class CounterVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, num_envs: int = 1, length: int = 5, end_on_reset: bool = False, spread: int = 0) -> None:
-        self.num_envs, self.end_on_reset = num_envs, end_on_reset
+    failures_left = 0  # tests set this; with ``fail_at``, step number ``fail_at`` raises (once)
+
+    def __init__(
+        self, num_envs: int = 1, length: int = 5, end_on_reset: bool = False, spread: int = 0, fail_at: int = -1
+    ) -> None:
+        self.num_envs, self.end_on_reset, self.fail_at, self.calls = num_envs, end_on_reset, fail_at, 0
         self.length = length + spread * np.arange(num_envs)  # sub-env i: length + spread * i steps
         self.single_observation_space = spaces.Box(0, 1e6, (2,), np.float32)
         self.single_action_space = spaces.Discrete(2)
@@ -135,6 +139,10 @@ class CounterVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         return self._obs(), {}
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        self.calls += 1
+        if self.calls == self.fail_at and CounterVectorEnv.failures_left > 0:
+            CounterVectorEnv.failures_left -= 1
+            raise RuntimeError("simulated vector env crash")
         resetting = self.prev_done.copy()
         self.steps += 1
         self.episode[resetting] += 1

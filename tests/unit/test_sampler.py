@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sampler_test_envs import ClipProbe, CounterEnv
+from sampler_test_envs import ClipProbe, CounterEnv, CounterVectorEnv
 
 from rolloutfleet import Callbacks, EnvRunner, RolloutJob, SampleBatch, SpecError
 
@@ -339,6 +339,29 @@ def test_a_failing_sub_env_is_recreated_and_only_its_episode_dropped() -> None:
     assert len({int(c["eps_id"][0]) for c in chunks}) == 2
     for chunk in chunks:
         np.testing.assert_array_equal(chunk["new_obs"][:, 1], chunk["obs"][:, 1] + 1)
+
+
+def test_a_failing_vector_env_is_rebuilt_and_only_episodes_with_transitions_count_as_dropped() -> None:
+    # Sub-env i: episodes of 2 + i steps, then a reset step. The 4th vector step raises:
+    # by then sub-env 0 had just reset (no transition yet), sub-env 1 had just ended its
+    # episode, and only sub-env 2 loses one (3 transitions).
+    CounterVectorEnv.failures_left = 1
+    runner = EnvRunner(
+        job({"id": "RolloutFleetCounterVec-v0", "numEnvs": 3, "config": {"length": 2, "spread": 1, "fail_at": 4}},
+            {"rolloutFragmentLength": 8})
+    )  # fmt: skip
+    batch = runner.sample()
+    metrics = runner.get_metrics()
+    assert metrics["num_env_restarts"] == 1 and metrics["num_episodes_dropped"] == 1
+    lengths = 2 + np.arange(3)
+    counter_facts_per_env(batch, lengths)
+    # The earliest 24 rows: up to the crash (vector steps 0-2), then the rebuilt envs.
+    chunks = {env: [c["t"].tolist() for c in batch.rows(batch["env_id"] == env).split_by_episode()] for env in range(3)}
+    assert chunks == {
+        0: [[0, 1]] * 4,  # before the crash, then three more
+        1: [[0, 1, 2]] * 3,
+        2: [[0, 1, 2, 3], [0, 1, 2]],  # its episode cut by the crash is gone
+    }
 
 
 class Recorder(Callbacks):

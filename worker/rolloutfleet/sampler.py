@@ -206,8 +206,9 @@ class EnvRunner:
         for i in env_indices:
             eps = self._eps_id[i]
             cols[_VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
-            self._episodes_dropped += 1
-            self._period.dropped += 1
+            if self._t[i] > 0:  # an episode that had no transition yet loses nothing
+                self._episodes_dropped += 1
+                self._period.dropped += 1
         self._start_episodes(np.asarray(env_indices))
 
     def _filter(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
