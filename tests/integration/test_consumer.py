@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import redis
+import torch
 from conftest import RedisServer
 
 from rolloutfleet.consumer import BatchConsumer
@@ -76,7 +77,6 @@ def test_get_times_out_with_none_and_keeps_what_it_read(redis_url: str) -> None:
 
 
 def test_get_as_torch(redis_url: str) -> None:
-    torch = pytest.importorskip("torch")
     BatchPublisher(redis_url, "cartpole").publish(batch(3, 4))
     tensors = BatchConsumer(redis_url, "cartpole").get(min_steps=3, timeout=5, as_torch=True, device="cpu")
     assert tensors["obs"].dtype == torch.float32 and tensors["obs"].shape == (3, 2)

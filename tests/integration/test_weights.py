@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import redis
+import torch
 
 from rolloutfleet.redis_keys import job_keys
 from rolloutfleet.weights import WeightPublisher, WeightSubscriber
@@ -17,7 +18,6 @@ pytestmark = pytest.mark.integration
 
 
 def test_torch_module_round_trip_and_polls_only_newer(redis_url: str) -> None:
-    torch = pytest.importorskip("torch")
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
     publisher = WeightPublisher(redis_url, "cartpole")
     subscriber = WeightSubscriber(redis_url, "cartpole")

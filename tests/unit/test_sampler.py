@@ -115,13 +115,15 @@ def test_counter_env_every_transition_is_what_the_env_saw() -> None:
         assert env.seen_actions[: rows.sum()] == batch["actions"][rows].tolist()
 
 
-def counter_facts(batch: SampleBatch, length: int) -> None:
-    """What every row of a counter env's batch must satisfy (obs = [episode, step])."""
+def counter_facts(batch: SampleBatch, length: int | np.ndarray) -> None:
+    """What every row of a counter env's batch must satisfy (obs = [episode, step]);
+    ``length``: the episode length, or one per sub-env."""
     obs, new_obs = batch["obs"], batch["new_obs"]
     np.testing.assert_array_equal(new_obs[:, 0], obs[:, 0])  # never the next episode's observation
     np.testing.assert_array_equal(new_obs[:, 1], obs[:, 1] + 1)  # one step of the counter
     np.testing.assert_array_equal(batch["t"], obs[:, 1])
-    np.testing.assert_array_equal(batch["terminateds"], new_obs[:, 1] == length)
+    lengths = length if np.isscalar(length) else np.asarray(length)[batch["env_id"]]
+    np.testing.assert_array_equal(batch["terminateds"], new_obs[:, 1] == lengths)
     for chunk in batch.split_by_episode():
         assert len(set(chunk["obs"][:, 0].tolist())) == 1  # one eps_id is one episode of one env
 
@@ -160,17 +162,10 @@ def test_no_env_falls_behind_the_others() -> None:
     for k in range(300):
         batch = runner.sample()
         assert len(batch) == 20
-        counter_facts_per_env(batch, lengths)
+        counter_facts(batch, lengths)
         episode, step, env = batch["obs"][:, 0], batch["obs"][:, 1], batch["env_id"]
         vector_step = episode * (lengths[env] + 1) + step  # each episode: its steps, then one reset step
         assert vector_step.max() - vector_step.min() <= 5 + 1, k
-
-
-def counter_facts_per_env(batch: SampleBatch, lengths: np.ndarray) -> None:
-    obs, new_obs = batch["obs"], batch["new_obs"]
-    np.testing.assert_array_equal(new_obs[:, 0], obs[:, 0])
-    np.testing.assert_array_equal(new_obs[:, 1], obs[:, 1] + 1)
-    np.testing.assert_array_equal(batch["terminateds"], new_obs[:, 1] == lengths[batch["env_id"]])
 
 
 def test_complete_episodes_and_num_episodes() -> None:
@@ -354,7 +349,7 @@ def test_a_failing_vector_env_is_rebuilt_and_only_episodes_with_transitions_coun
     metrics = runner.get_metrics()
     assert metrics["num_env_restarts"] == 1 and metrics["num_episodes_dropped"] == 1
     lengths = 2 + np.arange(3)
-    counter_facts_per_env(batch, lengths)
+    counter_facts(batch, lengths)
     # The earliest 24 rows: up to the crash (vector steps 0-2), then the rebuilt envs.
     chunks = {env: [c["t"].tolist() for c in batch.rows(batch["env_id"] == env).split_by_episode()] for env in range(3)}
     assert chunks == {

@@ -77,9 +77,7 @@ class FilterSync:
         fleet = self._read(self.client, filt.shape)
         if fleet is None:
             return False
-        central = MeanStdFilter(filt.shape, filt.clip, filt.epsilon)
-        central.stats = fleet
-        filt.sync(central)
+        filt.adopt(fleet)
         return True
 
     def push(self, filt: MeanStdFilter) -> RunningStat:
@@ -105,7 +103,7 @@ class FilterSync:
                     self.conflicts += 1
                     continue
             filt.flush()
-            filt.stats = merged.copy()
+            filt.adopt(merged)
             return merged
         raise redis.WatchError(f"{self.key}: {self.max_attempts} transactions in a row lost to other workers")
 

@@ -104,9 +104,13 @@ class MeanStdFilter:
 
     def sync(self, other: MeanStdFilter) -> None:
         """Adopt another filter's statistics, keeping what we saw since our last flush."""
-        stats = other.stats.copy()
-        stats.merge(self.buffer)
-        self.stats = stats
+        self.adopt(other.stats)
+
+    def adopt(self, stats: RunningStat) -> None:
+        """Take ``stats`` (e.g. a fleet's merged statistics) plus what we saw since our last flush."""
+        adopted = stats.copy()
+        adopted.merge(self.buffer)
+        self.stats = adopted
 
     def copy(self) -> MeanStdFilter:
         clone = MeanStdFilter(self.shape, self.clip, self.epsilon)

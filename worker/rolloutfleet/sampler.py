@@ -481,13 +481,13 @@ class EnvRunner:
             # SAME_STEP final observations kept aside.
             first = 0 if name == sb.OBS else 1
             column = self._columns[_OBS_BUF][first : first + self._filled]
-            out = np.take(column.reshape(-1, *column.shape[2:]), flat, axis=0)
-            if name == sb.NEW_OBS and self._final_obs:
-                self._patch_final_obs(out, flat)
-            return out
-        column = self._columns[name][: self._filled]
+        else:
+            column = self._columns[name][: self._filled]
         # np.take moves small rows (a CartPole observation) ~10x faster than fancy indexing.
-        return np.take(column.reshape(-1, *column.shape[2:]), flat, axis=0)
+        out = np.take(column.reshape(-1, *column.shape[2:]), flat, axis=0)
+        if name == sb.NEW_OBS and self._final_obs:
+            self._patch_final_obs(out, flat)
+        return out
 
     def _patch_final_obs(self, new_obs: np.ndarray, flat: np.ndarray) -> None:
         """Put the kept final observations into gathered ``new_obs`` rows (grid rows ``flat``)."""
@@ -597,10 +597,10 @@ class EnvRunner:
             # The earliest rows, in time order, so no row waits more than a step for a batch
             # (a per-env quota would let envs that reset less often fall further behind).
             target = self.num_envs * (fragment if num_timesteps is None else -(-num_timesteps // self.num_envs))
-            while (missing := target - len(self._valid_rows())) > 0:
+            while (missing := target - len(valid := self._valid_rows())) > 0:
                 step(-(-missing // self.num_envs))
             layout = self._layout()
-            keep = layout.flat <= self._valid_rows()[target - 1]
+            keep = layout.flat <= valid[target - 1]
         batch = self._assemble(layout, keep)
         self._period.seconds += time.perf_counter() - started
         self.callbacks.on_sample_end(runner=self, batch=batch)
