@@ -141,7 +141,7 @@ def produce_ours(url: str, stop: Event, index: int) -> None:
     batch = cartpole_batch()
     publisher = BatchPublisher(url, JOB, max_len=1000, backpressure="block", block_timeout_s=600)
     while not stop.is_set():
-        publisher.publish(batch, weights_seq_no=0, worker_index=index)
+        publisher.publish(batch, worker_index=index)
 
 
 def produce_raw(url: str, stop: Event, index: int) -> None:

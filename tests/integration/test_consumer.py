@@ -16,6 +16,7 @@ import redis
 import torch
 from conftest import RedisServer
 
+from rolloutfleet.codec import encode
 from rolloutfleet.consumer import BatchConsumer
 from rolloutfleet.publisher import BatchPublisher
 from rolloutfleet.redis_keys import job_keys
@@ -85,6 +86,7 @@ def test_get_as_torch(redis_url: str) -> None:
 
 DOOMED = """
 import os, sys
+from rolloutfleet.codec import encode
 from rolloutfleet.consumer import BatchConsumer
 consumer = BatchConsumer(sys.argv[1], "cartpole", consumer="doomed", block_s=0.05)
 got = consumer.read(count=3, timeout=10)
@@ -157,8 +159,59 @@ def test_stale_batches_are_dropped_and_counted(redis_url: str) -> None:
     consumer.policy_version = 10
     messages = consumer.read(count=10, timeout=5)
     assert values_of(messages) == [8, 9] and consumer.stats.stale == 2
+    assert consumer.stats.stale_rows == 4  # the two rows of each of the two stale batches
     consumer.ack(messages)
     assert consumer.lag() == consumer.lag().__class__(0, 0, None, 2)
+
+
+def mixed(values: list[int], versions: list[int]) -> dict[str, np.ndarray]:
+    return {"value": np.array(values, np.int64), "weights_seq_no": np.array(versions, np.int64)}
+
+
+def test_rows_too_old_are_cut_from_a_mixed_batch_the_rest_is_delivered(redis_url: str) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole")
+    # Rows carried over from v3 beside rows of v7, as a fragment after a weights update has.
+    publisher.publish(mixed([0, 1, 2, 3, 4, 5], [3, 7, 3, 7, 7, 3]))
+    publisher.publish(mixed([10, 11], [3, 3]))  # nothing recent: dropped whole
+    publisher.publish(mixed([20, 21, 22], [6, 7, 5]))  # all within the lag: delivered as it is
+    consumer = BatchConsumer(redis_url, "cartpole", max_policy_lag=2, block_s=0.05)
+    consumer.policy_version = 7  # rows of v5 and newer pass; v3 does not
+    messages = consumer.read(count=10, timeout=5)
+    assert [m.batch["value"].tolist() for m in messages] == [[1, 3, 4], [20, 21, 22]]
+    assert [m.batch["weights_seq_no"].tolist() for m in messages] == [[7, 7, 7], [6, 7, 5]]
+    # Metadata is what the publisher wrote: the whole batch's versions, before the cut.
+    assert [(m.metadata.weights_seq_no_min, m.metadata.weights_seq_no) for m in messages] == [(3, 7), (5, 7)]
+    assert consumer.stats.stale_rows == 3 + 2 and consumer.stats.stale == 1
+    assert consumer.stats.delivered == 2
+    assert consumer.lag().pending == 2  # the stale batch is acked; the cut one waits for its ack
+    consumer.ack(messages)
+    assert consumer.lag() == consumer.lag().__class__(0, 0, None, 7 - 5)
+
+
+def test_a_version_column_that_cannot_be_judged_is_a_dead_letter_naming_it(redis_url: str) -> None:
+    keys = job_keys("default", "cartpole")
+    client = redis.Redis.from_url(redis_url)
+    payload = encode({"value": np.arange(2), "weights_seq_no": np.array([7.0, 7.0])})  # not integers
+    client.xadd(keys.batches, {"payload": payload, "worker_index": 0, "weights_seq_no": 7, "env_steps": 2,
+                               "created_at": 0, "producer": "p", "seq": 0})  # fmt: skip
+    consumer = BatchConsumer(redis_url, "cartpole", max_policy_lag=1, max_deliveries=1, block_s=0.05)
+    consumer.policy_version = 7
+    assert consumer.read(count=10, timeout=0.3) == []
+    [(_, letter)] = client.xrange(keys.dead_letters)
+    assert b"column 'weights_seq_no' must be one integer per row" in letter[b"dead_letter_reason"]
+    assert consumer.stats.dead_lettered == 1 and consumer.stats.stale_rows == 0 and consumer.lag().pending == 0
+
+
+def test_get_returns_only_rows_within_the_lag(redis_url: str) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole")
+    publisher.publish(mixed([0, 1, 2, 3], [3, 7, 7, 3]))
+    publisher.publish(mixed([4, 5], [7, 3]))
+    consumer = BatchConsumer(redis_url, "cartpole", max_policy_lag=0, block_s=0.05)
+    consumer.policy_version = 7
+    result = consumer.get(min_steps=3, timeout=5)
+    assert result["value"].tolist() == [1, 2, 4] and result["weights_seq_no"].tolist() == [7, 7, 7]
+    assert consumer.stats.stale_rows == 3 and consumer.stats.stale == 0
+    assert consumer.lag().policy_lag == 0  # judged by the rows delivered, not the metadata's oldest
 
 
 def test_a_re_sent_batch_is_delivered_once(redis_url: str) -> None:

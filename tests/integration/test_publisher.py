@@ -34,6 +34,17 @@ def test_publish_writes_payload_and_metadata(redis_url: str) -> None:
     assert fields[b"seq"] == b"0" and len(fields[b"producer"]) == 16
     np.testing.assert_array_equal(decode(fields[b"payload"])["obs"], np.full((5, 4), 1.5, np.float32))
     assert publisher.stats.published == 1 and publisher.stats.bytes == len(fields[b"payload"])
+    assert fields[b"weights_seq_no_min"] == b"7"  # no column: every row has the version given
+
+
+def test_the_weights_versions_written_are_those_of_the_rows(redis_url: str) -> None:
+    with BatchPublisher(redis_url, "cartpole") as publisher:
+        publisher.publish({**batch(4), "weights_seq_no": np.array([3, 7, 7, 3])})
+        with pytest.raises(ValueError, match=r"'weights_seq_no' column holds versions 5\.\.5"):
+            publisher.publish({**batch(1), "weights_seq_no": np.array([5])}, weights_seq_no=6)
+    [(_, fields)] = redis.Redis.from_url(redis_url).xrange(job_keys("default", "cartpole").batches)
+    assert (fields[b"weights_seq_no_min"], fields[b"weights_seq_no"]) == (b"3", b"7")
+    assert decode(fields[b"payload"])["weights_seq_no"].tolist() == [3, 7, 7, 3]
 
 
 def test_options_default_from_the_job_spec(redis_url: str) -> None:

@@ -37,6 +37,15 @@ def test_consume_saves_columns_with_per_row_metadata(redis_url: str, tmp_path: P
         assert data["weights_seq_no"].tolist() == [10, 11, 11, 12, 12, 12]
 
 
+def test_consume_saves_each_rows_own_weights_version(redis_url: str, tmp_path: Path) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole")
+    publisher.publish({"obs": np.zeros((3, 2), np.float32), "weights_seq_no": np.array([3, 7, 7])})
+    output = tmp_path / "out.npz"
+    assert run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "1", "--output", str(output)) == 0
+    with np.load(output, allow_pickle=False) as data:
+        assert data["weights_seq_no"].tolist() == [3, 7, 7]  # not the entry's newest version on every row
+
+
 def test_consume_gives_up_without_enough_batches(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,7 +28,7 @@ def test_publish_poll_weights_and_heartbeat(redis_url: str) -> None:
     WeightPublisher(redis_url, "cartpole", "team").publish({"w": np.ones(2)})
     update = transport.poll_weights()
     assert update is not None and update.seq_no == 1
-    transport.publish(SampleBatch({"obs": np.zeros((3, 4), np.float32)}), weights_seq_no=1)
+    transport.publish(SampleBatch({"obs": np.zeros((3, 4), np.float32), "weights_seq_no": np.ones(3, np.int64)}))
     [message] = BatchConsumer(redis_url, "cartpole", "team").read(timeout=5)
     assert (message.metadata.worker_index, message.metadata.weights_seq_no, message.metadata.env_steps) == (1, 1, 3)
     transport.heartbeat({"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 1234.5,
@@ -38,11 +38,45 @@ def test_publish_poll_weights_and_heartbeat(redis_url: str) -> None:
     transport.close()
 
 
+def test_rows_sampled_before_a_weights_update_reach_the_learner_judged_row_by_row(redis_url: str) -> None:
+    from fleet_helpers import small_job
+
+    from rolloutfleet.policy import build_model
+    from rolloutfleet.sampler import EnvRunner
+
+    job = small_job("mixed", replicas=1)
+    runner = EnvRunner(job)
+    transport = WorkerTransport(WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url))
+    weights = WeightPublisher(redis_url, job.name)
+    state = {name: value.numpy() for name, value in build_model(job).state_dict().items()}
+    sampled: list[tuple[int, np.ndarray]] = []  # (weights version in force, the rows' versions)
+    # New weights before every fragment, as a fast learner publishes them: rows the grid
+    # carries over from one fragment to the next are then one version behind.
+    while len(sampled) < 40 and sum(len(set(v.tolist())) > 1 for _, v in sampled) < 2:
+        seq_no = weights.publish(state)
+        assert transport.load_weights(runner) == seq_no
+        batch = runner.sample()
+        sampled.append((seq_no, batch["weights_seq_no"].copy()))
+        transport.publish(batch)
+    assert sum(len(set(v.tolist())) > 1 for _, v in sampled) == 2, "no fragment mixed two weights versions"
+    consumer = BatchConsumer(redis_url, job.name, max_policy_lag=0, block_s=0.05)
+    for seq_no, versions in sampled:
+        consumer.policy_version = seq_no  # the learner's version when this fragment arrives
+        [message] = consumer.read(count=1, timeout=5)
+        assert (message.metadata.weights_seq_no_min, message.metadata.weights_seq_no) == (versions.min(), seq_no)
+        assert message.batch["weights_seq_no"].tolist() == [seq_no] * int((versions == seq_no).sum())
+        message.ack()
+    carried = sum(int((versions < seq_no).sum()) for seq_no, versions in sampled)
+    assert carried > 0 and consumer.stats.stale_rows == carried and consumer.stats.stale == 0
+    transport.close()
+    runner.close()
+
+
 def test_a_full_stream_is_a_retryable_condition_for_the_worker(redis_url: str) -> None:
     transport = WorkerTransport(config(redis_url, maxLen=1, blockTimeoutSeconds=0.1))
-    transport.publish(SampleBatch({"obs": np.zeros(1)}), 0)
+    transport.publish(SampleBatch({"obs": np.zeros(1)}))
     with pytest.raises(transport.retryable) as caught:
-        transport.publish(SampleBatch({"obs": np.zeros(1)}), 0)
+        transport.publish(SampleBatch({"obs": np.zeros(1)}))
     assert isinstance(caught.value, BackpressureTimeout)
 
 

@@ -78,6 +78,7 @@ def test_worker_publishes_loads_weights_and_drains_on_sigterm(redis_url: str, tm
         # previous fragment still say 0; every row sampled with the new weights says so.
         rows = newest.batch["weights_seq_no"]
         assert set(rows.tolist()) <= {0, seq_no} and (rows == seq_no).mean() > 0.8
+        assert newest.metadata.weights_seq_no_min == rows.min()  # written from the rows, not beside them
         np.testing.assert_allclose(newest.batch["action_logp"][rows == seq_no], np.log(0.5), rtol=1e-5)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0

@@ -30,9 +30,12 @@ dead-letter stream and acked.
 
 **Duplicates and staleness.** A batch re-sent by a publisher after a lost reply carries
 the same (producer, seq) and is dropped (acked, counted). With ``max_policy_lag=k``,
-batches sampled with weights older than ``policy_version - k`` are dropped (acked,
-counted); ``policy_version`` is the job's published weights version unless the learner
-sets it.
+rows sampled with weights older than ``policy_version - k`` are dropped, judged row by
+row from the batch's ``weights_seq_no`` column (a fragment can hold rows carried over
+from before a weights update, older than the rest): the other rows of the batch are
+delivered, and a batch with no row left is dropped whole (acked). Both are counted
+(:attr:`ConsumerStats.stale_rows`, :attr:`ConsumerStats.stale`). ``policy_version`` is
+the job's published weights version unless the learner sets it.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class BatchMetadata:
 
     worker_index: int
     weights_seq_no: int
+    """The newest weights version among the batch's rows (its ``weights_seq_no`` column)."""
     env_steps: int
     created_at: float
     producer: str = ""
@@ -80,6 +84,13 @@ class BatchMetadata:
     """The policy of a multi-agent job whose batch this is (None: single-agent)."""
     agent_ids: tuple[str, ...] = ()
     """Multi-agent: agent id of each ``agent_index`` in the batch."""
+    weights_seq_no_min: int | None = None
+    """The oldest weights version among the batch's rows (None: ``weights_seq_no``)."""
+
+    def __post_init__(self) -> None:
+        if self.weights_seq_no_min is None:
+            # Entries of publishers older than the field: they wrote one version per batch.
+            object.__setattr__(self, "weights_seq_no_min", self.weights_seq_no)
 
     @classmethod
     def from_fields(cls, fields: Mapping[bytes, bytes]) -> BatchMetadata:
@@ -101,6 +112,7 @@ class BatchMetadata:
             seq=int(fields[b"seq"]) if fields.get(b"seq", b"").isdigit() else -1,
             policy=fields[b"policy"].decode("utf-8", "replace") if b"policy" in fields else None,
             agent_ids=_agent_ids(fields.get(b"agent_ids")),
+            weights_seq_no_min=number(b"weights_seq_no_min", int) if b"weights_seq_no_min" in fields else None,
         )
 
 
@@ -146,6 +158,10 @@ class ConsumerStats:
     acked: int = 0
     duplicates: int = 0
     stale: int = 0
+    """Batches dropped whole by ``max_policy_lag`` (no row recent enough)."""
+    stale_rows: int = 0
+    """Rows dropped by ``max_policy_lag``: those of the batches in ``stale``, and those cut
+    from batches whose other rows were delivered."""
     decode_failures: int = 0
     dead_lettered: int = 0
     retries: int = 0
@@ -181,7 +197,7 @@ class ConsumerLag:
     undelivered: int | None
     oldest_pending_age_s: float | None
     policy_lag: int | None
-    """Published weights version minus the oldest version among the last rows returned."""
+    """Published weights version minus the oldest version among the last rows delivered."""
 
 
 def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
@@ -373,6 +389,7 @@ class BatchConsumer:
             return []
         newest = self._current_policy_version() if self.max_policy_lag is not None else None
         messages: list[Message] = []
+        versions: list[int] = []  # the oldest weights version of each message's rows
         drop: list[str] = []
         for raw_id, fields in entries:
             entry_id = _text(raw_id)
@@ -385,6 +402,10 @@ class BatchConsumer:
                 if payload is None:
                     raise DecodeError("entry has no 'payload' field")
                 batch = decode(payload) if self.policy is None else self._decode_policy_batch(payload, metadata)
+                if newest is not None:
+                    # Here, not where rows are judged: an entry that fails must not be
+                    # remembered as seen, or its next delivery would pass for a duplicate.
+                    _check_versions(batch)
             except DecodeError as exc:
                 self._poisoned(entry_id, fields, str(exc))
                 continue
@@ -397,18 +418,24 @@ class BatchConsumer:
                 self._seen[key] = None
                 if len(self._seen) > _SEEN_CAPACITY:
                     self._seen.popitem(last=False)
-            lagging = newest is not None and self.max_policy_lag is not None
-            if lagging and metadata.weights_seq_no < newest - self.max_policy_lag:  # type: ignore[operator]
-                self.stats.stale += 1
-                drop.append(entry_id)
-                continue
+            oldest = metadata.weights_seq_no_min
+            if newest is not None and self.max_policy_lag is not None:
+                batch, stale_rows = fresh_rows(batch, metadata, newest - self.max_policy_lag)
+                self.stats.stale_rows += stale_rows
+                if not len(batch) and stale_rows:
+                    self.stats.stale += 1
+                    drop.append(entry_id)
+                    continue
+                if stale_rows:
+                    oldest = int(batch[WEIGHTS_SEQ_NO].min())
             self._in_flight.add(entry_id)
             messages.append(Message(entry_id, batch, metadata, self))
+            versions.append(cast(int, oldest))
         if drop:
             self._ack_ids(drop)
         self.stats.delivered += len(messages)
-        if messages:
-            self._last_min_seq_no = min(m.metadata.weights_seq_no for m in messages)
+        if versions:
+            self._last_min_seq_no = min(versions)
         return messages
 
     def _decode_policy_batch(self, payload: bytes, metadata: BatchMetadata) -> SampleBatch:
@@ -545,6 +572,35 @@ class BatchConsumer:
         if exc_type is None:
             self.commit()
         self.close()
+
+
+def fresh_rows(batch: SampleBatch, metadata: BatchMetadata, oldest_allowed: int) -> tuple[SampleBatch, int]:
+    """The rows of ``batch`` sampled with weights version ``oldest_allowed`` or newer, and
+    how many rows were dropped.
+
+    Judged row by row from the ``weights_seq_no`` column: rows carried over from an earlier
+    fragment can be older than the rest, so neither end of the batch speaks for all of it.
+    A batch without the column (built by hand) has one version, its metadata's. Returns
+    ``batch`` itself when every row is recent enough (the common case: one pass, no copy).
+    """
+    column = batch.get(WEIGHTS_SEQ_NO)
+    if column is None:
+        if metadata.weights_seq_no >= oldest_allowed:
+            return batch, 0
+        return batch.rows(slice(0, 0)), len(batch)
+    _check_versions(batch)
+    if not len(column) or int(column.min()) >= oldest_allowed:
+        return batch, 0
+    fresh = column >= oldest_allowed
+    return batch.rows(fresh), len(batch) - int(np.count_nonzero(fresh))
+
+
+def _check_versions(batch: SampleBatch) -> None:
+    column = batch.get(WEIGHTS_SEQ_NO)
+    if column is not None and (column.ndim != 1 or column.dtype.kind not in "iu"):
+        raise DecodeError(
+            f"column {WEIGHTS_SEQ_NO!r} must be one integer per row, got {column.dtype} of shape {column.shape}"
+        )
 
 
 def concat_messages(

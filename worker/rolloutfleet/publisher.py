@@ -1,7 +1,7 @@
 """Worker side: put encoded batches on the job's Redis stream.
 
     >>> publisher = BatchPublisher("redis://127.0.0.1:6379/0", "cartpole")   # doctest: +SKIP
-    >>> publisher.publish(runner.sample(), weights_seq_no=3, worker_index=0)  # doctest: +SKIP
+    >>> publisher.publish(runner.sample(), worker_index=0)  # doctest: +SKIP
     '1732262400000-0'
 
 Each batch is one XADD (atomic: an entry is there whole or not at all) with the payload
@@ -10,7 +10,8 @@ and its metadata as fields:
 | field | meaning |
 | --- | --- |
 | ``payload`` | :func:`rolloutfleet.codec.encode` of the batch |
-| ``worker_index``, ``weights_seq_no``, ``env_steps`` | who produced it, with which weights, how many rows |
+| ``worker_index``, ``env_steps`` | who produced it, how many rows |
+| ``weights_seq_no``, ``weights_seq_no_min`` | the newest and the oldest weights version among its rows |
 | ``created_at`` | unix seconds when it was published |
 | ``producer``, ``seq`` | a random id of this publisher and a per-publisher counter: a batch re-sent after a
   lost reply carries the same pair, and consumers drop the duplicate |
@@ -34,6 +35,14 @@ group has not finished (undelivered + pending; the whole stream while no group e
 :class:`PayloadTooLarge` rather than split: Redis serves one client at a time, so 8 MB+
 entries already stall every worker and learner (ANCHORS), and chunked batches would need
 reassembly state in every consumer. Sample smaller fragments or compress instead.
+
+**Weights versions** come from the batch itself: its ``weights_seq_no`` column says, row
+by row, which weights sampled it (a fragment can hold rows carried over from before the
+last weights update). The metadata fields are the column's max and min, for readers that
+want a summary without decoding; ``weights_seq_no`` stays the newest version, as it was
+before ``weights_seq_no_min`` existed, so older consumers read new entries unchanged. A
+batch without the column (one built by hand) is taken to be sampled, every row, with the
+``weights_seq_no`` passed to :meth:`BatchPublisher.publish` (default 0).
 """
 
 from __future__ import annotations
@@ -47,7 +56,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rolloutfleet.batch import SampleBatch
+import numpy as np
+
+from rolloutfleet.batch import WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.codec import Compression, encode, encode_multi
 from rolloutfleet.redis_connection import RetryLoop, connect
 from rolloutfleet.redis_keys import job_keys
@@ -119,7 +130,7 @@ class BatchPublisher:
     ``block_timeout_s`` and ``compression``).
 
     >>> with BatchPublisher(url, "cartpole", max_len=100, backpressure="dropOldest") as pub:  # doctest: +SKIP
-    ...     entry_id = pub.publish(batch, weights_seq_no=0, worker_index=3)
+    ...     entry_id = pub.publish(batch, worker_index=3)
     ...     pub.stats.dropped
     0
 
@@ -176,16 +187,21 @@ class BatchPublisher:
     def publish(
         self,
         batch: Mapping[str, Any],
-        weights_seq_no: int = 0,
+        weights_seq_no: int | None = None,
         worker_index: int = 0,
         env_steps: int | None = None,
         agent_ids: Sequence[str] | None = None,
     ) -> str:
         """XADD one batch; returns its stream entry id.
 
+        The weights versions written beside it are those of its ``weights_seq_no`` column;
+        ``weights_seq_no`` is only for a batch without that column (the version of all its
+        rows, default 0): given with the column, it must agree with every row.
+
         Raises :class:`PayloadTooLarge`, :class:`BackpressureTimeout` (``block``), or the
         connection error once Redis stayed away for ``reconnect_timeout_s``.
         """
+        oldest, newest = weights_versions(batch, weights_seq_no)
         if self.policy is not None:
             # One group named after the policy: the payload says whose it is on its own.
             payload = encode_multi({self.policy: _wire_columns(batch)}, self.compression)
@@ -201,7 +217,8 @@ class BatchPublisher:
         fields: dict[Any, Any] = {
             b"payload": payload,
             b"worker_index": worker_index,
-            b"weights_seq_no": weights_seq_no,
+            b"weights_seq_no": newest,
+            b"weights_seq_no_min": oldest,
             b"env_steps": env_steps,
             b"created_at": f"{time.time():.6f}",
             b"producer": self.producer_id,
@@ -323,3 +340,31 @@ def _rows(batch: Mapping[str, Any]) -> int:
     if isinstance(batch, SampleBatch):
         return len(batch)
     return next((len(value) for value in batch.values()), 0)
+
+
+def weights_versions(batch: Mapping[str, Any], default: int | None = None) -> tuple[int, int]:
+    """(oldest, newest) weights version among the rows of ``batch``, from its
+    ``weights_seq_no`` column; ``default`` (0 if None) for a batch without one.
+
+    >>> weights_versions({"weights_seq_no": np.array([7, 3, 7])})
+    (3, 7)
+    """
+    column = batch.get(WEIGHTS_SEQ_NO)
+    if column is None:
+        version = 0 if default is None else int(default)
+        return version, version
+    versions = np.asarray(column)
+    if versions.ndim != 1 or versions.dtype.kind not in "iu":
+        raise ValueError(
+            f"column {WEIGHTS_SEQ_NO!r} must be one integer per row, got {versions.dtype} of shape {versions.shape}"
+        )
+    if not len(versions):
+        version = 0 if default is None else int(default)
+        return version, version
+    oldest, newest = int(versions.min()), int(versions.max())
+    if default is not None and not oldest == newest == default:
+        raise ValueError(
+            f"weights_seq_no={default} passed with a batch whose {WEIGHTS_SEQ_NO!r} column holds versions "
+            f"{oldest}..{newest}: the column is what is published; leave the argument out"
+        )
+    return oldest, newest

@@ -69,7 +69,8 @@ def add_streams_parser(commands: Any) -> argparse.ArgumentParser:
 
 def run_consume(args: argparse.Namespace) -> int:
     """Read ``args.count`` entries, save the concatenated columns plus per-row
-    ``worker_index`` and ``weights_seq_no`` (from each entry's metadata), then ack them."""
+    ``worker_index`` (from each entry's metadata), then ack them. ``weights_seq_no`` is the
+    rows' own column (the entry's metadata only for batches built without one)."""
     import numpy as np
 
     from rolloutfleet.consumer import BatchConsumer, Message, concat_messages
@@ -96,10 +97,7 @@ def run_consume(args: argparse.Namespace) -> int:
                 )
                 return 1
             messages.extend(got)
-        columns = concat_messages(
-            messages,
-            extra={"worker_index": lambda m: m.worker_index, "weights_seq_no": lambda m: m.weights_seq_no},
-        )
+        columns = concat_messages(messages, extra={"worker_index": lambda m: m.worker_index})
         np.savez(args.output, **columns)  # type: ignore[arg-type]
         consumer.ack(messages)  # only after the file is written: a failed save loses nothing
     finally:

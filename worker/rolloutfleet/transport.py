@@ -3,7 +3,7 @@ write a heartbeat. :mod:`rolloutfleet.worker` drives it and owns the retry loop:
 
     transport = WorkerTransport(config)
     update = transport.poll_weights()           # None unless newer weights exist
-    transport.publish(batch, runner.weights_seq_no)
+    transport.publish(batch)                    # weights versions: the batch's own column
     transport.heartbeat(runner.get_metrics())
 
 A multi-agent job (``spec.multiAgent``) gets one publisher per trained policy, each on its
@@ -112,13 +112,14 @@ class WorkerTransport:
                 loaded = max(loaded or 0, update.seq_no)
         return loaded
 
-    def publish(self, batch: SampleBatch | MultiAgentBatch, weights_seq_no: int = 0) -> None:
+    def publish(self, batch: SampleBatch | MultiAgentBatch) -> None:
         """XADD the batch: a single-agent batch to the job's stream; each trained policy's part of
-        a multi-agent batch to its policy's stream (with that policy's weights version)."""
+        a multi-agent batch to its policy's stream. The weights versions go with the rows
+        (their ``weights_seq_no`` column), not beside them."""
         from rolloutfleet.multiagent_batch import MultiAgentBatch
 
         if not isinstance(batch, MultiAgentBatch):
-            self.publisher.publish(batch, weights_seq_no=weights_seq_no, worker_index=self.worker_index)
+            self.publisher.publish(batch, worker_index=self.worker_index)
             return
         if self._sent[0] != id(batch):
             self._sent = (id(batch), set())
@@ -130,7 +131,6 @@ class WorkerTransport:
                 continue
             publisher.publish(
                 part,
-                weights_seq_no=batch.weights_seq_nos.get(policy, 0),
                 worker_index=self.worker_index,
                 env_steps=batch.env_steps(),
                 agent_ids=batch.agent_ids,

@@ -124,7 +124,7 @@ class Worker:
                     self._record(stats, restarts_seen)
                     restarts_seen = int(stats["num_env_restarts"])
                 started = time.perf_counter()
-                transport.publish(pending, runner.weights_seq_no)
+                transport.publish(pending)
                 self.metrics.publish_latency.observe(time.perf_counter() - started)
                 self.metrics.batches.inc()
                 pending = None
