@@ -432,7 +432,7 @@ async def _delete_pod(
 
 async def _read_progress(key: Key, runtime: Runtime, job_index: kopf.Index[Key, Any]) -> None:
     """Sampling progress from the workers' heartbeats in Redis (status.envSteps, stepsPerSecond)."""
-    from rolloutfleet.transport import read_heartbeats  # redis client: only when progress is read
+    from rolloutfleet.heartbeat import read_heartbeats  # redis client: only when progress is read
 
     bodies = list(job_index.get(key, []))
     if not bodies:

@@ -1,15 +1,19 @@
-"""The worker's Redis side (WorkerTransport) and the heartbeats the local fleet reads."""
+"""The worker's Redis side (WorkerTransport), and the heartbeats it writes as the operator
+and the local fleet read them (:mod:`rolloutfleet.heartbeat`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import redis
 
 from rolloutfleet.batch import SampleBatch
 from rolloutfleet.consumer import BatchConsumer
+from rolloutfleet.heartbeat import HEARTBEAT_TTL_S, read_heartbeats, write_heartbeat
 from rolloutfleet.publisher import BackpressureTimeout
+from rolloutfleet.redis_keys import job_keys
 from rolloutfleet.spec import RolloutJob
-from rolloutfleet.transport import WorkerTransport, read_heartbeats
+from rolloutfleet.transport import WorkerTransport
 from rolloutfleet.weights import WeightPublisher
 from rolloutfleet.worker_config import WorkerConfig
 
@@ -78,6 +82,22 @@ def test_a_full_stream_is_a_retryable_condition_for_the_worker(redis_url: str) -
     with pytest.raises(transport.retryable) as caught:
         transport.publish(SampleBatch({"obs": np.zeros(1)}))
     assert isinstance(caught.value, BackpressureTimeout)
+
+
+def test_heartbeats_of_several_workers_round_trip_and_expire_together(redis_url: str) -> None:
+    job = config(redis_url).job
+    client = redis.Redis.from_url(redis_url)
+    keys = job_keys(job.namespace, job.name)
+    write_heartbeat(client, keys, 0, {"num_env_steps_sampled_lifetime": 100, "env_steps_per_s": 50.0}, now=10.0)
+    write_heartbeat(client, keys, 1, {"num_env_steps_sampled_lifetime": 7, "weights_seq_no": 3}, now=11.0)
+    write_heartbeat(client, keys, 0, {"num_env_steps_sampled_lifetime": 150, "env_steps_per_s": 60.0}, now=12.0)
+    beats = read_heartbeats(redis_url, job)
+    assert sorted(beats) == [0, 1]  # one entry per worker: the last one it wrote
+    assert (beats[0]["env_steps"], beats[0]["steps_per_s"], beats[0]["time"]) == (150.0, 60.0, 12.0)
+    assert (beats[1]["env_steps"], beats[1]["weights_seq_no"], beats[1]["time"]) == (7.0, 3.0, 11.0)
+    assert 0 < client.ttl(keys.heartbeats) <= HEARTBEAT_TTL_S
+    client.hset(keys.heartbeats, "2", "written by something else")
+    assert sorted(read_heartbeats(redis_url, job)) == [0, 1]
 
 
 def test_read_heartbeats_is_empty_when_redis_is_away() -> None:

@@ -51,7 +51,7 @@ def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from rolloutfleet.transport import read_heartbeats
+    from rolloutfleet.heartbeat import read_heartbeats
 
     job = RolloutJob.from_file(args.manifest)
     if args.replicas is not None:

@@ -16,16 +16,12 @@ A job with ``observationFilter: meanStd`` shares its filter statistics (one set 
 for a multi-agent job) through :mod:`rolloutfleet.filter_sync`: pulled once at start-up,
 merged after every fragment.
 
-Heartbeats are a hash per job (:attr:`rolloutfleet.redis_keys.JobKeys.heartbeats`):
-worker index -> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
-``weights_seq_no`` and ``time`` (unix seconds); the hash expires when no worker writes
-it for :data:`HEARTBEAT_TTL_S`.
+Heartbeats are written through :mod:`rolloutfleet.heartbeat`, which is also where
+readers (the operator, ``rolloutfleet fleet``) find them without importing this module.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -33,10 +29,10 @@ import redis
 
 from rolloutfleet.filter_sync import FilterSync
 from rolloutfleet.filters import MeanStdFilter
+from rolloutfleet.heartbeat import write_heartbeat
 from rolloutfleet.publisher import BackpressureTimeout, BatchPublisher
-from rolloutfleet.redis_connection import RETRYABLE, connect
+from rolloutfleet.redis_connection import RETRYABLE
 from rolloutfleet.redis_keys import job_keys
-from rolloutfleet.spec import RolloutJob
 from rolloutfleet.weights import WeightSubscriber, WeightsUpdate
 
 if TYPE_CHECKING:
@@ -44,8 +40,6 @@ if TYPE_CHECKING:
     from rolloutfleet.multiagent_batch import MultiAgentBatch
     from rolloutfleet.runners import AnyEnvRunner
     from rolloutfleet.worker_config import WorkerConfig
-
-HEARTBEAT_TTL_S = 300
 
 
 class WorkerTransport:
@@ -165,40 +159,11 @@ class WorkerTransport:
             publisher.interrupt()
 
     def heartbeat(self, stats: Mapping[str, float | int]) -> None:
-        beat = {
-            "env_steps": stats.get("num_env_steps_sampled_lifetime", 0),
-            "steps_per_s": stats.get("env_steps_per_s", 0.0),
-            "episode_return_mean": stats.get("episode_return_mean", float("nan")),
-            "weights_seq_no": stats.get("weights_seq_no", 0),
-            "time": time.time(),
-        }
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hset(self.keys.heartbeats, str(self.worker_index), json.dumps(beat))
-        pipe.expire(self.keys.heartbeats, HEARTBEAT_TTL_S)
-        pipe.execute()
+        """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.heartbeat`)."""
+        write_heartbeat(self.client, self.keys, self.worker_index, stats)
 
     def close(self) -> None:
         for publisher in self.publishers.values():
             publisher.close()
         for subscriber in self.subscribers.values():
             subscriber.close()
-
-
-def read_heartbeats(redis_url: str, job: RolloutJob, password: str | None = None) -> dict[int, dict[str, float]]:
-    """Worker index -> its last heartbeat; empty when Redis cannot be reached (a status
-    display must keep going while Redis restarts)."""
-    keys = job_keys(job.namespace, job.name)
-    client = connect(redis_url, password, socket_timeout=2.0, connect_timeout=1.0)
-    try:
-        raw = client.hgetall(keys.heartbeats)
-    except RETRYABLE:
-        return {}
-    finally:
-        client.close()
-    beats: dict[int, dict[str, float]] = {}
-    for index, value in raw.items():
-        try:
-            beats[int(index)] = {k: float(v) for k, v in json.loads(value).items()}
-        except (ValueError, TypeError, AttributeError):
-            continue  # a foreign or half-upgraded entry: not worth failing a status table for
-    return beats
