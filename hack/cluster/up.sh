@@ -17,7 +17,10 @@
 # Env: CLUSTER_BIN_DIR (use these binaries instead of running build.sh),
 #      CLUSTER_UP_TIMEOUT (seconds, default 120),
 #      CLUSTER_SA_ADMISSION=0 (disable the ServiceAccount admission plugin as
-#      envtest does; default 1 = enabled, pods get token volumes like on a real cluster).
+#      envtest does; default 1 = enabled, pods get token volumes like on a real cluster),
+#      CLUSTER_ADVERTISE_ADDRESS (default 127.0.0.1: the API server listens and
+#      advertises there; hack/node/up.sh passes the node bridge's address so pods reach
+#      the `kubernetes` Service, whose endpoint the API server then keeps itself).
 set -euo pipefail
 # shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,6 +28,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 state="$(cluster_state_dir "${1:-}")"
 timeout_s="${CLUSTER_UP_TIMEOUT:-120}"
 sa_admission="${CLUSTER_SA_ADMISSION:-1}"
+address="${CLUSTER_ADVERTISE_ADDRESS:-127.0.0.1}"
+[[ "$address" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "CLUSTER_ADVERTISE_ADDRESS must be an IPv4 address, got '$address'"
 
 for tool in openssl curl python3 base64 setsid; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool not found on PATH"
@@ -34,7 +39,7 @@ admin_curl() { # path -> body on stdout; fails on HTTP errors
   local token
   token="$(cat "$state/pki/admin.token")"
   curl -fsS --max-time 5 --cacert "$state/pki/ca.crt" -H "Authorization: Bearer $token" \
-    "https://127.0.0.1:$(cat "$state/apiserver.port")$1"
+    "https://$(cat "$state/apiserver.address"):$(cat "$state/apiserver.port")$1"
 }
 
 # --- already up? ------------------------------------------------------------
@@ -66,12 +71,13 @@ chmod 700 "$state" "$state/etcd"
 touch "$state/$cluster_marker"
 
 # --- ports ----------------------------------------------------------------------
-read -r etcd_port etcd_peer_port api_port < <(python3 - <<'PY'
+read -r etcd_port etcd_peer_port api_port < <(ADDRESS="$address" python3 - <<'PY'
+import os
 import socket
 socks = []
-for _ in range(3):
+for i in range(3):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
+    s.bind(("127.0.0.1" if i < 2 else os.environ["ADDRESS"], 0))
     socks.append(s)
 print(*(s.getsockname()[1] for s in socks))
 for s in socks:
@@ -79,6 +85,7 @@ for s in socks:
 PY
 )
 echo "$api_port" >"$state/apiserver.port"
+echo "$address" >"$state/apiserver.address"
 
 # --- PKI and credentials ------------------------------------------------------------
 pki="$state/pki"
@@ -89,16 +96,22 @@ pki="$state/pki"
     -keyout ca.key -out ca.crt -subj "/CN=rolloutfleet-test-ca" \
     -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
-  cat >apiserver.ext <<'EOF'
+  cat >apiserver.ext <<EOF
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:${CLUSTER_ADVERTISE_ADDRESS:-127.0.0.1},IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 EOF
   openssl req -new -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
     -subj "/CN=kube-apiserver" 2>/dev/null
   openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
     -sha256 -extfile apiserver.ext -out apiserver.crt 2>/dev/null
+  # The API server's client certificate towards kubelets (logs, exec, port-forward).
+  openssl req -new -newkey rsa:2048 -nodes -keyout kubelet-client.key -out kubelet-client.csr \
+    -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >client.ext
+  openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -sha256 -extfile client.ext -out kubelet-client.crt 2>/dev/null
   # Service-account token signing key pair.
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -112,7 +125,7 @@ EOF
   } >tokens.csv
 ) || die "generating certificates/keys with openssl failed"
 
-server="https://127.0.0.1:$api_port"
+server="https://$address:$api_port"
 write_kubeconfig() { # file user token
   umask 077
   cat >"$1" <<EOF
@@ -198,27 +211,36 @@ etcd_ok() { curl -fsS --max-time 2 "http://127.0.0.1:$etcd_port/health" | grep -
 wait_for "etcd /health" etcd_ok
 
 if [[ "$sa_admission" == 1 ]]; then
-  admission=(--enable-admission-plugins=ServiceAccount)
+  admission=(--enable-admission-plugins=ServiceAccount,NodeRestriction)
 else
-  admission=(--disable-admission-plugins=ServiceAccount)
+  admission=(--enable-admission-plugins=NodeRestriction --disable-admission-plugins=ServiceAccount)
+fi
+# A loopback address cannot be a Service endpoint: the `kubernetes` Service then gets none.
+if [[ "$address" == 127.* ]]; then
+  endpoints=(--endpoint-reconciler-type=none)
+else
+  endpoints=(--endpoint-reconciler-type=lease)
 fi
 start kube-apiserver \
   --etcd-servers="http://127.0.0.1:$etcd_port" \
-  --bind-address=127.0.0.1 \
-  --advertise-address=127.0.0.1 \
+  --bind-address="$address" \
+  --advertise-address="$address" \
   --secure-port="$api_port" \
   --cert-dir="$pki" \
   --tls-cert-file="$pki/apiserver.crt" \
   --tls-private-key-file="$pki/apiserver.key" \
   --client-ca-file="$pki/ca.crt" \
   --token-auth-file="$pki/tokens.csv" \
-  --authorization-mode=RBAC \
+  --authorization-mode=Node,RBAC \
+  --kubelet-client-certificate="$pki/kubelet-client.crt" \
+  --kubelet-client-key="$pki/kubelet-client.key" \
+  --kubelet-certificate-authority="$pki/ca.crt" \
   --service-cluster-ip-range=10.0.0.0/24 \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$pki/sa.pub" \
   --service-account-signing-key-file="$pki/sa.key" \
   --allow-privileged=true \
-  --endpoint-reconciler-type=none \
+  "${endpoints[@]}" \
   "${admission[@]}" \
   --profiling=false \
   --v=1
@@ -236,6 +258,7 @@ start kube-controller-manager \
   --cluster-signing-cert-file="$pki/ca.crt" \
   --cluster-signing-key-file="$pki/ca.key" \
   --controllers='*' \
+  --flex-volume-plugin-dir="$state/flexvolume" \
   --profiling=false \
   --v=1
 wait_for "namespace default" admin_curl /api/v1/namespaces/default

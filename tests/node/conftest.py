@@ -1,0 +1,41 @@
+"""The node tier: a real kubelet, containerd + runc, kube-scheduler, kube-proxy and
+CoreDNS (``hack/node``), our images built by ``make images``, the chart installed as a
+user installs it. ``make e2e-node`` starts that cluster, runs these tests against it
+(``ROLLOUTFLEET_NODE_STATE`` names its state dir) and tears it down.
+
+Run outside ``make e2e-node`` these tests have no cluster: they are skipped on a
+laptop and FAIL under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from nodekit import Node
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if Path(str(item.path)).resolve().is_relative_to(here):
+            item.add_marker(pytest.mark.node)
+
+
+@pytest.fixture(scope="session")
+def node() -> Node:
+    state = os.environ.get("ROLLOUTFLEET_NODE_STATE")
+    if not state:
+        reason = "no real node: run these through `make e2e-node`"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    facts = {}
+    for line in (Path(state) / "env").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            facts[key] = value
+    return Node(Path(state), facts)

@@ -1,0 +1,337 @@
+"""The README's Kubernetes quickstart, verbatim, on a real node, then what only a real
+node decides: containers killed, OOM kills, probes, termination messages, drains,
+and what the pods can do from inside.
+
+The tests run in file order against one Helm release in namespace ``rl``: each starts
+from the state the previous one left (the quickstart's job running).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from nodekit import Node, wait_for
+
+from rolloutfleet import BatchConsumer
+
+NS = "rl"
+JOB = "cartpole"
+RELEASE = "rolloutfleet"
+
+
+def job_status(node: Node, name: str = JOB) -> dict[str, Any]:
+    job = node.get(NS, "rj", name)
+    return (job or {}).get("status") or {}
+
+
+def worker_pods(node: Node, job: str = JOB) -> list[dict[str, Any]]:
+    pods = node.get(NS, "pods", "-l", f"rolloutfleet.io/job={job}") or {"items": []}
+    return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def redis_url_and_password(node: Node) -> tuple[str, str]:
+    service = node.get(NS, "service", "rolloutfleet-redis")
+    secret = node.get(NS, "secret", "rolloutfleet-redis")
+    password = base64.b64decode(secret["data"]["password"]).decode()
+    # The Service's virtual address, reached from the host through kube-proxy's rules.
+    return f"redis://{service['spec']['clusterIP']}:6379/0", password
+
+
+def in_container(node: Node, pod: str, code: str) -> Any:
+    """Run Python inside the pod's container (kubectl exec, through the real kubelet)."""
+    out = node.kubectl("-n", NS, "exec", pod, "--", "python3", "-c", code)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+CONTAINER_FACTS = """
+import json, os
+facts = {"uid": os.getuid(), "gid": os.getgid()}
+try:
+    open("/probe-write", "w")
+    facts["root_writable"] = True
+except OSError as error:
+    facts["root_writable"] = error.strerror
+facts["tmp_writable"] = os.access("/tmp", os.W_OK)
+facts["token"] = os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token")
+facts["service_host"] = os.environ.get("KUBERNETES_SERVICE_HOST")
+facts["nameserver"] = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")]
+facts["no_new_privs"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs")][0]
+facts["cap_eff"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+print(json.dumps(facts))
+"""
+
+
+# --- the README's quickstart, verbatim -----------------------------------------------------
+
+
+def test_helm_install_without_overrides(node: Node) -> None:
+    out = node.helm("install", "rolloutfleet", "charts/rolloutfleet", "-n", "rl", "--create-namespace")
+    assert "STATUS: deployed" in out
+    # The operator in its own pod, from our image, talking to the API server through the
+    # `kubernetes` Service with its ServiceAccount: the rollout finishing means the real
+    # readiness probe (kopf's /healthz) answered.
+    node.kubectl("-n", NS, "rollout", "status", "deployment/rolloutfleet-operator", "--timeout=240s", timeout=250)
+    node.kubectl("-n", NS, "rollout", "status", "statefulset/rolloutfleet-redis", "--timeout=240s", timeout=250)
+
+
+def test_apply_example_runs_with_steps_per_second(node: Node) -> None:
+    node.kubectl("-n", "rl", "apply", "-f", "charts/rolloutfleet/examples/cartpole.yaml")
+
+    def running() -> dict[str, Any] | None:
+        status = job_status(node)
+        ok = status.get("phase") == "Running" and (status.get("stepsPerSecond") or 0) > 0
+        return status if ok else None
+
+    status = wait_for(running, 300, lambda: node.diagnostics(NS))
+    assert status["readyReplicas"] == 2
+    table = node.kubectl("-n", "rl", "get", "rj").splitlines()
+    assert table[0].split()[:6] == ["NAME", "DESIRED", "READY", "PHASE", "RESTARTS", "STEPS/S"]
+    name, desired, ready, phase, restarts, steps = table[1].split()[:6]
+    assert (name, desired, ready, phase, restarts) == ("cartpole", "2", "2", "Running", "0")
+    assert float(steps) > 0
+    # Every worker pod is Ready by its own /readyz, as the real kubelet probed it.
+    for pod in worker_pods(node):
+        ready_cond = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+        assert ready_cond["status"] == "True"
+        assert pod["status"]["podIP"].startswith(node.facts["NODE_IP"].rsplit(".", 1)[0] + ".")
+
+
+def test_learner_consumes_batches(node: Node) -> None:
+    url, password = redis_url_and_password(node)
+    consumer = BatchConsumer(url, JOB, namespace=NS, password=password)
+    try:
+        for _ in range(3):
+            batch = consumer.get(timeout=60.0)
+            assert batch is not None
+            # 8 CartPoles x 200 steps per fragment (the example's numEnvs, fragment length).
+            assert len(batch["obs"]) == 8 * 200
+            assert batch["obs"].shape == (1600, 4)
+            assert set(np.unique(batch["actions"])) <= {0, 1}
+            # CartPole pays 1 per step; an episode ends once |x| > 2.4 or |theta| > 0.2095,
+            # so a row that did not end lies inside those bounds.
+            assert np.all(batch["rewards"] == 1.0)
+            alive = ~(batch["terminateds"] | batch["truncateds"])
+            assert np.all(np.abs(batch["new_obs"][alive, 0]) <= 2.4)
+            assert np.all(np.abs(batch["new_obs"][alive, 2]) <= 0.2095)
+            assert set(np.unique(batch["env_id"])) <= set(range(8))
+    finally:
+        consumer.close()
+
+
+# --- from inside the containers --------------------------------------------------------------
+
+
+def test_pods_are_non_root_read_only_without_token(node: Node) -> None:
+    pod = worker_pods(node)[0]["metadata"]["name"]
+    facts = in_container(node, pod, CONTAINER_FACTS)
+    assert (facts["uid"], facts["gid"]) == (10001, 10001)
+    assert facts["root_writable"] == "Read-only file system"
+    assert facts["tmp_writable"] is True
+    assert facts["token"] is False  # automountServiceAccountToken: false
+    assert facts["no_new_privs"] == "1"  # allowPrivilegeEscalation: false
+    assert int(facts["cap_eff"], 16) == 0  # capabilities: drop ALL
+    assert facts["nameserver"] == ["10.0.0.10"]  # the cluster DNS Service
+
+    operator = node.get(NS, "pods", "-l", "app.kubernetes.io/component=operator")["items"][0]["metadata"]["name"]
+    facts = in_container(node, operator, CONTAINER_FACTS)
+    assert (facts["uid"], facts["root_writable"]) == (10001, "Read-only file system")
+    # The operator needs its ServiceAccount's token, and reaches the API server through
+    # the `kubernetes` Service's virtual address.
+    assert facts["token"] is True
+    assert facts["service_host"] == "10.0.0.1"
+
+    redis = node.get(NS, "pods", "-l", "app.kubernetes.io/component=redis")["items"][0]["metadata"]["name"]
+    out = node.kubectl(
+        "-n",
+        NS,
+        "exec",
+        redis,
+        "--",
+        "sh",
+        "-c",
+        "id -u; touch /x 2>&1; test -e /var/run/secrets/kubernetes.io/serviceaccount/token && echo token || echo no-token",
+    )
+    lines = out.strip().splitlines()
+    assert lines[0] == "999"
+    assert "Read-only file system" in lines[1]
+    assert lines[-1] == "no-token"
+
+
+# --- what the node does to containers ----------------------------------------------------------
+
+
+def container_pid(node: Node, pod: dict[str, Any]) -> int:
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    for line in node.ctr("tasks", "ls").splitlines()[1:]:
+        task, pid, _status = line.split()
+        if task == container_id:
+            return int(pid)
+    raise AssertionError(f"no task {container_id} in containerd")
+
+
+def test_sigkilled_worker_is_replaced_and_counted_once(node: Node) -> None:
+    pod = next(p for p in worker_pods(node) if p["metadata"]["name"] == f"{JOB}-worker-0")
+    before = job_status(node).get("restarts", 0)
+    pid = container_pid(node, pod)
+    os.kill(pid, signal.SIGKILL)
+
+    def replaced() -> dict[str, Any] | None:
+        for p in worker_pods(node):
+            if p["metadata"]["name"] == f"{JOB}-worker-0" and p["metadata"]["uid"] != pod["metadata"]["uid"]:
+                ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+                return p if ready else None
+        return None
+
+    wait_for(replaced, 180, lambda: node.diagnostics(NS))
+    status = job_status(node)
+    assert status["restarts"] == before + 1
+    record = next(w for w in status["workers"] if w["index"] == 0)
+    # The real kubelet's words for a SIGKILLed process: exit code 137, reason Error.
+    assert "137" in record["lastError"]
+    time.sleep(10)  # a second look: the failure is not counted again by later events
+    assert job_status(node)["restarts"] == before + 1
+
+
+def apply_job(node: Node, name: str, spec: dict[str, Any]) -> None:
+    url = "redis://rolloutfleet-redis:6379/0"
+    base: dict[str, Any] = {
+        "replicas": 1,
+        "env": {"id": "CartPole-v1", "numEnvs": 2},
+        "redis": {"url": url, "passwordSecret": {"name": "rolloutfleet-redis", "key": "password"}, "maxLen": 8},
+        "resources": {"cpu": "250m", "memory": "1Gi"},
+        "restartPolicy": {"maxRestarts": 0},
+    }
+    for key, value in spec.items():
+        base[key] = {**base[key], **value} if isinstance(value, dict) and key in base else value
+    manifest = {
+        "apiVersion": "rolloutfleet.io/v1alpha1",
+        "kind": "RolloutJob",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+    node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(manifest))
+
+
+def failed_status(node: Node, name: str) -> dict[str, Any] | None:
+    status = job_status(node, name)
+    return status if status.get("phase") == "Failed" else None
+
+
+def test_worker_over_its_memory_limit_is_oom_killed(node: Node) -> None:
+    # Importing torch alone takes several hundred MB: 200Mi cannot hold a worker.
+    apply_job(node, "oom", {"resources": {"memory": "200Mi"}})
+    status = wait_for(lambda: failed_status(node, "oom"), 180, lambda: node.diagnostics(NS))
+    assert "OOMKilled" in status["message"], status
+    record = next(w for w in status["workers"] if w["index"] == 0)
+    assert "OOMKilled" in record["lastError"]
+    assert "137" in record["lastError"]
+    node.kubectl("-n", NS, "delete", "rj", "oom", "--wait=true", "--timeout=60s")
+
+
+def test_termination_message_reaches_the_job_status(node: Node) -> None:
+    apply_job(node, "noenv", {"env": {"id": "NoSuchEnv-v0"}})
+    status = wait_for(lambda: failed_status(node, "noenv"), 180, lambda: node.diagnostics(NS))
+    record = next(w for w in status["workers"] if w["index"] == 0)
+    # The worker's one line, written to /dev/termination-log, read back by the kubelet.
+    assert "exited with code 3" in record["lastError"], record
+    assert "NoSuchEnv-v0" in record["lastError"], record
+    pods = node.get(NS, "pods", "-l", "rolloutfleet.io/job=noenv")["items"]
+    terminated = [p["status"]["containerStatuses"][0]["state"].get("terminated") for p in pods]
+    assert any(t and "NoSuchEnv-v0" in t.get("message", "") and t["exitCode"] == 3 for t in terminated), terminated
+    node.kubectl("-n", NS, "delete", "rj", "noenv", "--wait=true", "--timeout=60s")
+
+
+def test_readiness_follows_the_real_probe(node: Node) -> None:
+    # Nothing listens on 6390: the worker runs, retries, and its /readyz says not ready.
+    apply_job(node, "unready", {"redis": {"url": "redis://rolloutfleet-redis:6390/0"}})
+
+    def running_unready() -> list[dict[str, Any]] | None:
+        pods = [p for p in worker_pods(node, "unready") if p["status"].get("phase") == "Running"]
+        return pods or None
+
+    wait_for(running_unready, 120, lambda: node.diagnostics(NS))
+    time.sleep(15)  # three probe periods
+    pod = worker_pods(node, "unready")[0]
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0  # not crash-looping
+    assert job_status(node, "unready").get("readyReplicas", 0) == 0
+    # Pointed at the right port, the same job becomes ready.
+    apply_job(node, "unready", {"redis": {"url": "redis://rolloutfleet-redis:6379/0"}})
+    wait_for(lambda: job_status(node, "unready").get("readyReplicas") == 1, 180, lambda: node.diagnostics(NS))
+    node.kubectl("-n", NS, "delete", "rj", "unready", "--wait=true", "--timeout=60s")
+
+
+def test_drain_evicts_workers_which_wait_with_the_schedulers_reason(node: Node) -> None:
+    name = node.facts["NODE_NAME"]
+    node.kubectl(
+        "drain", name, "--pod-selector", f"rolloutfleet.io/job={JOB}", "--delete-emptydir-data",
+        "--ignore-daemonsets", "--timeout=120s", timeout=150,
+    )  # fmt: skip
+    try:
+
+        def waiting() -> dict[str, Any] | None:
+            status = job_status(node)
+            return status if "Unschedulable" in status.get("message", "") else None
+
+        status = wait_for(waiting, 120, lambda: node.diagnostics(NS))
+        assert "unschedulable" in status["message"], status["message"]
+        assert status.get("readyReplicas", 0) == 0
+    finally:
+        node.kubectl("uncordon", name)
+    wait_for(lambda: job_status(node).get("readyReplicas") == 2, 240, lambda: node.diagnostics(NS))
+
+
+def test_scale_suspend_resume(node: Node) -> None:
+    node.kubectl("-n", NS, "scale", f"rj/{JOB}", "--replicas", "1")
+    wait_for(lambda: [p["metadata"]["name"] for p in worker_pods(node)] == [f"{JOB}-worker-0"], 120)
+    node.kubectl("-n", NS, "patch", "rj", JOB, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: not worker_pods(node) and job_status(node).get("phase") == "Suspended", 120)
+    node.kubectl("-n", NS, "patch", "rj", JOB, "--type=merge", "-p", '{"spec":{"suspend":false,"replicas":2}}')
+    wait_for(lambda: job_status(node).get("readyReplicas") == 2, 240, lambda: node.diagnostics(NS))
+
+
+def test_helm_upgrade_keeps_jobs_and_password(node: Node) -> None:
+    _, password = redis_url_and_password(node)
+    old = node.get(NS, "pods", "-l", "app.kubernetes.io/component=operator")["items"][0]["metadata"]["uid"]
+    node.helm("upgrade", RELEASE, "charts/rolloutfleet", "-n", NS, "--set", "operator.logLevel=debug")
+    node.kubectl("-n", NS, "rollout", "status", "deployment/rolloutfleet-operator", "--timeout=240s", timeout=250)
+    pods = node.get(NS, "pods", "-l", "app.kubernetes.io/component=operator")["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert [p["metadata"]["uid"] for p in live] != [old]
+    assert redis_url_and_password(node)[1] == password  # the generated password survives upgrades
+    # The new operator takes the job over: still Running, nothing restarted for it.
+    restarts = job_status(node)["restarts"]
+    time.sleep(10)
+    assert job_status(node)["phase"] == "Running"
+    assert job_status(node)["restarts"] == restarts
+
+
+def test_delete_job_garbage_collects_pods_then_uninstall(node: Node) -> None:
+    node.kubectl("-n", NS, "delete", "rj", JOB, "--timeout=120s", timeout=130)
+    wait_for(lambda: not worker_pods(node), 120, lambda: node.diagnostics(NS))
+    node.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", timeout=150)
+
+    def gone() -> bool:
+        pods = node.get(NS, "pods") or {"items": []}
+        return not pods["items"]
+
+    wait_for(gone, 120, lambda: node.diagnostics(NS))
+    assert node.get(NS, "deploy,sts,svc,cm,sa,role,rolebinding")["items"] == []
+    # Kept on purpose: the CRD (Helm never deletes crds/) and the generated password.
+    assert node.get("default", "crd", "rolloutjobs.rolloutfleet.io") is not None
+    assert node.get(NS, "secret", "rolloutfleet-redis") is not None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup(node: Node) -> Any:
+    yield
+    node.kubectl("-n", NS, "delete", "rj", "--all", "--timeout=60s", check=False, timeout=70)
+    node.helm("uninstall", RELEASE, "-n", NS, check=False)
