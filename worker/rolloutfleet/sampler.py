@@ -2,8 +2,9 @@
 
 What RLlib's ``SingleAgentEnvRunner`` does for one process, with a fraction of the
 machinery. The hot loop only acts, steps and writes what the env returned into preallocated
-``(steps, num_envs)`` column buffers (one numpy assignment per column per vector step;
-observations once, since a row's ``new_obs`` is the next row's ``obs``). Everything
+``(steps, num_envs)`` column buffers (:mod:`rolloutfleet.grid`; one numpy assignment per
+column per vector step; observations once, since a row's ``new_obs`` is the next row's
+``obs``). Everything
 derived from those columns — which rows are transitions, episode ids, ``t``, episode
 returns and lengths — is computed for a whole chunk of steps at once by
 :meth:`EnvRunner._account`. ``sample()`` cuts its batch, env-major, from the valid rows
@@ -29,7 +30,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -40,16 +41,12 @@ from rolloutfleet.batch import SampleBatch
 from rolloutfleet.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.envs import FAILED, choose_vectorization, derive_seed, episode_id_base, make_vector_env
 from rolloutfleet.filters import MeanStdFilter
+from rolloutfleet.grid import OBS_BUF, RAW_REWARDS, SEQ_NO, TICK, VALID, ColumnSpecs, Grid, Layout
 from rolloutfleet.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.spec import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
 
-_VALID = "_valid"
-_TICK = "_tick"  # global vector-step counter: orders episode ends across sub-envs
-_OBS_BUF = "_obs_buf"  # capacity + 1 rows: row s is grid row s's obs, row s + 1 its new_obs
-_RAW_REWARDS = "_raw_rewards"  # unclipped rewards (episode returns), only when clipping
-_SEQ_NO = "_seq_no"  # per grid row (not per env): the weights_seq_no it was sampled with
 _METRICS_WINDOW = 100
 
 
@@ -105,12 +102,9 @@ class EnvRunner:
         self._clip = self._action_clipper()
 
         n = self.num_envs
-        self._columns: dict[str, np.ndarray] = {}
-        self._capacity = 0
-        self._filled = 0  # grid rows in use: kept from the last batch, then stepped in this call
-        self._grid_tick = 0  # the tick of grid row 0
+        obs_dtype = np.float32 if self.filter is not None else self.observation_space.dtype
+        self._grid = Grid(n, self._grid_columns(), self.observation_space.shape or (), obs_dtype)
         self._obs: np.ndarray | None = None
-        self._final_obs: dict[int, np.ndarray] = {}  # SAME_STEP: grid row * num_envs + env -> new_obs
         self._pending_reset = np.zeros(n, np.bool_)  # NEXT_STEP: this step's row is the reset step
         self._eps_id = np.zeros(n, np.int64)
         self._t = np.zeros(n, np.int64)
@@ -143,16 +137,8 @@ class EnvRunner:
             return space.low, space.high
         return None
 
-    def _ensure_capacity(self, steps: int) -> None:
-        """Grid buffers for ``steps`` rows; growing keeps the rows already stepped."""
-        if steps <= self._capacity:
-            return
-        old, filled = self._columns, self._filled
-        steps = max(steps, 2 * self._capacity)
-        n = self.num_envs
-        obs_space = self.observation_space
-        obs_dtype = np.float32 if self.filter is not None else obs_space.dtype
-        obs_shape = obs_space.shape or ()
+    def _grid_columns(self) -> ColumnSpecs:
+        """The grid's per-step columns (observations and weights versions are the grid's own)."""
         act_shape = self.action_space.shape or ()
         dist = self.policy.distribution.num_inputs
         specs: dict[str, tuple[tuple[int, ...], Any]] = {
@@ -165,17 +151,11 @@ class EnvRunner:
             sb.ACTION_LOGP: ((), np.float32),
             sb.ACTION_DIST_INPUTS: ((dist,), np.float32),
             sb.VF_PREDS: ((), np.float32),
-            _VALID: ((), np.bool_),
+            VALID: ((), np.bool_),
         }
         if self.sampling.clip_rewards is not None:
-            specs[_RAW_REWARDS] = ((), np.float64)
-        self._columns = {name: np.empty((steps, n, *shape), dtype) for name, (shape, dtype) in specs.items()}
-        self._columns[_OBS_BUF] = np.empty((steps + 1, n, *obs_shape), obs_dtype)
-        self._columns[_SEQ_NO] = np.empty(steps, np.int64)
-        for name, column in old.items():
-            rows = filled + 1 if name == _OBS_BUF else filled
-            self._columns[name][:rows] = column[:rows]
-        self._capacity = steps
+            specs[RAW_REWARDS] = ((), np.float64)
+        return specs
 
     # -- episodes ---------------------------------------------------------------------
 
@@ -202,10 +182,10 @@ class EnvRunner:
 
     def _drop_episodes(self, env_indices: np.ndarray, upto: int) -> None:
         """Forget the ongoing episodes of these sub-envs: their rows never reach a batch."""
-        cols = self._columns
+        cols = self._grid.columns
         for i in env_indices:
             eps = self._eps_id[i]
-            cols[_VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
+            cols[VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
             if self._t[i] > 0:  # an episode that had no transition yet loses nothing
                 self._episodes_dropped += 1
                 self._period.dropped += 1
@@ -226,13 +206,13 @@ class EnvRunner:
         the whole chunk afterwards (:meth:`_account`); only an env failure, or episode
         callbacks, make it run earlier.
         """
-        self._ensure_capacity(start + steps)
+        self._grid.ensure_capacity(start + steps)
         if self._obs is None:
             self._reset_envs()
-        cols = self._columns
-        c_obs, c_act, c_rew = cols[_OBS_BUF], cols[sb.ACTIONS], cols[sb.REWARDS]
+        cols = self._grid.columns
+        c_obs, c_act, c_rew = cols[OBS_BUF], cols[sb.ACTIONS], cols[sb.REWARDS]
         c_term, c_trunc, c_logp = cols[sb.TERMINATEDS], cols[sb.TRUNCATEDS], cols[sb.ACTION_LOGP]
-        c_dist, c_vf, c_raw = cols[sb.ACTION_DIST_INPUTS], cols[sb.VF_PREDS], cols.get(_RAW_REWARDS)
+        c_dist, c_vf, c_raw = cols[sb.ACTION_DIST_INPUTS], cols[sb.VF_PREDS], cols.get(RAW_REWARDS)
         clip_rewards = self.sampling.clip_rewards
         same_step, per_step = self._same_step, self._per_step
         resilient = self.vectorization == "sync"
@@ -297,12 +277,7 @@ class EnvRunner:
         filtered = self._filter(stacked)  # an observation like any other (NEXT_STEP envs return it as next_obs)
         base = s * self.num_envs
         for k, i in enumerate(ended):
-            self._final_obs[base + int(i)] = filtered[k]
-
-    def _new_obs(self, s: int, i: int) -> np.ndarray:
-        """Grid row ``s``'s ``new_obs`` of sub-env ``i``."""
-        final = self._final_obs.get(s * self.num_envs + i)
-        return self._columns[_OBS_BUF][s + 1, i] if final is None else final
+            self._grid.final_obs[base + int(i)] = filtered[k]
 
     def _account(self, a: int, b: int, failed: np.ndarray | None = None) -> None:
         """Episode bookkeeping for grid rows ``[a, b)``, vectorized over the rows.
@@ -316,9 +291,9 @@ class EnvRunner:
         k = b - a
         if k <= 0:
             return
-        cols, n, same_step = self._columns, self.num_envs, self._same_step
+        cols, n, same_step = self._grid.columns, self.num_envs, self._same_step
         term, trunc = cols[sb.TERMINATEDS][a:b], cols[sb.TRUNCATEDS][a:b]
-        valid = cols[_VALID][a:b]
+        valid = cols[VALID][a:b]
         raw = term | trunc
         pending = self._pending_reset
         if same_step:
@@ -365,7 +340,7 @@ class EnvRunner:
         t0[envs, rank + 1] = -(rows + (1 if same_step else 2))
         cols[sb.T][a:b] = t0[env_range, before] + step_in_chunk
 
-        rewards = cols[sb.REWARDS if _RAW_REWARDS not in cols else _RAW_REWARDS][a:b]
+        rewards = cols[sb.REWARDS if RAW_REWARDS not in cols else RAW_REWARDS][a:b]
         running = np.cumsum(np.where(valid, rewards, 0.0), axis=0, dtype=np.float64)
         r0 = np.empty((n, width), np.float64)
         r0[:, 0] = -self._ep_return
@@ -399,7 +374,7 @@ class EnvRunner:
         lengths: np.ndarray,
     ) -> None:
         """Steps, then episode ends and the episodes that follow them, row by row."""
-        cols, callbacks = self._columns, self.callbacks
+        cols, callbacks = self._grid.columns, self.callbacks
         e = 0
         for r in range(len(valid)):
             s = a + r
@@ -411,7 +386,7 @@ class EnvRunner:
                         eps_id=int(cols[sb.EPS_ID][s, i]),
                         action=cols[sb.ACTIONS][s, i],
                         reward=float(cols[sb.REWARDS][s, i]),
-                        new_obs=self._new_obs(s, int(i)),
+                        new_obs=self._grid.new_obs(s, int(i)),
                     )
             while e < len(rows) and rows[e] == r:
                 i = int(envs[e])
@@ -434,7 +409,7 @@ class EnvRunner:
         if not self.job.spec.env.restart_failed_sub_envs:
             raise exc
         log.warning("vector env raised %s: %s; recreating it", type(exc).__name__, exc)
-        self._columns[_VALID][step] = False
+        self._grid.columns[VALID][step] = False
         try:
             self.env.close()
         except Exception:
@@ -444,7 +419,7 @@ class EnvRunner:
         self._drop_episodes(np.arange(self.num_envs), step)
         obs, _ = self.env.reset(seed=self._reset_seed())
         self._obs = self._filter(obs)
-        self._columns[_OBS_BUF][step + 1] = self._obs
+        self._grid.columns[OBS_BUF][step + 1] = self._obs
         self._pending_reset[:] = False
 
     def _reset_seed(self) -> Any:
@@ -452,96 +427,28 @@ class EnvRunner:
             return derive_seed(self._seed, self.worker_index, self._env_restarts)
         return [derive_seed(self._seed, self.worker_index, j, self._env_restarts) for j in range(self.num_envs)]
 
-    # -- assembling batches: the grid's valid rows, env-major ---------------------------
-    #
-    # Rows a batch does not take (the start of the next fragment, episodes still running
-    # in complete_episodes mode) stay in the grid: the tail of time steps that holds them
-    # moves to the grid's front (_keep_rest) and the next call steps on after it.
+    # -- assembling batches: the grid's valid rows, env-major (rolloutfleet.grid) ---------
 
-    def _layout(self) -> _Layout:
-        """Every valid grid row, ordered by env then time."""
-        self._ensure_capacity(1)
-        n = self.num_envs
-        env, step = np.nonzero(self._columns[_VALID][: self._filled].T)  # (envs, steps): env-major
-        counts = np.bincount(env, minlength=n)
-        rank = np.arange(len(env)) - np.repeat(np.cumsum(counts) - counts, counts)
-        return _Layout(env, step, rank, step * n + env)
+    def _ended(self, layout: Layout) -> np.ndarray:
+        return self._grid.gather(sb.TERMINATEDS, layout.flat) | self._grid.gather(sb.TRUNCATEDS, layout.flat)
 
-    def _gather(self, name: str, flat: np.ndarray) -> np.ndarray:
-        """Grid rows ``flat`` (step * num_envs + env) of one column."""
-        n = self.num_envs
-        if name == sb.ENV_ID:
-            return (flat % n).astype(np.int32)
-        if name == _TICK:
-            return flat // n + self._grid_tick
-        if name == sb.WEIGHTS_SEQ_NO:
-            return np.take(self._columns[_SEQ_NO], flat // n)
-        if name in (sb.OBS, sb.NEW_OBS):
-            # One buffer holds both: new_obs of row s is obs of row s + 1, except the
-            # SAME_STEP final observations kept aside.
-            first = 0 if name == sb.OBS else 1
-            column = self._columns[_OBS_BUF][first : first + self._filled]
-        else:
-            column = self._columns[name][: self._filled]
-        # np.take moves small rows (a CartPole observation) ~10x faster than fancy indexing.
-        out = np.take(column.reshape(-1, *column.shape[2:]), flat, axis=0)
-        if name == sb.NEW_OBS and self._final_obs:
-            self._patch_final_obs(out, flat)
-        return out
-
-    def _patch_final_obs(self, new_obs: np.ndarray, flat: np.ndarray) -> None:
-        """Put the kept final observations into gathered ``new_obs`` rows (grid rows ``flat``)."""
-        keys = np.fromiter(self._final_obs, np.int64, len(self._final_obs))
-        where = np.full(self._filled * self.num_envs, -1, np.int64)
-        where[keys] = np.arange(len(keys))
-        hit = where[flat]
-        rows = np.flatnonzero(hit >= 0)
-        if len(rows):
-            finals = list(self._final_obs.values())
-            new_obs[rows] = np.stack([finals[j] for j in hit[rows]])
-
-    def _ended(self, layout: _Layout) -> np.ndarray:
-        return self._gather(sb.TERMINATEDS, layout.flat) | self._gather(sb.TRUNCATEDS, layout.flat)
-
-    def _complete_keep(self, layout: _Layout, max_episodes: int | None = None) -> np.ndarray:
+    def _complete_keep(self, layout: Layout, max_episodes: int | None = None) -> np.ndarray:
         """Layout rows that belong to completed episodes (optionally the first ``max_episodes`` to end)."""
         positions = np.flatnonzero(self._ended(layout))
         if max_episodes is not None and len(positions) > max_episodes:
-            ticks = self._gather(_TICK, layout.flat[positions])
+            ticks = self._grid.gather(TICK, layout.flat[positions])
             positions = positions[np.argsort(ticks, kind="stable")[:max_episodes]]
         last_end = np.full(self.num_envs, -1)
         np.maximum.at(last_end, layout.env[positions], layout.rank[positions])
         return layout.rank <= last_end[layout.env]
 
-    def _assemble(self, layout: _Layout, keep: np.ndarray) -> SampleBatch:
+    def _assemble(self, layout: Layout, keep: np.ndarray) -> SampleBatch:
         """Cut the batch (``keep``, in layout order); the other rows stay for the next call."""
         flat = layout.flat[keep]
-        columns = {name: self._gather(name, flat) for name in sb.COLUMNS if name != sb.AGENT_INDEX}
+        columns = {name: self._grid.gather(name, flat) for name in sb.COLUMNS if name != sb.AGENT_INDEX}
         columns[sb.AGENT_INDEX] = np.zeros(len(flat), np.int32)
-        self._keep_rest(layout, ~keep)
+        self._grid.keep_rest(layout, ~keep)
         return SampleBatch({name: columns[name] for name in sb.COLUMNS})
-
-    def _keep_rest(self, layout: _Layout, rest: np.ndarray) -> None:
-        """Move the grid's tail that holds the ``rest`` rows to its front; only they stay valid."""
-        filled, n, cols = self._filled, self.num_envs, self._columns
-        first = int(layout.step[rest].min()) if rest.any() else filled
-        kept = filled - first
-        valid = cols[_VALID]
-        valid[:filled] = False
-        valid.reshape(-1)[layout.flat[rest]] = True
-        for name, column in cols.items():
-            extra = 1 if name == _OBS_BUF else 0  # the obs buffer also holds the next obs
-            column[: kept + extra] = column[first : filled + extra]
-        cutoff = first * n
-        self._final_obs = {key - cutoff: obs for key, obs in self._final_obs.items() if key >= cutoff}
-        self._grid_tick += first
-        self._filled = kept
-
-    def _valid_rows(self) -> np.ndarray:
-        """Flat grid indices (step * num_envs + env) of the valid rows, in time order."""
-        return (
-            np.flatnonzero(self._columns[_VALID][: self._filled].reshape(-1)) if self._filled else np.zeros(0, np.intp)
-        )
 
     # -- public API -------------------------------------------------------------------
 
@@ -572,18 +479,20 @@ class EnvRunner:
         started = time.perf_counter()
         fragment = self.sampling.rollout_fragment_length
 
+        grid = self._grid
+
         def step(steps: int) -> None:
-            start = self._filled
+            start = grid.filled
             self._run_steps(start, steps, explore, random_actions)
             # Weights change only between sample() calls: one seq no per grid row.
-            self._columns[_SEQ_NO][start : start + steps] = self.policy.weights_seq_no
-            self._filled += steps
+            grid.columns[SEQ_NO][start : start + steps] = self.policy.weights_seq_no
+            grid.filled += steps
             self._tick += steps
 
         if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
             target = num_timesteps if num_timesteps is not None else fragment * self.num_envs
             while True:
-                layout = self._layout()
+                layout = grid.layout()
                 if num_episodes is not None:
                     if int(self._ended(layout).sum()) >= num_episodes:
                         keep = self._complete_keep(layout, num_episodes)
@@ -597,9 +506,9 @@ class EnvRunner:
             # The earliest rows, in time order, so no row waits more than a step for a batch
             # (a per-env quota would let envs that reset less often fall further behind).
             target = self.num_envs * (fragment if num_timesteps is None else -(-num_timesteps // self.num_envs))
-            while (missing := target - len(valid := self._valid_rows())) > 0:
+            while (missing := target - len(valid := grid.valid_rows())) > 0:
                 step(-(-missing // self.num_envs))
-            layout = self._layout()
+            layout = grid.layout()
             keep = layout.flat <= valid[target - 1]
         batch = self._assemble(layout, keep)
         self._period.seconds += time.perf_counter() - started
@@ -686,16 +595,6 @@ class EnvRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Layout(NamedTuple):
-    """The valid grid rows, env-major: per position its env, grid step, rank within the env
-    and flat grid index (step * num_envs + env)."""
-
-    env: np.ndarray
-    step: np.ndarray
-    rank: np.ndarray
-    flat: np.ndarray
 
 
 class _Period:
