@@ -47,7 +47,7 @@ lint: install ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/hadolint $(wildcard */Dockerfile)
+	$(BIN)/hadolint $(wildcard */Dockerfile */*/Dockerfile)
 
 fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
@@ -67,10 +67,9 @@ bench-peer: ## the sampling bench with RLlib measured in the same run (own venv:
 	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e worker
 	$(PEER_VENV)/bin/python bench/bench_sampling.py
 
-images: ## build the worker (CPU, CUDA) and operator images where a Docker engine exists
-	docker build -f worker/Dockerfile -t rolloutfleet/worker:$(VERSION) .
-	docker build -f worker/Dockerfile --build-arg PROFILE=worker-cuda -t rolloutfleet/worker:$(VERSION)-cuda .
-	docker build -f operator/Dockerfile -t rolloutfleet/operator:$(VERSION) .
+images: ## the chart's default images (worker, worker -cpu where its index answers, operator, redis): docker, else podman (ENGINE= BASE= IMAGES= EXPORT=1)
+	@VERSION=$(VERSION) $(if $(ENGINE),ROLLOUTFLEET_ENGINE=$(ENGINE)) $(if $(BASE),ROLLOUTFLEET_BASE=$(BASE)) \
+		$(if $(IMAGES),ROLLOUTFLEET_IMAGES="$(IMAGES)") $(if $(EXPORT),ROLLOUTFLEET_EXPORT=$(EXPORT)) hack/images/build.sh
 
 demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \

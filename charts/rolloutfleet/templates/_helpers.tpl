@@ -59,6 +59,10 @@ app.kubernetes.io/component: redis
 {{- printf "%s:%s" .Values.worker.image.repository (default .Chart.AppVersion .Values.worker.image.tag) -}}
 {{- end -}}
 
+{{- define "rolloutfleet.redis.image" -}}
+{{- printf "%s:%s" .Values.redis.image.repository (default .Chart.AppVersion .Values.redis.image.tag) -}}
+{{- end -}}
+
 {{- define "rolloutfleet.redis.fullname" -}}
 {{- printf "%s-redis" (include "rolloutfleet.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
