@@ -12,10 +12,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST := $(BIN)/python -m pytest
 
 CLUSTER_DIR ?= .cluster
+# cluster-up's node: `test` (tests/cluster/kubelet.py: pods are local processes) or
+# `real` (kubelet, kube-scheduler, kube-proxy, CoreDNS, containerd + runc: hack/node).
+NODE ?= test
 VERSION ?= 0.1.0
 
 .PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-peer demo lock clean images
-.PHONY: cluster-build cluster-up cluster-down cluster-smoke tools
+.PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -31,8 +34,8 @@ redis-server: ## install Debian's redis-server when missing (tests start their o
 	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
 
-test: install ## every test tier: unit, integration (real redis-server), e2e (real control plane)
-	$(PYTEST) tests -q
+test: install ## unit, integration (real redis-server), e2e (real control plane, test kubelet); the node tier is make e2e-node
+	$(PYTEST) tests -q --ignore=tests/node
 
 test-unit: install ## unit tests only: no servers
 	$(PYTEST) tests/unit -q
@@ -75,16 +78,27 @@ demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until 
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole.yaml --target-return 475
 
-cluster-build: ## build etcd, kube-apiserver, kube-controller-manager from pinned Go modules (cached outside the repo)
-	hack/cluster/build.sh
+cluster-build: ## build the control plane (and with NODE=real the node's binaries) from pinned Go modules (cached outside the repo)
+	hack/cluster/build.sh control-plane
+	$(if $(filter real,$(NODE)),hack/cluster/build.sh node)
 
-cluster-up: install ## start the control plane on loopback and the test kubelet; admin kubeconfig in $(CLUSTER_DIR)/kubeconfig
+cluster-up: install ## control plane + test kubelet (NODE=real: a real node, after make images); kubeconfig in $(CLUSTER_DIR)/kubeconfig
+ifeq ($(NODE),real)
+	hack/node/up.sh $(CLUSTER_DIR)
+else ifeq ($(NODE),test)
 	hack/cluster/up.sh $(CLUSTER_DIR)
 	PYTHON=$(BIN)/python tests/cluster/kubelet-up.sh $(CLUSTER_DIR)
+else
+	@echo "NODE must be test or real, got '$(NODE)'" >&2; exit 2
+endif
 
-cluster-down: ## stop exactly what cluster-up started and remove its state
+cluster-down: ## stop exactly what cluster-up started (either node) and remove what it made
 	tests/cluster/kubelet-down.sh $(CLUSTER_DIR)
-	hack/cluster/down.sh $(CLUSTER_DIR)
+	hack/node/down.sh $(CLUSTER_DIR)
+
+NODE_CLUSTER_DIR ?= .cluster-node
+e2e-node: install images ## the node tier: chart, operator and workers in real containers on a real kubelet (own cluster in $(NODE_CLUSTER_DIR))
+	hack/node/e2e.sh $(NODE_CLUSTER_DIR) $(PYTEST) tests/node -q
 
 cluster-smoke: cluster-up ## check GC, RBAC and tokens on the local control plane
 	hack/cluster/smoke.sh $(CLUSTER_DIR)

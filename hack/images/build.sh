@@ -92,7 +92,7 @@ debian_base() {
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*'
     --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*'
     --dpkgopt='path-exclude=/usr/share/info/*')
-  recipe="$(printf '%s\n' 1 "$suite" "${opts[@]}" "${sources[@]}")"
+  recipe="$(printf '%s\n' 2 "$suite" "${opts[@]}" "${sources[@]}")"
   hash="$(sha256sum <<<"$recipe" | cut -c1-12)"
   ref="localhost/rolloutfleet-base/$name:$suite-$hash"
   tar="$images_cache/base/$name-$suite-$hash.tar"
@@ -104,8 +104,17 @@ debian_base() {
     mkdir -p "$images_cache/base"
     if [[ ! -s "$tar" ]]; then
       say "base $ref: mmdebstrap ($packages)"
-      rm -rf "${tar%.tar}.part.tar" # mmdebstrap picks the output format by the extension
-      step "base-$name-mmdebstrap" 1200 "${root_cmd[@]}" mmdebstrap "${opts[@]}" "$suite" "${tar%.tar}.part.tar" "${sources[@]}"
+      local dir="${tar%.tar}.part.d"
+      rm -rf "$dir" "${tar%.tar}.part.tar"
+      step "base-$name-mmdebstrap" 1200 "${root_cmd[@]}" mmdebstrap "${opts[@]}" "$suite" "$dir" "${sources[@]}"
+      # Into a directory, then tar: the archive's first entry is the root itself, mode 0755.
+      # mmdebstrap's own tar has no "./" entry, and an image whose layers never say what /
+      # is gets the runtime's default (containerd: 0700), which a non-root user cannot even
+      # traverse ("executable file not found in $PATH" for every command).
+      # shellcheck disable=SC2016  # expanded by the inner bash
+      step "base-$name-tar" 600 "${root_cmd[@]}" bash -c \
+        'chmod 0755 "$1" && tar --numeric-owner --xattrs --xattrs-include="*" -C "$1" -cf "$2" . && rm -rf "$1"' \
+        _ "$dir" "${tar%.tar}.part.tar"
       mv "${tar%.tar}.part.tar" "$tar"
       say "base $ref: root filesystem in ${step_seconds}s"
     fi

@@ -238,7 +238,7 @@ pause_ctx="$node/pause-image"
 mkdir -p "$pause_ctx"
 cp "$bindir/pause" "$pause_ctx/pause"
 printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$pause_ctx/Dockerfile"
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$node_repo_root/hack/images/containers.conf}"
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$node_repo_root/hack/images/containers.conf}"  # podman here
 step "build the pause image" "$node/logs/pause-image.log" podman build -q -t "$sandbox_image" "$pause_ctx"
 load_image() { # ref
   local ref="$1" want have digest archive
@@ -255,15 +255,15 @@ load_image() { # ref
     return 0
   fi
   local t0=$SECONDS
-  archive="$cache/node/archives/$want.tar"
-  mkdir -p "$(dirname "$archive")"
-  if [[ ! -f "$archive" ]]; then
-    step "save $ref" "$node/logs/image-save.log" podman save --format docker-archive -o "$archive.tmp" "$ref"
-    mv "$archive.tmp" "$archive"
+  if [[ "$ref" == "$sandbox_image" ]]; then
+    archive="$node/pause-image/pause.oci.tar"
+    step "save $ref" "$node/logs/image-save.log" podman save --format oci-archive -o "$archive" "$ref"
+  else
+    # hack/images/export.sh keeps one archive per image ID in the cache (saved once).
+    archive="$(ROLLOUTFLEET_ENGINE=podman "$node_repo_root/hack/images/export.sh" "$ref" 2>"$node/logs/image-export.log" | tail -n1)" \
+      || { tail -n 5 "$node/logs/image-export.log" >&2; die "step 'export $ref' failed; log: $node/logs/image-export.log"; }
   fi
   step "import $ref into containerd" "$node/logs/image-import.log" node_ctr "$state" images import "$archive"
-  # The archive served its purpose: containerd holds the image now.
-  rm -f "$archive"
   log "image $ref loaded in $((SECONDS - t0)) s"
 }
 load_image "$sandbox_image"

@@ -98,7 +98,10 @@ WRITERS = (
     8  # concurrent API writes (bindings, status, final deletes): the API server's latency, not ours, bounds a burst
 )
 SUPERVISE_PERIOD = 0.1
+MEMORY_PERIOD = 0.5  # how often memory limits are checked (a real cgroup enforces them at once)
 TICK = 1.0
+# kube-scheduler v1.35's words for a pod that fits nowhere because the node is cordoned.
+UNSCHEDULABLE_NODE = "0/1 nodes are available: 1 node(s) were unschedulable."
 HEARTBEAT = 10.0
 LEASE_SECONDS = 40
 
@@ -169,6 +172,8 @@ class Container:
     restart_at: float | None = None  # CrashLoopBackOff: start again at this monotonic time
     backoff: float = 0.0
     last_terminated: dict[str, Any] | None = None
+    memory_limit: float | None = None  # bytes (resources.limits.memory)
+    oom_killed: bool = False
 
     @property
     def pid(self) -> int | None:
@@ -258,6 +263,7 @@ class LocalKubelet:
         self._requests_memo: dict[str, dict[str, float]] = {}  # uid -> requests
         self._unschedulable: dict[tuple[str, str], str] = {}  # key -> last reported message
         self._waiting: dict[tuple[str, str], tuple[str, float]] = {}  # config errors: key -> (uid, retry at)
+        self.cordoned = False  # the Node's spec.unschedulable, read every tick
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -574,6 +580,7 @@ class LocalKubelet:
             if (self._cache.get(key, {}).get("spec") or {}).get("nodeName") or key not in self._cache:
                 self._unschedulable.pop(key, None)
         pending = [pod for key, pod in self._cache.items() if key not in self._assumed and self._to_schedule(pod)]
+        self.cordoned = self._cordoned()
         if pending:
             used = self._used()
             for pod in pending:
@@ -705,7 +712,17 @@ class LocalKubelet:
                     used[name] = used.get(name, 0.0) + value
         return used
 
+    def _cordoned(self) -> bool:
+        """``kubectl cordon`` / ``drain`` set the Node's spec.unschedulable: no new pods."""
+        try:
+            node = self.core.read_node(self.node_name, _preload_content=False)
+            return bool((json.loads(node.data).get("spec") or {}).get("unschedulable"))
+        except ApiException:
+            return False
+
     def _unfit(self, pod: dict[str, Any], used: dict[str, float]) -> str | None:
+        if self.cordoned and not _tolerates_unschedulable(pod):
+            return UNSCHEDULABLE_NODE
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         if any(self.node_labels.get(k) != v for k, v in selector.items()):
             return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
@@ -891,6 +908,9 @@ class LocalKubelet:
                 argv=argv,
                 env=env,
             )
+            limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+            if limit is not None and not sleeper:
+                container.memory_limit = quantity(limit)
             if not sleeper:
                 container.readiness = (spec.get("readinessProbe") or {}) or None
                 container.liveness = (spec.get("livenessProbe") or {}) or None
@@ -996,9 +1016,13 @@ class LocalKubelet:
     # -- supervising: exits, probes, deletion deadlines ----------------------------------------
 
     def _supervise_loop(self) -> None:
+        next_memory_check = 0.0
         while not self._stop.wait(SUPERVISE_PERIOD):
             with self._lock:
                 pods = list(self.pods.values())
+            if time.monotonic() >= next_memory_check:
+                next_memory_check = time.monotonic() + MEMORY_PERIOD
+                self._enforce_memory_limits(pods)
             for pod in pods:
                 try:
                     self._supervise(pod)
@@ -1074,6 +1098,26 @@ class LocalKubelet:
         if changed:
             self._report(pod)
 
+    def _enforce_memory_limits(self, pods: list[RunningPod]) -> None:
+        """A container whose processes hold more than its memory limit is SIGKILLed and
+        reported ``OOMKilled`` (137), as the kernel's OOM killer in the container's cgroup
+        and the kubelet do on a real node (resident memory stands in for the cgroup's)."""
+        limited = [
+            c
+            for pod in pods
+            if not pod.stopping
+            for c in pod.containers
+            if c.memory_limit is not None and c.process is not None and c.terminated is None
+        ]
+        if not limited:
+            return
+        rss = _resident_by_group()
+        for container in limited:
+            assert container.process is not None and container.memory_limit is not None
+            if rss.get(container.process.pid, 0) > container.memory_limit:
+                container.oom_killed = True
+                _signal_group(container.process, signal.SIGKILL)
+
     @staticmethod
     def _restarts(pod: RunningPod, terminated: dict[str, Any]) -> bool:
         return pod.restart_policy == "Always" or (pod.restart_policy == "OnFailure" and terminated["exitCode"] != 0)
@@ -1123,9 +1167,12 @@ class LocalKubelet:
                 message = "\n".join(tail.splitlines()[-FALLBACK_LINES:])
             except OSError:
                 message = ""
+        reason = "Completed" if exit_code == 0 else "Error"
+        if container.oom_killed:
+            reason, exit_code = "OOMKilled", 137
         terminated: dict[str, Any] = {
             "exitCode": exit_code,
-            "reason": "Completed" if exit_code == 0 else "Error",
+            "reason": reason,
             "startedAt": container.started_at,
             "finishedAt": _now(),
             "containerID": f"local://{container.process.pid}",
@@ -1267,6 +1314,33 @@ def _waiting_status(specs: list[dict[str, Any]], reason: str, message: str) -> d
             for s in specs
         ]
     }
+
+
+def _tolerates_unschedulable(pod: dict[str, Any]) -> bool:
+    for toleration in (pod.get("spec") or {}).get("tolerations") or []:
+        if toleration.get("key") == "node.kubernetes.io/unschedulable" or (
+            not toleration.get("key") and toleration.get("operator") == "Exists"
+        ):
+            return True
+    return False
+
+
+def _resident_by_group() -> dict[int, int]:
+    """Resident bytes of every process group on this host (pgid -> bytes), from /proc."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    totals: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # after "pid (comm)": state ppid pgrp ... rss is field 24 of stat(5), index 21 here
+        pgid, pages = int(fields[2]), int(fields[21])
+        totals[pgid] = totals.get(pgid, 0) + pages * page
+    return totals
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:

@@ -303,6 +303,40 @@ def test_a_node_selector_that_matches_no_node_stays_pending(
     assert "node affinity/selector" in found["message"]
 
 
+def test_a_cordoned_node_takes_no_new_pods_until_uncordoned(
+    cluster: Cluster, kubelet: LocalKubelet, core: client.CoreV1Api, namespace: str
+) -> None:
+    # What `kubectl drain` leaves behind: the node's spec.unschedulable. A real
+    # kube-scheduler then reports the pod Unschedulable in these words.
+    core.patch_node(kubelet.node_name, {"spec": {"unschedulable": True}})
+    try:
+        wait_for(lambda: kubelet.cordoned, 10)  # read once a second, like a scheduler's informer lag
+        core.create_namespaced_pod(namespace, make_pod("cordoned", "print(1)"))
+        found = wait_for(lambda: unschedulable(cluster, namespace, "cordoned"), 30)
+        assert "1 node(s) were unschedulable" in found["message"]
+    finally:
+        core.patch_node(kubelet.node_name, {"spec": {"unschedulable": None}})
+    wait_for(lambda: phase(cluster, namespace, "cordoned") == "Succeeded", 30)
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed(
+    cluster: Cluster, kubelet: LocalKubelet, core: client.CoreV1Api, namespace: str
+) -> None:
+    # 200 MiB touched (bytearray zero-fills every page) against a 64 MiB limit.
+    hog = "block = bytearray(200 * 2**20)\nimport time\ntime.sleep(60)\n"
+    limits = {"resources": {"limits": {"memory": "64Mi"}}}
+    core.create_namespaced_pod(namespace, make_pod("hog", hog, container=limits))
+    wait_for(lambda: phase(cluster, namespace, "hog") == "Failed", 30)
+    terminated = state(cluster, namespace, "hog")["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
+    # Under its limit the same program runs to its end.
+    core.create_namespaced_pod(
+        namespace,
+        make_pod("fits", "block = bytearray(20 * 2**20)\n", container={"resources": {"limits": {"memory": "256Mi"}}}),
+    )
+    wait_for(lambda: phase(cluster, namespace, "fits") == "Succeeded", 30)
+
+
 def test_a_missing_secret_waits_then_starts_once_it_exists(
     cluster: Cluster, kubelet: LocalKubelet, core: client.CoreV1Api, namespace: str
 ) -> None:
