@@ -119,8 +119,9 @@ def plan(
     """What to do about ``job`` now. ``vanished``: indexes whose pod disappeared without
     the operator deleting it (counted as failures, like an eviction)."""
     spec = job.spec
-    desired = 0 if spec.suspend else spec.replicas
-    result = Plan(records=dict(records), desired=desired)
+    by_index: dict[int, list[PodView]] = defaultdict(list)
+    for pod in pods:
+        by_index[pod.index].append(pod)
     tracker = RestartTracker(
         spec.restart_policy,
         {
@@ -128,24 +129,52 @@ def plan(
             for i, r in records.items()
         },
     )
-    by_index: dict[int, list[PodView]] = defaultdict(list)
-    for pod in pods:
-        by_index[pod.index].append(pod)
-    deleting: set[str] = set()
+    planning = _Planning(
+        job=job,
+        now=now,
+        result=Plan(records=dict(records), desired=0 if spec.suspend else spec.replicas),
+        tracker=tracker,
+        by_index=by_index,
+    )
+    # The steps run in this order: each one sees what the ones before it decided.
+    _count_failed_pods(planning)
+    _count_vanished(planning, vanished)
+    _delete_surplus(planning)
+    _create_missing(planning)
+    _replace_stale(planning, current_hash, max_unavailable)
+    return planning.result
 
-    def delete(pod: PodView, why: str) -> None:
-        if not pod.deleting and pod.name not in deleting:
-            deleting.add(pod.name)
-            result.delete.append((pod.name, why))
+
+@dataclass
+class _Planning:
+    """One plan in the making: the decisions so far, shared by the steps of :func:`plan`."""
+
+    job: RolloutJob
+    now: float
+    result: Plan
+    tracker: RestartTracker
+    by_index: dict[int, list[PodView]]  # observed pods by worker index
+    deleting: set[str] = field(default_factory=set)  # names of the pods this plan deletes
+
+    @property
+    def desired(self) -> int:
+        return self.result.desired
+
+    def delete(self, pod: PodView, why: str) -> None:
+        if not pod.deleting and pod.name not in self.deleting:
+            self.deleting.add(pod.name)
+            self.result.delete.append((pod.name, why))
 
     def count_failure(
-        index: int, uid: str, started: float | None, finished: float | None, code: int | None, why: str
+        self, index: int, uid: str, started: float | None, finished: float | None, code: int | None, why: str
     ) -> None:
+        """Count one failure of worker ``index`` (pod ``uid``) against the restart budget."""
+        now, tracker = self.now, self.tracker
         worker = tracker.workers.setdefault(index, WorkerRestarts())
         worker.started_at = started if started is not None else (finished or now)
         restart_at = tracker.failed(index, finished or now)
-        record = replace(
-            result.records.get(index, WorkerRecord()),
+        self.result.records[index] = replace(
+            self.result.records.get(index, WorkerRecord()),
             restarts=worker.restarts,
             consecutive_failures=worker.consecutive_failures,
             restart_at=restart_at,
@@ -154,36 +183,32 @@ def plan(
             last_exit_code=code,
             last_error=why,
         )
-        result.records[index] = record
         if restart_at is None:
-            result.events.append(
-                Event(
-                    "Warning",
-                    "RestartBudgetExhausted",
-                    f"worker {index} failed ({why}); restart budget spent "
-                    f"({tracker.total_restarts} of maxRestarts={spec.restart_policy.max_restarts}): it stays down",
-                )
+            max_restarts = self.job.spec.restart_policy.max_restarts
+            message = (
+                f"worker {index} failed ({why}); restart budget spent "
+                f"({tracker.total_restarts} of maxRestarts={max_restarts}): it stays down"
             )
+            self.result.events.append(Event("Warning", "RestartBudgetExhausted", message))
         else:
-            result.events.append(
-                Event(
-                    "Warning",
-                    "WorkerFailed",
-                    f"worker {index} failed ({why}); restart {worker.restarts} in {max(0.0, restart_at - now):.1f} s",
-                )
-            )
+            message = f"worker {index} failed ({why}); restart {worker.restarts} in {max(0.0, restart_at - now):.1f} s"
+            self.result.events.append(Event("Warning", "WorkerFailed", message))
 
-    # 1. Failures: count each failed pod once, then clear it away for its replacement.
-    for index, group in sorted(by_index.items()):
+
+def _count_failed_pods(planning: _Planning) -> None:
+    """Step 1: count each failed pod once, then clear it away for its replacement."""
+    suspend = planning.job.spec.suspend
+    records = planning.result.records
+    for index, group in sorted(planning.by_index.items()):
         for pod in group:
             if not pod.terminated:
                 continue
-            if index >= desired:
-                delete(pod, "scaled down" if not spec.suspend else "suspended")
+            if index >= planning.desired:
+                planning.delete(pod, "scaled down" if not suspend else "suspended")
                 continue
-            record = result.records.get(index)
+            record = records.get(index)
             if record is None or record.last_failed_pod != pod.uid:
-                count_failure(
+                planning.count_failure(
                     index,
                     pod.uid,
                     parse_time(pod.started_at),
@@ -191,22 +216,34 @@ def plan(
                     pod.exit_code,
                     _describe_exit(pod),
                 )
-            if not result.records[index].down:
-                delete(pod, "failed; replacing it")  # a failed pod of a spent budget is kept for `kubectl logs`
+            # A failed pod of a spent budget is kept for `kubectl logs`.
+            if not records[index].down:
+                planning.delete(pod, "failed; replacing it")
+
+
+def _count_vanished(planning: _Planning, vanished: Iterable[int]) -> None:
+    """Step 1, continued: a pod gone without our delete failed too (an eviction, a kubectl delete)."""
+    now = planning.now
     for index in sorted(set(vanished)):
-        if index < desired and not by_index.get(index):
-            count_failure(index, f"vanished-{index}-{now:.0f}", None, now, None, "pod deleted or evicted")
+        if index < planning.desired and not planning.by_index.get(index):
+            planning.count_failure(index, f"vanished-{index}-{now:.0f}", None, now, None, "pod deleted or evicted")
 
-    # 2. Scale down / suspend: every pod above the desired count goes, highest first.
-    for index in sorted(by_index, reverse=True):
-        if index >= desired:
-            for pod in by_index[index]:
-                delete(pod, "suspended" if spec.suspend else "scaled down")
 
-    # 3. Missing workers: create, unless backing off or down for good.
-    budget_left = not tracker.budget_spent
-    for index in range(desired):
-        if any(pod.name == pod_name(job.name, index) for pod in by_index.get(index, [])):
+def _delete_surplus(planning: _Planning) -> None:
+    """Step 2, scale down / suspend: every pod above the desired count goes, highest first."""
+    why = "suspended" if planning.job.spec.suspend else "scaled down"
+    for index in sorted(planning.by_index, reverse=True):
+        if index >= planning.desired:
+            for pod in planning.by_index[index]:
+                planning.delete(pod, why)
+
+
+def _create_missing(planning: _Planning) -> None:
+    """Step 3, missing workers: create, unless backing off or down for good."""
+    result, now = planning.result, planning.now
+    budget_left = not planning.tracker.budget_spent
+    for index in range(planning.desired):
+        if any(pod.name == pod_name(planning.job.name, index) for pod in planning.by_index.get(index, [])):
             continue  # present, or still going away (same name): wait for it
         record = result.records.get(index)
         if record is not None and record.down:
@@ -222,8 +259,11 @@ def plan(
             result.records[index] = replace(record, restart_at=None)
         result.create.append(index)
 
-    # 4. Rolling replacement of pods built from an older spec: pods that are not ready
-    # go at once; ready ones only while few enough workers are unavailable.
+
+def _replace_stale(planning: _Planning, current_hash: str, max_unavailable: float) -> None:
+    """Step 4, rolling replacement of pods built from an older spec: pods that are not
+    ready go at once; ready ones only while few enough workers are unavailable."""
+    desired, by_index = planning.desired, planning.by_index
     stale = [
         pod
         for index in range(desired)
@@ -233,16 +273,15 @@ def plan(
     available = sum(
         1
         for index in range(desired)
-        if any(p.ready and not p.deleting and p.name not in deleting for p in by_index.get(index, []))
+        if any(p.ready and not p.deleting and p.name not in planning.deleting for p in by_index.get(index, []))
     )
     allowed_unavailable = max(1, math.floor(max_unavailable * desired))
     for pod in sorted(stale, key=lambda p: (p.ready, -p.index)):
         if not pod.ready:
-            delete(pod, "spec changed; replacing it")
+            planning.delete(pod, "spec changed; replacing it")
         elif desired - available < allowed_unavailable:
-            delete(pod, "spec changed; replacing it")
+            planning.delete(pod, "spec changed; replacing it")
             available -= 1
-    return result
 
 
 def creation_batches(indexes: Sequence[int], largest: int = 256) -> Iterator[list[int]]:
