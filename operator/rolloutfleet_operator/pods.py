@@ -73,14 +73,30 @@ def build_pod(
     job: RolloutJob, uid: str, index: int, config: OperatorConfig, hash_: str | None = None
 ) -> dict[str, Any]:
     """The worker pod for ``index`` (0-based) of ``job`` (whose metadata.uid is ``uid``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(job.name, index),
+            "namespace": job.namespace,
+            "labels": {**job_labels(job.name), INDEX_LABEL: str(index)},
+            "annotations": {HASH_ANNOTATION: hash_ or template_hash(job, config)},
+            "ownerReferences": [owner_reference(job, uid)],
+        },
+        "spec": _pod_spec(job, config, _container(job, index, config)),
+    }
+
+
+def _worker_env(job: RolloutJob, index: int, config: OperatorConfig) -> list[dict[str, Any]]:
+    """The worker's identity and settings (read back by ``WorkerConfig.from_environ``),
+    the Redis password by reference to its Secret, then the job's own variables."""
     spec = job.spec
-    port = config.metrics_port(index)
     worker = WorkerConfig(
         job=job,
         worker_index=index,
         num_workers=max(spec.replicas, index + 1),
         redis_url=spec.redis.url,
-        metrics_port=port,
+        metrics_port=config.metrics_port(index),
     )
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in worker.to_environ().items()]
     if spec.redis.password_secret is not None:
@@ -88,28 +104,38 @@ def build_pod(
         env.append({"name": "ROLLOUTFLEET_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}})
     env.append({"name": "ROLLOUTFLEET_TERMINATION_LOG", "value": "/dev/termination-log"})
     env += [dict(var) for var in spec.env_vars]
+    return env
 
+
+def _resources(job: RolloutJob) -> dict[str, Any]:
+    """Requests equal to limits; the GPU as a limit only (Kubernetes sets an extended
+    resource's request to its limit)."""
+    wanted = job.spec.resources
     quantities: dict[str, str] = {}
-    if spec.resources.cpu is not None:
-        quantities["cpu"] = str(spec.resources.cpu)
-    if spec.resources.memory is not None:
-        quantities["memory"] = str(spec.resources.memory)
+    if wanted.cpu is not None:
+        quantities["cpu"] = str(wanted.cpu)
+    if wanted.memory is not None:
+        quantities["memory"] = str(wanted.memory)
     limits = dict(quantities)
-    if spec.resources.gpu:
-        limits["nvidia.com/gpu"] = str(spec.resources.gpu)
+    if wanted.gpu:
+        limits["nvidia.com/gpu"] = str(wanted.gpu)
     resources: dict[str, Any] = {}
     if quantities:
         resources["requests"] = dict(quantities)
     if limits:
         resources["limits"] = limits
+    return resources
 
+
+def _container(job: RolloutJob, index: int, config: OperatorConfig) -> dict[str, Any]:
+    port = config.metrics_port(index)
     container: dict[str, Any] = {
         "name": "worker",
-        "image": spec.image or config.worker_image,
+        "image": job.spec.image or config.worker_image,
         "command": list(config.worker_command),
-        "env": env,
+        "env": _worker_env(job, index, config),
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
-        "resources": resources,
+        "resources": _resources(job),
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": port},
             "periodSeconds": 5,
@@ -131,9 +157,13 @@ def build_pod(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-    if spec.image_pull_policy is not None:
-        container["imagePullPolicy"] = spec.image_pull_policy
+    if job.spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = job.spec.image_pull_policy
+    return container
 
+
+def _pod_spec(job: RolloutJob, config: OperatorConfig, container: dict[str, Any]) -> dict[str, Any]:
+    spec = job.spec
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # the operator replaces failed pods, counting restarts
         "terminationGracePeriodSeconds": config.grace_seconds,
@@ -159,19 +189,7 @@ def build_pod(
         pod_spec["affinity"] = dict(spec.affinity)
     if spec.priority_class_name:
         pod_spec["priorityClassName"] = spec.priority_class_name
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(job.name, index),
-            "namespace": job.namespace,
-            "labels": {**job_labels(job.name), INDEX_LABEL: str(index)},
-            "annotations": {HASH_ANNOTATION: hash_ or template_hash(job, config)},
-            "ownerReferences": [owner_reference(job, uid)],
-        },
-        "spec": pod_spec,
-    }
+    return pod_spec
 
 
 @dataclass(frozen=True)
