@@ -73,45 +73,11 @@ def build_status(
     live = [p for p in pods if p.index < desired and not p.terminated and not p.deleting]
     ready = sum(1 for p in live if p.ready)
     restarts = sum(r.restarts for r in the_plan.records.values())
-    down = the_plan.down
-    backing_off = the_plan.backing_off
-
-    if suspended:
-        phase, reason, message = "Suspended", "Suspended", "spec.suspend is true: no worker pods"
-    elif down:
-        last = the_plan.records[down[0]]
-        phase, reason = "Failed", "RestartBudgetExhausted"
-        message = f"worker(s) {_list(down)} down for good after {restarts} restarts; last error: {last.last_error}"
-    elif ready == desired:
-        phase, reason, message = "Running", "AllWorkersReady", f"{ready}/{desired} workers ready"
-    elif ready == 0 and restarts == 0:
-        phase, reason, message = "Pending", "WorkersStarting", f"0/{desired} workers ready"
-    else:
-        phase, reason = "Degraded", "WorkersNotReady"
-        message = f"{ready}/{desired} workers ready"
-        if backing_off:
-            last = the_plan.records[backing_off[0]]
-            message += f"; worker(s) {_list(backing_off)} restarting after: {last.last_error}"
-
+    phase, reason, message = _phase(suspended, the_plan, ready, restarts)
     if phase in ("Pending", "Degraded"):
         reason, message = _waiting(live, reason, message, phase)
-
+    degraded = bool(the_plan.backing_off or the_plan.down) or (phase == "Degraded")
     old_conditions = (previous or {}).get("conditions") or []
-    degraded = bool(backing_off or down) or (phase == "Degraded")
-    failure_message = message if phase == "Failed" else "no failure"
-    conditions = [
-        condition("Ready", phase == "Running", reason, message, generation, now, old_conditions),
-        condition("Degraded", degraded, reason if degraded else "Healthy", message, generation, now, old_conditions),
-        condition(
-            "Failed",
-            phase == "Failed",
-            reason if phase == "Failed" else "NoFailure",
-            failure_message,
-            generation,
-            now,
-            old_conditions,
-        ),
-    ]
     steps, rate = progress(beats or {}, desired, now)
     return {
         "phase": phase,
@@ -125,8 +91,53 @@ def build_status(
         "workers": {str(i): r.to_status() for i, r in sorted(the_plan.records.items())},
         "envSteps": steps,
         "stepsPerSecond": rate,
-        "conditions": conditions,
+        "conditions": _conditions(phase, reason, message, degraded, generation, now, old_conditions),
     }
+
+
+def _phase(suspended: bool, the_plan: Plan, ready: int, restarts: int) -> tuple[str, str, str]:
+    """(phase, reason, message), before saying why workers wait."""
+    desired, down, backing_off = the_plan.desired, the_plan.down, the_plan.backing_off
+    if suspended:
+        return "Suspended", "Suspended", "spec.suspend is true: no worker pods"
+    if down:
+        last = the_plan.records[down[0]]
+        message = f"worker(s) {_list(down)} down for good after {restarts} restarts; last error: {last.last_error}"
+        return "Failed", "RestartBudgetExhausted", message
+    if ready == desired:
+        return "Running", "AllWorkersReady", f"{ready}/{desired} workers ready"
+    if ready == 0 and restarts == 0:
+        return "Pending", "WorkersStarting", f"0/{desired} workers ready"
+    message = f"{ready}/{desired} workers ready"
+    if backing_off:
+        last = the_plan.records[backing_off[0]]
+        message += f"; worker(s) {_list(backing_off)} restarting after: {last.last_error}"
+    return "Degraded", "WorkersNotReady", message
+
+
+def _conditions(
+    phase: str,
+    reason: str,
+    message: str,
+    degraded: bool,
+    generation: int,
+    now: float,
+    old: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    failed = phase == "Failed"
+    return [
+        condition("Ready", phase == "Running", reason, message, generation, now, old),
+        condition("Degraded", degraded, reason if degraded else "Healthy", message, generation, now, old),
+        condition(
+            "Failed",
+            failed,
+            reason if failed else "NoFailure",
+            message if failed else "no failure",
+            generation,
+            now,
+            old,
+        ),
+    ]
 
 
 def invalid_spec_status(
