@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import RedisServer
 from fleet_helpers import read_until, small_job
 
 from rolloutfleet.consumer import BatchConsumer
@@ -99,6 +100,25 @@ def test_worker_waits_for_redis_instead_of_crash_looping(tmp_path: Path) -> None
             read_until(BatchConsumer(redis.url, "w", group="test"), lambda ms: len(ms) >= 1, timeout=60)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+
+
+def test_a_worker_told_to_stop_during_a_redis_outage_exits_at_once(own_redis: RedisServer, tmp_path: Path) -> None:
+    """Defect: the stop waited out the outage backoff (8 s and more) before dropping the fragment."""
+    port = free_port()
+    worker = start_worker(own_redis.url, port, tmp_path)
+    try:
+        read_until(BatchConsumer(own_redis.url, "w", group="test"), lambda ms: len(ms) >= 1, timeout=90)
+        own_redis.stop()  # gone: connections are refused
+        wait_probe(port, "/readyz", 503, 60)  # the worker is in its outage loop, fragment in hand
+        worker.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
+        _, stderr = worker.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
+        assert worker.returncode == 0, stderr
+        assert took < 5, f"the stop took {took:.1f} s with Redis away"
+        assert "dropping one unpublished fragment" in stderr
     finally:
         worker.kill()
 

@@ -180,8 +180,9 @@ class BatchPublisher:
         self._until_check = 0
         self.producers = max(1, replicas)
         """How many publishers share the stream (the job's replicas), to space the checks."""
-        self._retry = RetryLoop(reconnect_timeout_s)
         self._interrupted = threading.Event()
+        # interrupt() also ends a wait for a Redis that is away (a stopping worker drops the batch).
+        self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted)
         self.client = connect(redis_url, password, socket_timeout=max(30.0, reconnect_timeout_s))
 
     def publish(
@@ -282,7 +283,9 @@ class BatchPublisher:
 
     def interrupt(self) -> None:
         """Make a ``publish`` blocked on a full stream give up now (safe from a signal handler);
-        it raises :class:`PublishInterrupted` and the batch is not written."""
+        it raises :class:`PublishInterrupted` and the batch is not written. A ``publish``
+        retrying while Redis is away re-raises its connection error instead of retrying on.
+        Publishes that meet no full stream and no outage still go through."""
         self._interrupted.set()
 
     def unconsumed(self) -> int:

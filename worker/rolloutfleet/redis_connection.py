@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -65,12 +66,23 @@ class RetryLoop:
     >>> loop = RetryLoop(timeout_s=30)
     >>> loop.call(lambda: 42)
     42
+
+    ``stop``: once set, a failed attempt is re-raised at once instead of retried, and a
+    backoff sleep in progress ends: a process told to stop must not spend its grace period
+    waiting for a Redis that is gone.
     """
 
-    def __init__(self, timeout_s: float, first_delay_s: float = 0.05, max_delay_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        first_delay_s: float = 0.05,
+        max_delay_s: float = 2.0,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
         self.first_delay_s = first_delay_s
         self.max_delay_s = max_delay_s
+        self.stop = stop
         self.retries = 0
         """Failed attempts that were retried, over the loop's lifetime (a metric)."""
 
@@ -83,11 +95,18 @@ class RetryLoop:
                 return operation()
             except RETRYABLE as exc:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._stopped():
                     raise
                 self.retries += 1
                 if on_retry is not None:
                     on_retry(exc)
                 # Full jitter: many workers reconnecting to a restarted Redis do not stampede.
-                time.sleep(min(remaining, random.uniform(delay / 2, delay)))
+                pause = min(remaining, random.uniform(delay / 2, delay))
+                if self.stop is None:
+                    time.sleep(pause)
+                elif self.stop.wait(pause):
+                    raise
                 delay = min(delay * 2, self.max_delay_s)
+
+    def _stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()

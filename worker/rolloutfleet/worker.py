@@ -5,6 +5,8 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
 
 * Prometheus metrics, ``/healthz`` and ``/readyz`` (:mod:`rolloutfleet.probes`);
 * SIGTERM/SIGINT: the fragment being sampled is finished and published, then exit 0;
+  with Redis unreachable the fragment is dropped after a second of tries (a stop never
+  waits out the outage backoff);
 * Redis unreachable: not ready, retry with backoff, keep the sampled fragment (never
   crash-loop because the learner's Redis restarts);
 * env or policy cannot be built: one line on stderr (and in the pod's termination
@@ -38,6 +40,8 @@ from rolloutfleet.worker_config import WorkerConfig
 log = logging.getLogger("rolloutfleet.worker")
 
 EXIT_BAD_SPEC = 3
+STOP_RETRY_S = 1.0
+"""How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
 TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
 
 
@@ -109,6 +113,7 @@ class Worker:
         stats: Mapping[str, float | int] = {}
         restarts_seen = 0
         filters_pulled = False
+        stop_deadline = 0.0  # set at the first Redis error after a stop request
         while not self.stopping or pending is not None:
             self.probes.beat()
             try:
@@ -138,12 +143,21 @@ class Worker:
             except transport.retryable as exc:
                 self.metrics.redis_errors.inc()
                 self.probes.set_ready(False, f"redis: {exc}")
+                if self.stopping:
+                    # The backoff is for riding out an outage; a stop has a grace period that
+                    # a Redis which is gone must not use up: a short last try, then drop.
+                    now = time.monotonic()
+                    stop_deadline = stop_deadline or now + STOP_RETRY_S
+                    if pending is not None and now < stop_deadline:
+                        time.sleep(0.1)
+                        continue
+                    if pending is not None:
+                        log.warning("stopping with Redis unreachable (%s): dropping one unpublished fragment", exc)
+                    pending = None
+                    continue
                 log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
                 self._sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
-                if self.stopping and pending is not None and backoff >= 10.0:
-                    log.warning("stopping with Redis unreachable: dropping one unpublished fragment")
-                    pending = None
         transport.close()
         runner.close()
         server.shutdown()
