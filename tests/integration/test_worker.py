@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,11 +20,14 @@ from fleet_helpers import read_until, small_job
 
 from rolloutfleet.consumer import BatchConsumer
 from rolloutfleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet.redis_keys import job_keys
 from rolloutfleet.weights import WeightPublisher
 from rolloutfleet.worker_config import WorkerConfig
 
 
-def start_worker(redis_url: str, port: int, tmp_path: Path, **env: str) -> subprocess.Popen[str]:
+def start_worker(
+    redis_url: str, port: int, tmp_path: Path, stderr: Any = subprocess.PIPE, **env: str
+) -> subprocess.Popen[str]:
     config = WorkerConfig(
         job=small_job("w", replicas=1), worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=port
     )
@@ -32,9 +37,7 @@ def start_worker(redis_url: str, port: int, tmp_path: Path, **env: str) -> subpr
         "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination"),
         **env,
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "rolloutfleet.cli", "worker"], env=environ, stderr=subprocess.PIPE, text=True
-    )
+    return subprocess.Popen([sys.executable, "-m", "rolloutfleet.cli", "worker"], env=environ, stderr=stderr, text=True)
 
 
 def probe(port: int, path: str) -> int:
@@ -106,19 +109,29 @@ def test_worker_waits_for_redis_instead_of_crash_looping(tmp_path: Path) -> None
 
 def test_a_worker_told_to_stop_during_a_redis_outage_exits_at_once(own_redis: RedisServer, tmp_path: Path) -> None:
     """Defect: the stop waited out the outage backoff (8 s and more) before dropping the fragment."""
+    # A full stream (block, maxLen 1, no learner) holds the worker inside a publish, fragment
+    # in hand, when Redis goes away: the case where the stop used to wait.
+    spec = small_job("w", replicas=1).to_dict()["spec"]
+    spec["redis"] = {"maxLen": 1, "backpressure": "block"}
     port = free_port()
-    worker = start_worker(own_redis.url, port, tmp_path)
+    log = tmp_path / "worker.stderr"
+    with log.open("w") as stderr:
+        worker = start_worker(own_redis.url, port, tmp_path, stderr=stderr, ROLLOUTFLEET_SPEC=json.dumps(spec))
     try:
-        read_until(BatchConsumer(own_redis.url, "w", group="test"), lambda ms: len(ms) >= 1, timeout=90)
+        client = own_redis.client()
+        deadline = time.monotonic() + 90
+        while client.xlen(job_keys("default", "w").batches) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
         own_redis.stop()  # gone: connections are refused
-        wait_probe(port, "/readyz", 503, 60)  # the worker is in its outage loop, fragment in hand
+        while "redis unavailable while publishing" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
         worker.send_signal(signal.SIGTERM)
         stopped_at = time.monotonic()
-        _, stderr = worker.communicate(timeout=60)
+        code = worker.wait(60)
         took = time.monotonic() - stopped_at
-        assert worker.returncode == 0, stderr
+        assert code == 0, log.read_text()
         assert took < 5, f"the stop took {took:.1f} s with Redis away"
-        assert "dropping one unpublished fragment" in stderr
+        assert "dropping one unpublished fragment" in log.read_text()
     finally:
         worker.kill()
 
