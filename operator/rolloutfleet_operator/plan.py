@@ -1,9 +1,9 @@
 """The reconcile plan: desired worker pods vs. observed ones -> what to do now.
 
 A pure function of the job, the pods the operator sees, the restart records kept in the
-job's status, and the time. The kopf layer (:mod:`.handlers`) carries the plan out and
-writes the records back, so an operator restarted mid-way picks up exactly where the
-last one stopped: a failed pod is counted once (its uid is recorded), a backoff is a
+job's status, and the time. :mod:`.reconcile` carries the plan out and writes the
+records back, so an operator restarted mid-way picks up exactly where the last one
+stopped: a failed pod is counted once (its uid is recorded), a backoff is a
 wall-clock deadline, and pod names are deterministic (``<job>-worker-<index>``), so a
 second create of the same worker is refused by the API server instead of duplicating it.
 

@@ -158,6 +158,21 @@ def invalid_spec_status(
     }
 
 
+def status_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether patching ``new`` into the stored status ``old`` would change it."""
+    # A null in a merge patch deletes the key, so the stored status has no key where
+    # ours says null: compare without nulls, or every reconcile would patch again.
+    return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _waiting(live: list[PodView], reason: str, message: str, phase: str) -> tuple[str, str]:
     """Say why workers wait (no node fits, the image does not pull, a Secret is missing):
     by reason, most common first. A Pending job takes the most common reason as its own."""

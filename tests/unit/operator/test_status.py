@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rolloutfleet_operator.plan import Plan, WorkerRecord
 from rolloutfleet_operator.pods import PodView
-from rolloutfleet_operator.status import build_status, invalid_spec_status, progress
+from rolloutfleet_operator.status import build_status, invalid_spec_status, progress, status_changed
 
 
 def pod(index: int, ready: bool = True) -> PodView:
@@ -96,3 +96,13 @@ def test_waiting_workers_say_why() -> None:
     assert ready["status"] == "False" and ready["message"] == pending["message"]
     # Once running, a ready worker's past wait is not reported.
     assert "waiting" not in build_status("j", False, Plan(desired=1), [pod(0)], 1, 0.0)["message"]
+
+
+def test_a_status_changes_only_where_a_merge_patch_would_change_it() -> None:
+    stored = {"phase": "Running", "workers": {"0": {"restarts": 1}}, "conditions": [{"type": "Ready"}]}
+    assert not status_changed(stored, {"phase": "Running"})
+    # A merge patch deletes the keys it sets to null: the stored status has no such key.
+    assert not status_changed(stored, {"workers": {"0": {"restarts": 1, "restartAt": None}}})
+    assert not status_changed(stored, {"conditions": [{"type": "Ready", "reason": None}]})
+    assert status_changed(stored, {"phase": "Degraded"})
+    assert status_changed(stored, {"envSteps": 0})  # a key not stored yet

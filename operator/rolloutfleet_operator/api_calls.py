@@ -1,0 +1,124 @@
+"""The operator's calls to the Kubernetes API: create and delete pods, patch a job's
+status, read a Secret's value, post Events. Thin: each call says what the server
+answered, in the terms the reconcile needs; deciding what to call is the reconcile's.
+
+The ``kubernetes`` client is synchronous: calls run in threads, at most
+:data:`API_CONCURRENCY` at a time (the default executor is sized for them in
+:func:`rolloutfleet_operator.handlers.startup`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import kopf
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from rolloutfleet_operator import metrics
+
+JOBS = ("rolloutfleet.io", "v1alpha1", "rolloutjobs")  # group, version, plural of RolloutJob
+API_CONCURRENCY = 16
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Api:
+    """The clients, and the slots that bound the calls in flight."""
+
+    core: k8s.CoreV1Api
+    custom: k8s.CustomObjectsApi
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(API_CONCURRENCY))
+
+
+async def patch_status(api: Api, namespace: str, name: str, status: dict[str, Any]) -> None:
+    """Merge ``status`` into the job's status; a job gone meanwhile has nothing to report on."""
+    async with api.slots:
+        try:
+            await asyncio.to_thread(
+                api.custom.patch_namespaced_custom_object_status,
+                JOBS[0],
+                JOBS[1],
+                namespace,
+                JOBS[2],
+                name,
+                {"status": status},
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+async def create_pod(api: Api, pod: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(uid of the pod this call created, the API server's reason for refusing it). An
+    existing pod of that name (an earlier reconcile's or operator's) gives neither."""
+    async with api.slots:
+        try:
+            # Raw responses: parsing 1 000 full V1Pod models would cost more than the calls.
+            response: Any = await asyncio.to_thread(
+                api.core.create_namespaced_pod, pod["metadata"]["namespace"], cast(Any, pod), _preload_content=False
+            )
+        except ApiException as error:
+            if error.status == 409:
+                return None, None
+            if error.status is not None and error.status >= 500:
+                raise  # the server's trouble, not the pod's: the reconcile fails and runs again
+            return None, refusal_reason(error)  # quota, admission, an invalid field: worth an Event
+    metrics.PODS_CREATED.inc()
+    return str(json.loads(response.data).get("metadata", {}).get("uid", "")), None
+
+
+def refusal_reason(error: ApiException) -> str:
+    """The ``message`` of a Kubernetes Status body (what kubectl shows), else the HTTP reason."""
+    try:
+        message = json.loads(error.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or f"HTTP {error.status} {error.reason}")
+
+
+async def delete_pod(api: Api, namespace: str, name: str, uid: str | None, grace: int, why: str) -> None:
+    """Delete pod ``name``, only if it is still the pod ``uid`` (when given): a pod
+    already gone, or replaced meanwhile, is no error."""
+    async with api.slots:
+        try:
+            await asyncio.to_thread(
+                api.core.delete_namespaced_pod,
+                name,
+                namespace,
+                grace_period_seconds=grace,
+                body=k8s.V1DeleteOptions(
+                    grace_period_seconds=grace,
+                    preconditions=k8s.V1Preconditions(uid=uid) if uid is not None else None,
+                ),
+                _preload_content=False,
+            )
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+    metrics.PODS_DELETED.labels(why=why.split(";")[0]).inc()
+    log.info("deleted pod %s/%s: %s", namespace, name, why)
+
+
+async def read_secret_value(api: Api, namespace: str, name: str, key: str) -> str | None:
+    """The decoded value of ``key`` in Secret ``name``; None when it, or the Secret, is
+    missing or not readable (a caller that merely wants it does without)."""
+    try:
+        secret = await asyncio.to_thread(api.core.read_namespaced_secret, name, namespace)
+    except ApiException:
+        return None
+    raw = (secret.data or {}).get(key)
+    return base64.b64decode(raw).decode() if raw else None
+
+
+def post_event(job_metadata: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    """An Event about the RolloutJob (kopf posts it in the background)."""
+    target = {"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob", "metadata": job_metadata}
+    kopf.event(cast(kopf.Body, target), type=type_, reason=reason, message=message)

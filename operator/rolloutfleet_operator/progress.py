@@ -1,0 +1,54 @@
+"""Sampling progress of a job's workers, read from their heartbeats in Redis.
+
+Best effort, on the timer: the heartbeats end up in ``status.envSteps`` and
+``status.stepsPerSecond`` (:func:`.status.progress`), and a job whose Redis cannot be
+reached is reconciled all the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from rolloutfleet.spec import RolloutJob, SpecError
+from rolloutfleet_operator.api_calls import read_secret_value
+from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
+
+PASSWORD_TTL_S = 60.0  # a rotated password is picked up within this; no Secret read per tick
+
+log = logging.getLogger(__name__)
+
+
+async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Collection[dict[str, Any]]]) -> None:
+    """Keep the job's last heartbeats in its :class:`.runtime.JobRuntime` (``beats``)."""
+    from rolloutfleet.heartbeat import read_heartbeats  # redis client: only when progress is read
+
+    bodies = list(job_index.get(key, []))
+    if not bodies:
+        return
+    try:
+        job = RolloutJob.from_dict({"metadata": {"name": key[1], "namespace": key[0]}, "spec": bodies[0]["spec"]})
+    except SpecError:
+        return
+    state = runtime.job(key)
+    password = await redis_password(runtime, state, job)
+    try:
+        state.beats = await asyncio.to_thread(read_heartbeats, job.spec.redis.url, job, password)
+    except Exception as error:  # noqa: BLE001 - progress is best effort; the reconcile must go on
+        log.debug("no progress for %s/%s: %s", key[0], key[1], error)
+
+
+async def redis_password(runtime: Runtime, state: JobRuntime, job: RolloutJob) -> str | None:
+    """The password of the job's Redis, from its Secret, read at most every :data:`PASSWORD_TTL_S`."""
+    ref = job.spec.redis.password_secret
+    if ref is None:
+        return None
+    fetched_at, cached = state.password
+    if time.monotonic() - fetched_at < PASSWORD_TTL_S:
+        return cached
+    password = await read_secret_value(runtime.api, job.namespace, ref.name, ref.key)
+    state.password = (time.monotonic(), password)
+    return password

@@ -1,0 +1,167 @@
+"""One reconcile of one RolloutJob: observe, plan, write the status, delete, create.
+
+State-based: every round starts from the job and its pods as the kopf indexes hold them
+(:mod:`.observe` corrects them by what this process did since), decides with the pure
+:func:`.plan.plan` and :func:`.status.build_status`, and carries the decision out with
+the calls of :mod:`.api_calls`. It persists restart records in the status *before* it
+deletes a failed pod, and creates pods under deterministic names, so an operator killed
+at any point and started again neither double-counts a failure nor duplicates a pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from rolloutfleet.spec import RolloutJob, SpecError
+from rolloutfleet_operator import metrics
+from rolloutfleet_operator.api_calls import create_pod, delete_pod, patch_status, post_event
+from rolloutfleet_operator.observe import observe
+from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
+from rolloutfleet_operator.pods import PodView, build_pod, template_hash
+from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
+from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
+
+# The kopf indexes, as handlers.job_index and handlers.pod_index fill them.
+JobIndex = Mapping[Key, Collection[dict[str, Any]]]
+PodIndex = Mapping[Key, Collection[PodView]]
+
+
+async def reconcile(key: Key, runtime: Runtime, job_index: JobIndex, pod_index: PodIndex) -> float | None:
+    """Seconds until a restart of this job falls due (None: none pending)."""
+    bodies = list(job_index.get(key, []))
+    if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
+        return None
+    body = bodies[0]
+    state = runtime.job(key)
+    started = time.perf_counter()
+    namespace, name = key
+    now = time.time()
+    try:
+        job = RolloutJob.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": body["spec"]})
+    except SpecError as error:
+        await _report_invalid_spec(runtime, state, key, body, f"spec cannot be used: {error}", now)
+        return None
+    state.reported_invalid = ""
+
+    config = runtime.config
+    current_hash = template_hash(job, config)
+    uid = str(body["metadata"]["uid"])
+    own_status = state.written if state.written is not None and state.written_for == uid else body["status"]
+    clock = time.monotonic()
+    observation = observe(state.memory, pod_index.get(key, []), clock)
+    the_plan = plan(
+        job,
+        observation.pods,
+        records_from_status(own_status),
+        now,
+        current_hash,
+        max_unavailable=config.max_unavailable,
+        vanished=observation.vanished,
+    )
+    state.memory = observation.memory
+    to_create = observation.creatable(the_plan.create)
+
+    # Records first: a failure is persisted before its pod is deleted.
+    generation = int(body["metadata"]["generation"])
+    status = build_status(name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats)
+    await _write_status(runtime, key, body, status)
+    state.written, state.written_for = status, uid
+    _post_plan_events(body, the_plan.events)
+    await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
+    await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock)
+    metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+    return the_plan.requeue_after
+
+
+async def _report_invalid_spec(
+    runtime: Runtime, state: JobRuntime, key: Key, body: dict[str, Any], message: str, now: float
+) -> None:
+    generation = int(body["metadata"]["generation"])
+    await _write_status(runtime, key, body, invalid_spec_status(key[1], message, generation, now, body["status"]))
+    if state.reported_invalid != message:
+        state.reported_invalid = message
+        post_event(body["metadata"], "Warning", "InvalidSpec", message)
+
+
+async def _write_status(runtime: Runtime, key: Key, body: dict[str, Any], status: dict[str, Any]) -> None:
+    """Patch the job's status where ``status`` differs from what the index holds."""
+    if not status_changed(body["status"], status):
+        return
+    await patch_status(runtime.api, key[0], key[1], status)
+    # The index entry is ours to update: it stays the newest we know until the watch
+    # brings the patched version.
+    body["status"] = {**body["status"], **status}
+
+
+def _post_plan_events(body: dict[str, Any], events: Iterable[Event]) -> None:
+    for event in events:
+        post_event(body["metadata"], event.type, event.reason, event.message)
+        if event.reason in ("WorkerFailed", "RestartBudgetExhausted"):
+            metrics.WORKER_FAILURES.inc()
+
+
+async def _delete_pods(
+    runtime: Runtime,
+    state: JobRuntime,
+    body: dict[str, Any],
+    namespace: str,
+    deletes: list[tuple[str, str]],
+    pods: Iterable[PodView],
+) -> None:
+    by_name = {p.name: p for p in pods}
+    calls = []
+    for pod_name, why in deletes:
+        pod = by_name.get(pod_name)
+        if pod is not None:
+            state.memory.note_deleted(pod.uid)
+        # A terminated pod has nothing left to stop: no grace period to wait out.
+        grace = 0 if pod is not None and pod.terminated else runtime.config.grace_seconds
+        calls.append(delete_pod(runtime.api, namespace, pod_name, pod.uid if pod else None, grace, why))
+    await asyncio.gather(*calls)
+    by_why: dict[str, list[int]] = {}
+    for pod_name, why in deletes:
+        by_why.setdefault(why, []).append(int(pod_name.rsplit("-", 1)[1]))
+    for why, indexes in by_why.items():
+        post_event(body["metadata"], "Normal", "DeletedWorkers", f"deleted worker pod(s) {shown(indexes)}: {why}")
+
+
+async def _create_pods(
+    runtime: Runtime,
+    state: JobRuntime,
+    body: dict[str, Any],
+    job: RolloutJob,
+    uid: str,
+    current_hash: str,
+    to_create: list[int],
+    clock: float,
+) -> None:
+    """Create in growing batches (:func:`.plan.creation_batches`); stop at the first refusal."""
+    created: list[int] = []
+    refusal = ""
+    for batch in creation_batches(to_create):
+        pods = [build_pod(job, uid, index, runtime.config, current_hash) for index in batch]
+        outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods))
+        for index, (pod_uid, _) in zip(batch, outcomes, strict=True):
+            if pod_uid is not None:
+                created.append(index)
+                state.memory.note_created(index, pod_uid, clock)
+        refused = [index for index, (_, error) in zip(batch, outcomes, strict=True) if error]
+        if refused:
+            refusal = next(error for _, error in outcomes if error)
+            if refusal != state.reported_refusal:  # once per distinct reason, not on every timer tick
+                message = f"the API server refused worker pod(s) {shown(refused)}: {refusal}"
+                post_event(body["metadata"], "Warning", "CreateFailed", message)
+            break  # the next reconcile tries again; the rest would most likely be refused alike
+    state.reported_refusal = refusal
+    if created:
+        post_event(body["metadata"], "Normal", "CreatedWorkers", f"created worker pod(s) {shown(created)}")
+
+
+def shown(indexes: Iterable[int], limit: int = 10) -> str:
+    """Worker indexes for an Event's message: the first ``limit``, and how many more."""
+    listed = list(indexes)
+    more = f" and {len(listed) - limit} more" if len(listed) > limit else ""
+    return ", ".join(str(i) for i in listed[:limit]) + more

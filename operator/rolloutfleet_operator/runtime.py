@@ -1,0 +1,45 @@
+"""What the operator process keeps in memory: its settings, its API clients, and per job
+what must outlive one reconcile. All of it may be lost: a restarted operator starts
+empty and reads what it needs back from the cluster (restart records live in the job's
+status, pod names are deterministic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rolloutfleet_operator.api_calls import Api
+from rolloutfleet_operator.coalescing import Rounds
+from rolloutfleet_operator.config import OperatorConfig
+from rolloutfleet_operator.observe import PodMemory
+
+Key = tuple[str, str]  # (namespace, name) of a RolloutJob
+
+
+@dataclass
+class JobRuntime:
+    """In-memory companion of one job."""
+
+    rounds: Rounds = field(default_factory=Rounds)
+    memory: PodMemory = field(default_factory=PodMemory)
+    beats: dict[int, dict[str, float]] = field(default_factory=dict)  # worker index -> last heartbeat
+    # The last reason reported in an Event, so that each is reported once, not every round.
+    reported_invalid: str = ""
+    reported_refusal: str = ""
+    # The status this process wrote last, with the uid of the job it was written for.
+    # The operator is the only writer of status (peering: one active replica), so this
+    # is newer than the watch's copy, which can lag behind our own patches; after a
+    # restart it is empty and the job's stored status is read instead.
+    written: dict[str, Any] | None = None
+    written_for: str = ""
+    password: tuple[float, str | None] = (0.0, None)  # (monotonic time read, the Redis password)
+
+
+@dataclass
+class Runtime:
+    config: OperatorConfig
+    api: Api
+    jobs: dict[Key, JobRuntime] = field(default_factory=dict)
+
+    def job(self, key: Key) -> JobRuntime:
+        return self.jobs.setdefault(key, JobRuntime())

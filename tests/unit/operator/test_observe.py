@@ -1,0 +1,59 @@
+"""The observe step: indexed pods corrected by what this process did, vanished pods,
+and creations still on their way to the watch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rolloutfleet_operator.observe import EXPECTATION_TTL_S, PodMemory, observe
+from rolloutfleet_operator.pods import PodView
+
+
+def pod(index: int, uid: str | None = None, **kw: Any) -> PodView:
+    return PodView(
+        name=f"j-worker-{index}", uid=uid or f"uid-{index}", index=index, template_hash="h", phase="Running", **kw
+    )
+
+
+def test_a_first_look_remembers_the_pods_it_saw_and_finds_nothing_vanished() -> None:
+    seen = observe(PodMemory(), [pod(0), pod(1)], clock=0.0)
+    assert seen.pods == [pod(0), pod(1)] and seen.vanished == []
+    assert seen.memory.known == {0: "uid-0", 1: "uid-1"}
+
+
+def test_a_pod_gone_without_our_delete_has_vanished() -> None:
+    memory = PodMemory(known={0: "uid-0", 1: "uid-1", 2: "uid-2"})
+    seen = observe(memory, [pod(0)], clock=0.0)
+    assert seen.vanished == [1, 2] and seen.memory.known == {0: "uid-0"}
+
+
+def test_a_pod_we_deleted_goes_away_and_does_not_vanish() -> None:
+    memory = PodMemory(known={0: "uid-0", 1: "uid-1"}, deleted={"uid-0", "uid-1"})
+    # The watch still shows pod 0 as it was before our delete: it counts as going away.
+    seen = observe(memory, [pod(0)], clock=0.0)
+    assert seen.pods == [pod(0, deleting=True)] and seen.vanished == []
+    assert seen.memory.deleted == {"uid-0"}  # pod 1 is gone from the watch: nothing left to mark
+
+
+def test_a_pod_replaced_under_the_same_index_is_not_marked_by_its_predecessor() -> None:
+    memory = PodMemory(known={0: "old"}, deleted={"old"})
+    seen = observe(memory, [pod(0, uid="new")], clock=0.0)
+    assert seen.pods == [pod(0, uid="new")] and seen.vanished == [] and seen.memory.deleted == set()
+
+
+def test_a_creation_is_expected_until_the_watch_shows_it_or_it_expires() -> None:
+    memory = PodMemory()
+    memory.note_created(1, "uid-1", clock=100.0)
+    memory.note_created(2, "uid-2", clock=100.0)
+    assert memory.known == {}  # only a pod the watch showed can vanish
+    seen = observe(memory, [pod(1)], clock=101.0)
+    assert seen.memory.expected == {2: ("uid-2", 100.0)} and seen.vanished == []
+    assert seen.creatable([0, 2, 3]) == [0, 3]  # pod 2 is on its way: not posted again
+    later = observe(seen.memory, [pod(1)], clock=100.0 + EXPECTATION_TTL_S)
+    assert later.memory.expected == {} and later.creatable([2]) == [2]  # never showed up: create it again
+
+
+def test_observing_leaves_the_memory_it_was_given_as_it_was() -> None:
+    memory = PodMemory(known={0: "uid-0"}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
+    observe(memory, [pod(3)], clock=1.0)
+    assert memory == PodMemory(known={0: "uid-0"}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})

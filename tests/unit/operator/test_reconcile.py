@@ -1,0 +1,166 @@
+"""One reconcile, against recorded API calls: what it writes, deletes and creates, in
+which order, and what it remembers for the next round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rolloutfleet_operator.config import OperatorConfig
+from rolloutfleet_operator.pods import PodView
+from rolloutfleet_operator.reconcile import reconcile, shown
+from rolloutfleet_operator.runtime import Runtime
+
+KEY = ("team", "cp")
+NO_BACKOFF = {"maxRestarts": 5, "backoffSeconds": 0, "backoffLimitSeconds": 0}
+
+
+def indexed_job(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    """A job as ``handlers.job_index`` keeps it."""
+    return {
+        "metadata": {"name": "cp", "namespace": "team", "uid": "job-uid", "generation": 1, "deletionTimestamp": None},
+        "spec": {"replicas": 2, "env": {"id": "CartPole-v1"}, **spec},
+        "status": dict(status or {}),
+    }
+
+
+def observed(kube: Any, name: str, phase: str = "Running", exit_code: int | None = None) -> PodView:
+    """A pod the fake server holds, as ``handlers.pod_index`` would see it in ``phase``."""
+    pod = dict(kube.pods[name])
+    pod["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": str(phase == "Running")}]}
+    if exit_code is not None:
+        terminated = {"exitCode": exit_code, "reason": "Error", "message": "boom"}
+        pod["status"]["containerStatuses"] = [{"state": {"terminated": terminated}}]
+    view = PodView.from_pod(pod)
+    assert view is not None
+    return view
+
+
+def made(kube: Any) -> list[str]:
+    return [call["body"]["metadata"]["name"] for call in kube.named("create_namespaced_pod")]
+
+
+async def run(runtime: Runtime, job: dict[str, Any], pods: list[PodView]) -> float | None:
+    return await reconcile(KEY, runtime, {KEY: [job]}, {KEY: pods})
+
+
+@pytest.mark.asyncio
+async def test_a_new_job_gets_its_pods_a_status_and_one_event(kube: Any, posted: list[dict[str, Any]]) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(replicas=3)
+    assert await run(runtime, job, []) is None
+    assert [name for name, _ in kube.calls] == ["patch_status"] + ["create_namespaced_pod"] * 3
+    assert sorted(made(kube)) == ["cp-worker-0", "cp-worker-1", "cp-worker-2"]
+    assert kube.pods["cp-worker-0"]["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
+    assert [(e["reason"], e["message"]) for e in posted] == [("CreatedWorkers", "created worker pod(s) 0, 1, 2")]
+    assert job["status"]["phase"] == "Pending"  # the index entry holds what was written
+    # The pods' own events trigger the next round before the watch shows them.
+    kube.calls.clear()
+    await run(runtime, job, [])
+    assert kube.calls == [] and len(posted) == 1  # nothing created twice, the status unchanged
+
+
+@pytest.mark.asyncio
+async def test_a_failure_is_recorded_before_its_pod_is_deleted_and_counted_once(
+    kube: Any, posted: list[dict[str, Any]]
+) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(restartPolicy=NO_BACKOFF)
+    await run(runtime, job, [])
+    kube.calls.clear()
+    pods = [observed(kube, "cp-worker-0"), observed(kube, "cp-worker-1", "Failed", exit_code=3)]
+    await run(runtime, job, pods)
+    assert [name for name, _ in kube.calls] == ["patch_status", "delete_namespaced_pod"]
+    (status,) = [call["body"]["status"] for call in kube.named("patch_status")]
+    assert status["workers"]["1"]["restarts"] == 1 and status["workers"]["1"]["lastFailedPod"] == pods[1].uid
+    (delete,) = kube.named("delete_namespaced_pod")
+    assert delete["name"] == "cp-worker-1" and delete["grace_period_seconds"] == 0  # nothing left to stop
+    assert delete["body"].preconditions.uid == pods[1].uid
+    assert [e["reason"] for e in posted[1:]] == ["WorkerFailed", "DeletedWorkers"]
+    assert posted[-1]["message"] == "deleted worker pod(s) 1: failed; replacing it"
+    # The watch still shows the failed pod: it is going away, not failed again.
+    kube.calls.clear()
+    await run(runtime, job, pods)
+    assert kube.calls == [] and len(posted) == 3
+
+
+@pytest.mark.asyncio
+async def test_a_pod_that_vanishes_is_a_failure_and_is_replaced(kube: Any, posted: list[dict[str, Any]]) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(restartPolicy=NO_BACKOFF)
+    await run(runtime, job, [])
+    both = [observed(kube, "cp-worker-0"), observed(kube, "cp-worker-1")]
+    await run(runtime, job, both)
+    kube.calls.clear()
+    await run(runtime, job, both[:1])  # someone else deleted worker 1
+    record = job["status"]["workers"]["1"]
+    assert record["restarts"] == 1 and record["lastError"] == "pod deleted or evicted"
+    assert made(kube) == ["cp-worker-1"] and not kube.named("delete_namespaced_pod")
+
+
+@pytest.mark.asyncio
+async def test_the_status_this_process_wrote_wins_over_an_older_copy_in_the_index(
+    kube: Any, posted: list[dict[str, Any]]
+) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(restartPolicy={"maxRestarts": 5})
+    await run(runtime, job, [])
+    failed = [observed(kube, "cp-worker-0"), observed(kube, "cp-worker-1", "Failed", exit_code=1)]
+    await run(runtime, job, failed)
+    # A watch event from before our patch replaces the index entry: no restart records in it.
+    await run(runtime, indexed_job(restartPolicy={"maxRestarts": 5}), failed)
+    assert [e["reason"] for e in posted].count("WorkerFailed") == 1
+    assert runtime.job(KEY).written is not None and runtime.job(KEY).written["restarts"] == 1
+
+
+@pytest.mark.asyncio
+async def test_an_unusable_spec_is_reported_once_and_gets_no_pods(kube: Any, posted: list[dict[str, Any]]) -> None:
+    runtime = Runtime(config=OperatorConfig(), api=kube.api())
+    bad = indexed_job(env={"id": "CartPole-v1", "entryPoint": "pkg.mod:make"})
+    assert await run(runtime, bad, []) is None
+    await run(runtime, bad, [])
+    assert bad["status"]["reason"] == "InvalidSpec" and "spec.env" in bad["status"]["message"]
+    assert len(kube.named("patch_status")) == 1 and made(kube) == []
+    assert [e["reason"] for e in posted] == ["InvalidSpec"]
+    await run(runtime, indexed_job(), [])  # fixed: pods, and a later breakage is reported again
+    assert len(made(kube)) == 2 and runtime.job(KEY).reported_invalid == ""
+
+
+@pytest.mark.asyncio
+async def test_refused_creations_stop_at_the_first_batch_and_are_reported_once(
+    kube: Any, posted: list[dict[str, Any]]
+) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(replicas=20)
+    kube.fail("create_namespaced_pod", 403, "exceeded quota: workers")
+    await run(runtime, job, [])
+    await run(runtime, job, [])
+    assert len(kube.named("create_namespaced_pod")) == 2  # one pod per round, not twenty
+    refused = [e for e in posted if e["reason"] == "CreateFailed"]
+    assert len(refused) == 1 and refused[0]["message"] == (
+        "the API server refused worker pod(s) 0: exceeded quota: workers"
+    )
+    kube.recover("create_namespaced_pod")
+    await run(runtime, job, [])
+    assert len(kube.pods) == 20 and runtime.job(KEY).reported_refusal == ""
+
+
+@pytest.mark.asyncio
+async def test_a_job_being_deleted_or_gone_is_left_alone(kube: Any, posted: list[dict[str, Any]]) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job()
+    job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert await run(runtime, job, []) is None
+    assert await reconcile(KEY, runtime, {}, {}) is None
+    assert kube.calls == [] and posted == []
+
+
+@pytest.mark.asyncio
+async def test_a_restart_in_backoff_asks_for_a_round_when_it_falls_due(kube: Any, posted: list[dict[str, Any]]) -> None:
+    policy = {"maxRestarts": 5, "backoffSeconds": 3, "backoffLimitSeconds": 60}
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(restartPolicy=policy)
+    await run(runtime, job, [])
+    await run(runtime, job, [observed(kube, "cp-worker-0"), observed(kube, "cp-worker-1", "Failed", exit_code=1)])
+    requeue = await run(runtime, job, [observed(kube, "cp-worker-0")])  # the failed pod is gone
+    assert requeue is not None and 0 < requeue <= 3
+    assert made(kube).count("cp-worker-1") == 1  # not yet replaced
+
+
+def test_event_messages_list_a_few_indexes_and_count_the_rest() -> None:
+    assert shown([3, 1]) == "3, 1"
+    assert shown(range(13)) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 3 more"
