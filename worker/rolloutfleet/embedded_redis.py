@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from rolloutfleet.parent_watch import die_with_parent
+
 
 class RedisNotAvailable(RuntimeError):
     """redis-server is missing or did not start."""
@@ -67,7 +69,15 @@ class EmbeddedRedis:
         if self.maxmemory:
             args += ["--maxmemory", self.maxmemory]
         log = (self.directory / "redis.log").open("wb")
-        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            # Ctrl-C reaches only its owner, which stops it after the workers have published.
+            start_new_session=True,
+            # SIGTERMed by the kernel if its owner dies unstopped (SIGKILL): no orphan server.
+            preexec_fn=die_with_parent(),
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -4,7 +4,9 @@ Each worker is the same ``rolloutfleet worker`` process a pod runs, with the sam
 environment variables. A worker that exits unexpectedly is restarted after its backoff,
 against the job's restart budget (:mod:`rolloutfleet.restarts`); once the budget is spent
 the fleet says so and leaves it down. ``stop()`` sends SIGTERM, waits for the grace
-period, then SIGKILLs what is left: nothing outlives the fleet.
+period, then SIGKILLs what is left: nothing outlives the fleet. Should this process die
+without calling ``stop()`` (SIGKILL), the workers and the embedded redis-server stop by
+themselves within seconds (:mod:`rolloutfleet.parent_watch`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rolloutfleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.parent_watch import PARENT_PID_ENV
 from rolloutfleet.restarts import RestartTracker
 from rolloutfleet.spec import RolloutJob
 from rolloutfleet.worker_config import WorkerConfig
@@ -90,7 +93,8 @@ class LocalFleet:
             redis_password=self.redis_password,
             metrics_port=0,  # any free port: several workers share this machine
         )
-        return {**os.environ, **self.extra_env, **config.to_environ()}
+        # The worker stops by itself if this process dies without stopping it (SIGKILL).
+        return {**os.environ, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
 
     def _spawn(self, index: int, now: float) -> None:
         worker = self.workers[index]

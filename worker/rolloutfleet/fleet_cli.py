@@ -10,9 +10,13 @@ import argparse
 import logging
 import math
 import os
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
+from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -62,7 +66,9 @@ def run_fleet(args: argparse.Namespace) -> int:
     learner: subprocess.Popen[bytes] | None = None
     code = 0
     started = time.monotonic()
+    stop = StopSignals()
     try:
+        stop.install()
         fleet.start()
         console.print(
             f"fleet: {len(fleet.workers)} workers of {job.name}, redis {fleet.redis_url}, logs in {fleet.log_dir}"
@@ -95,13 +101,14 @@ def run_fleet(args: argparse.Namespace) -> int:
                     break
                 if args.duration is not None and now - started >= args.duration:
                     break
-                time.sleep(0.25)
+                if stop.received.wait(0.25):
+                    break
         finally:
             if live is not None:
                 live.stop()
-    except KeyboardInterrupt:
-        console.print("fleet: interrupted; stopping workers")
-        code = 130
+        if stop.signum is not None:
+            console.print(f"fleet: {signal.Signals(stop.signum).name}; stopping workers")
+            code = 128 + stop.signum
     finally:
         if learner is not None and learner.poll() is None:
             learner.terminate()
@@ -110,6 +117,42 @@ def run_fleet(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 learner.kill()
         codes = fleet.stop()
+        stop.restore()
         unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
         console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
     return code
+
+
+class StopSignals:
+    """SIGTERM (systemd, Docker, CI runners, ``kill``), SIGINT (Ctrl-C) and SIGHUP (the
+    terminal went away) all mean the same graceful stop. The handlers only record the
+    signal: the loop notices it within a quarter second, and nothing is raised in the
+    middle of starting or stopping workers, so a second signal cannot cut the stop short
+    and leave workers behind."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.received = threading.Event()
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; a caller elsewhere keeps its own
+        for signum in self.SIGNALS:
+            previous = signal.getsignal(signum)
+            if signum == signal.SIGHUP and previous == signal.SIG_IGN:
+                continue  # started under nohup: stay deaf to hangups, as asked
+            self._previous[signum] = previous
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.received.set()
+
+    def restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()

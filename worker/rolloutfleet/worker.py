@@ -9,6 +9,8 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
   waits out the outage backoff);
 * Redis unreachable: not ready, retry with backoff, keep the sampled fragment (never
   crash-loop because the learner's Redis restarts);
+* started by ``rolloutfleet run`` (``ROLLOUTFLEET_PARENT_PID`` set): the same stop once
+  the supervisor is gone, even by SIGKILL (:mod:`rolloutfleet.parent_watch`);
 * env or policy cannot be built: one line on stderr (and in the pod's termination
   message), exit code 3, so the operator can show why.
 """
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from rolloutfleet.multiagent_batch import MultiAgentBatch
     from rolloutfleet.transport import WorkerTransport
 
+from rolloutfleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.publisher import PublishInterrupted
 from rolloutfleet.spec import SpecError
 from rolloutfleet.worker_config import WorkerConfig
@@ -197,8 +200,12 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     stop_requested: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.append(signum))
     signal.signal(signal.SIGINT, lambda signum, frame: stop_requested.append(signum))
+    environ = os.environ if environ is None else environ
     try:
-        config = WorkerConfig.from_environ(os.environ if environ is None else environ)
+        parent_pid = parent_pid_from(environ)
+        if parent_pid is not None:
+            watch_parent(parent_pid, stop_self)
+        config = WorkerConfig.from_environ(environ)
         worker = Worker(config)
         worker.stopping = bool(stop_requested)
         signal.signal(signal.SIGTERM, worker.request_stop)
