@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import redis
 from fleet_helpers import small_job
 
@@ -116,17 +117,18 @@ def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path: Path, signum: signal.Signals) -> None:
     """Defect: SIGTERM killed the supervisor at once and left both workers publishing."""
     with supervisor(tmp_path) as sup:
         pids = sup.running()
-        sup.process.send_signal(signal.SIGTERM)
+        sup.process.send_signal(signum)
         code = sup.process.wait(60)
         left = [pid for group in pids.values() for pid in group if alive(pid)]
         assert left == [], f"still running after the supervisor exited: {left}; {sup.stderr}"
-        assert code == 128 + signal.SIGTERM, sup.stderr
+        assert code == 128 + signum, sup.stderr
         # Both workers finished their fragment and exited 0 (no "exit codes" reported).
-        assert "fleet: SIGTERM; stopping workers" in sup.stderr
+        assert f"fleet: {signum.name}; stopping workers" in sup.stderr
         assert "fleet: stopped (2 workers)" in sup.stderr, sup.stderr
 
 
