@@ -56,3 +56,12 @@ def test_a_whole_manifest_or_a_file_works(tmp_path: pytest.TempPathFactory) -> N
 def test_mistakes_name_the_variable(change: dict[str, str], message: str) -> None:
     with pytest.raises(SpecError, match=message):
         WorkerConfig.from_environ(environ(**change))
+
+
+def test_learner_idle_seconds_round_trip_and_bad_values_name_the_variable() -> None:
+    assert WorkerConfig.from_environ(environ()).learner_idle_s is None
+    config = WorkerConfig.from_environ(environ(ROLLOUTFLEET_LEARNER_IDLE_SECONDS="2.5"))
+    assert config.learner_idle_s == 2.5 and WorkerConfig.from_environ(config.to_environ()) == config
+    for bad in ("soon", "0", "-3", "inf"):
+        with pytest.raises(SpecError, match="ROLLOUTFLEET_LEARNER_IDLE_SECONDS"):
+            WorkerConfig.from_environ(environ(ROLLOUTFLEET_LEARNER_IDLE_SECONDS=bad))

@@ -16,12 +16,19 @@ and its metadata as fields:
 | ``producer``, ``seq`` | a random id of this publisher and a per-publisher counter: a batch re-sent after a
   lost reply carries the same pair, and consumers drop the duplicate |
 
-**Backpressure** (``spec.redis.backpressure``), judged by the entries the slowest consumer
-group has not finished (undelivered + pending; the whole stream while no group exists):
+**Backpressure** (``spec.redis.backpressure``), judged by the entries the slowest *learner*
+group has not finished (undelivered + pending). A consumer group is a learner's while one
+of its consumers has read (XREADGROUP, XAUTOCLAIM) within ``learner_idle_s`` (default
+120 s; workers: ``$ROLLOUTFLEET_LEARNER_IDLE_SECONDS``): a group left behind by an
+inspection or by a learner that is gone stops holding the fleet back once it has been
+idle that long. While no group is a learner's, the whole stream counts: the fleet waits,
+``max_len`` entries ahead, for a learner to come (back).
 
 * ``block``: once ``max_len`` entries are unconsumed, ``publish`` waits (polling every few
   ms) until the learner catches up, for at most ``block_timeout_s``, then raises
-  :class:`BackpressureTimeout`. The measurement rides in the same round trip as an XADD
+  :class:`BackpressureTimeout`. A wait longer than a second is written to the job's
+  ``backpressure`` hash (the group holding the fleet back, since when, the groups left
+  out), which ``rolloutfleet streams`` shows. The measurement rides in the same round trip as an XADD
   and decides whether the *next* publish waits; while the stream is less than half full
   it is repeated only every few publishes (spaced by the number of producers, at most
   16). So concurrent producers can overshoot ``max_len`` by about one entry each; the
@@ -98,18 +105,57 @@ class PublisherStats:
     """Redis calls that failed (connection lost, server loading) and were retried."""
 
 
-def _unconsumed(length: int, groups: Any) -> int:
-    """Entries the slowest group has not finished: undelivered (lag) + pending."""
+DEFAULT_LEARNER_IDLE_S = 120.0
+LEARNER_IDLE_ENV = "ROLLOUTFLEET_LEARNER_IDLE_SECONDS"
+_HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
+_HOLD_RECORD_TTL_MS = 3000
+
+
+@dataclass(frozen=True)
+class StreamLoad:
+    """What ``block`` backpressure judges a stream by."""
+
+    unconsumed: int
+    """Entries the slowest learner group has not finished (the whole stream while no group is a learner's)."""
+    group: str | None
+    """That group; None when no group is a learner's."""
+    ignored: tuple[str, ...] = ()
+    """Groups left out: no consumer of theirs has read within ``learner_idle_s``."""
+
+
+def stream_load(length: int, groups: Any, idle_ms: Mapping[str, int | None], learner_idle_s: float) -> StreamLoad:
+    """The load of a stream of ``length`` entries from its XINFO GROUPS reply and, per
+    group, how long ago its most recent consumer read (None: it has no consumer)."""
     if isinstance(groups, Exception) or not groups:
-        return length
-    worst = 0
+        return StreamLoad(length, None)
+    worst, holder, ignored = 0, None, []
     for group in groups:
+        name = _text(group["name"])
+        idle = idle_ms.get(name)
+        if idle is None or idle > learner_idle_s * 1000:
+            ignored.append(name)
+            continue
         lag = group.get("lag")
         # lag is NULL when Redis cannot tell (entries deleted past the group's position):
         # count the whole stream, the safe side for both policies.
         undelivered = length if lag is None else min(int(lag), length)
-        worst = max(worst, undelivered + int(group.get("pending", 0)))
-    return min(worst, length)
+        load = min(undelivered + int(group.get("pending", 0)), length)
+        if holder is None or load > worst:
+            worst, holder = load, name
+    if holder is None:
+        return StreamLoad(length, None, tuple(ignored))
+    return StreamLoad(worst, holder, tuple(ignored))
+
+
+def _min_idle(consumers: Any) -> int | None:
+    """Milliseconds since the group's most recent read (XINFO CONSUMERS); None without consumers."""
+    if isinstance(consumers, Exception) or not consumers:
+        return None
+    return min(int(c["idle"]) for c in consumers)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _undelivered(length: int, groups: Any) -> int:
@@ -137,6 +183,10 @@ class BatchPublisher:
     ``reconnect_timeout_s``: how long one ``publish`` keeps retrying (with backoff) while
     Redis is unreachable before it re-raises the connection error.
 
+    ``learner_idle_s``: a consumer group whose consumers have not read for this long is
+    not a learner's and does not hold ``block`` backpressure (see the module doc); make
+    it longer than the learner's longest pause between reads.
+
     ``policy``: publish to that policy's stream of a multi-agent job
     (``rolloutfleet:{ns/job}:batches:<policy>``); each entry then also carries ``policy`` and
     ``agent_ids`` (JSON list: ``agent_index`` -> agent id) fields, and ``agent_steps``.
@@ -157,6 +207,7 @@ class BatchPublisher:
         trim_headroom: int | None = None,
         reconnect_timeout_s: float = 30.0,
         policy: str | None = None,
+        learner_idle_s: float = DEFAULT_LEARNER_IDLE_S,
     ) -> None:
         namespace, name, spec, replicas = _options(job, namespace)
         self.keys = job_keys(namespace, name, policy)
@@ -169,6 +220,10 @@ class BatchPublisher:
             raise ValueError(f"max_len must be >= 1, got {self.max_len}")
         if self.backpressure not in ("block", "dropOldest"):
             raise ValueError(f"backpressure must be 'block' or 'dropOldest', got {self.backpressure!r}")
+        if learner_idle_s <= 0:
+            raise ValueError(f"learner_idle_s must be > 0, got {learner_idle_s}")
+        self.learner_idle_s = learner_idle_s
+        self._groups: list[str] = []  # the stream's groups at the last measurement
         self.max_payload_bytes = max_payload_bytes
         # Room for each concurrent producer's one-entry overshoot (see the module doc).
         self.trim_headroom = max(64, replicas) if trim_headroom is None else trim_headroom
@@ -255,12 +310,11 @@ class BatchPublisher:
                 # One round trip: the XADD, and what it left behind (decides the next publishes).
                 pipe = self.client.pipeline(transaction=False)
                 pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
-                pipe.xlen(key)
-                pipe.xinfo_groups(key)
-                entry_id, length, groups = pipe.execute(raise_on_error=False)
+                self._queue_measure(pipe)
+                entry_id, *replies = pipe.execute(raise_on_error=False)
                 if isinstance(entry_id, Exception):
                     raise entry_id
-                unconsumed = _unconsumed(int(length), groups)
+                unconsumed = self._load(replies).unconsumed
                 self._full = unconsumed >= self.max_len
                 # Skip checks while even every producer publishing that many times could
                 # not fill more than half of the stream (at most 16, to notice a stalled learner).
@@ -289,31 +343,82 @@ class BatchPublisher:
         self._interrupted.set()
 
     def unconsumed(self) -> int:
-        """Entries of this job's stream the slowest consumer group has not finished."""
+        """Entries of this job's stream the slowest learner group has not finished."""
+        return self.load().unconsumed
+
+    def load(self) -> StreamLoad:
+        """The stream's load as ``block`` backpressure judges it (see the module doc)."""
         pipe = self.client.pipeline(transaction=False)
+        self._queue_measure(pipe)
+        return self._load(pipe.execute(raise_on_error=False))
+
+    def _queue_measure(self, pipe: Any) -> None:
+        # Consumers of the groups seen last time ride in the same round trip; a new group
+        # costs one more (see _load).
         pipe.xlen(self.keys.batches)
         pipe.xinfo_groups(self.keys.batches)
-        length, groups = pipe.execute(raise_on_error=False)
+        for name in self._groups:
+            pipe.xinfo_consumers(self.keys.batches, name)
+
+    def _load(self, replies: list[Any]) -> StreamLoad:
+        length, groups, *consumers = replies
         if isinstance(length, Exception):
             raise length
-        return _unconsumed(int(length), groups)
+        names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
+        if names != self._groups:
+            self._groups = names
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.xinfo_consumers(self.keys.batches, name)
+            consumers = pipe.execute(raise_on_error=False) if names else []
+        idle = {name: _min_idle(reply) for name, reply in zip(names, consumers, strict=True)}
+        return stream_load(int(length), groups, idle, self.learner_idle_s)
+
+    def _record_hold(self, load: StreamLoad, since: float) -> None:
+        """Say who holds the fleet back, for ``rolloutfleet streams`` (the earliest ``since``
+        of the workers waiting stays; the record expires once nobody refreshes it)."""
+        key = self.keys.backpressure
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hsetnx(key, "since", f"{since:.3f}")
+        pipe.hset(
+            key,
+            mapping={
+                "group": load.group or "",
+                "unconsumed": load.unconsumed,
+                "max_len": self.max_len,
+                "ignored": ",".join(load.ignored),
+                "learner_idle_s": f"{self.learner_idle_s:g}",
+            },
+        )
+        pipe.pexpire(key, _HOLD_RECORD_TTL_MS)
+        pipe.execute()
 
     def _wait_for_room(self) -> None:
         started = time.monotonic()
+        started_at = time.time()
         delay = 0.001
         waited = False
-        while (unconsumed := self.unconsumed()) >= self.max_len:
+        next_record = started + _HOLD_RECORD_AFTER_S
+        while (load := self.load()).unconsumed >= self.max_len:
+            unconsumed = load.unconsumed
             if self._interrupted.is_set():
                 raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
             waited_s = time.monotonic() - started
             if waited_s >= self.block_timeout_s:
                 self.stats.blocked_seconds += waited_s
                 self.stats.block_timeouts += 1
+                reason = (
+                    f"learner group {load.group!r} is not keeping up"
+                    if load.group is not None
+                    else f"no consumer group has read within {self.learner_idle_s:g} s: is the learner running?"
+                )
                 raise BackpressureTimeout(
                     f"stream {self.keys.batches} has held {unconsumed} unconsumed entries (maxLen {self.max_len}) "
-                    f"for {waited_s:.1f} s (blockTimeoutSeconds {self.block_timeout_s:g}): the learner is not "
-                    "keeping up or not running"
+                    f"for {waited_s:.1f} s (blockTimeoutSeconds {self.block_timeout_s:g}): {reason}"
                 )
+            if time.monotonic() >= next_record:
+                next_record = time.monotonic() + _HOLD_RECORD_AFTER_S
+                self._record_hold(load, started_at)
             waited = True
             self._interrupted.wait(min(delay, max(0.0, self.block_timeout_s - waited_s)))
             delay = min(delay * 2, 0.05)

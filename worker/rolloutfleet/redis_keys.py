@@ -74,6 +74,12 @@ class JobKeys:
         return f"{self.tag}:filters" if self.policy is None else f"{self.tag}:filters:{self.policy}"
 
     @property
+    def backpressure(self) -> str:
+        """Hash written by workers while ``block`` backpressure has held them for over a
+        second: which group holds them back, since when (expires soon after the wait ends)."""
+        return f"{self.tag}:backpressure" if self.policy is None else f"{self.tag}:backpressure:{self.policy}"
+
+    @property
     def heartbeats(self) -> str:
         """Hash: worker index -> JSON of the worker's latest sampling figures."""
         return f"{self.tag}:heartbeats"

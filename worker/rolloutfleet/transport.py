@@ -23,7 +23,7 @@ readers (the operator, ``rolloutfleet fleet``) find them without importing this 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -59,15 +59,17 @@ class WorkerTransport:
         url, password = config.redis_url, config.redis_password
         multi = job.spec.multi_agent
         # Short reconnect window: the worker's own loop backs off and keeps the fragment.
+        options: dict[str, Any] = {"password": password, "reconnect_timeout_s": 2.0}
+        if config.learner_idle_s is not None:
+            options["learner_idle_s"] = config.learner_idle_s
         self.publishers: dict[str | None, BatchPublisher]
         self.subscribers: dict[str | None, WeightSubscriber]
         if multi is None:
-            self.publishers = {None: BatchPublisher(url, job, password=password, reconnect_timeout_s=2.0)}
+            self.publishers = {None: BatchPublisher(url, job, **options)}
             self.subscribers = {None: WeightSubscriber(url, job, password=password)}
         else:
             self.publishers = {
-                policy: BatchPublisher(url, job, password=password, reconnect_timeout_s=2.0, policy=policy)
-                for policy in multi.trained_policies
+                policy: BatchPublisher(url, job, policy=policy, **options) for policy in multi.trained_policies
             }
             self.subscribers = {
                 policy: WeightSubscriber(url, job, password=password, policy=policy) for policy in multi.policies

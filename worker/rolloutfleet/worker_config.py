@@ -7,6 +7,7 @@
 | ``ROLLOUTFLEET_SPEC`` or ``ROLLOUTFLEET_SPEC_FILE`` | the job's spec (or whole manifest) as JSON / a file |
 | ``ROLLOUTFLEET_REDIS_URL``, ``ROLLOUTFLEET_REDIS_PASSWORD`` | where to publish (overrides ``spec.redis.url``) |
 | ``ROLLOUTFLEET_METRICS_PORT`` | Prometheus ``/metrics``, ``/healthz``, ``/readyz`` (default 9100; 0: any free port) |
+| ``ROLLOUTFLEET_LEARNER_IDLE_SECONDS`` | a consumer group none of whose consumers read for this long no longer holds ``block`` backpressure (default 120) |
 
 Pure: parsing only, errors name the variable.
 """
@@ -34,6 +35,8 @@ class WorkerConfig:
     redis_url: str
     redis_password: str | None = field(default=None, repr=False)  # never printed
     metrics_port: int = 9100
+    learner_idle_s: float | None = None
+    """None: the publisher's default (:data:`rolloutfleet.publisher.DEFAULT_LEARNER_IDLE_S`)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WorkerConfig:
@@ -65,6 +68,7 @@ class WorkerConfig:
             redis_url=environ.get(PREFIX + "REDIS_URL") or job.spec.redis.url,
             redis_password=environ.get(PREFIX + "REDIS_PASSWORD") or None,
             metrics_port=integer("METRICS_PORT", "9100"),
+            learner_idle_s=_seconds(environ, "LEARNER_IDLE_SECONDS"),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -80,7 +84,22 @@ class WorkerConfig:
         }
         if self.redis_password:
             env[PREFIX + "REDIS_PASSWORD"] = self.redis_password
+        if self.learner_idle_s is not None:
+            env[PREFIX + "LEARNER_IDLE_SECONDS"] = f"{self.learner_idle_s:g}"
         return env
+
+
+def _seconds(environ: Mapping[str, str], name: str) -> float | None:
+    raw = environ.get(PREFIX + name, "")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SpecError(f"{PREFIX}{name}: must be a number of seconds, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise SpecError(f"{PREFIX}{name}: must be > 0 and finite, got {raw!r}")
+    return value
 
 
 def _load_job(environ: Mapping[str, str], name: str, namespace: str) -> RolloutJob:
