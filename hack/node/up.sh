@@ -127,8 +127,9 @@ mint() { # name subject ext-usage [SAN]
 ) || die "minting the node's certificates with openssl failed"
 server="https://$NODE_IP:$(cat "$state/apiserver.port")"
 kubeconfig_for() { # component
-  umask 077
-  cat >"$node/$1.kubeconfig" <<EOF
+  # umask in a subshell only: processes started later inherit this shell's umask, and
+  # containerd makes its snapshot dirs (every container's /) with it.
+  ( umask 077 && cat >"$node/$1.kubeconfig" ) <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -155,6 +156,7 @@ PY
 )
 
 # --- processes -----------------------------------------------------------------------------
+umask 022  # what the node's processes create (container root filesystems, volumes) is world-readable
 : >"$node/pids"
 start() { # name binary args...  (as hack/cluster/up.sh: own session, reaped by a bash parent)
   local name="$1" bin="$2"; shift 2
