@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolloutfleet.publisher import StreamLoad, stream_load
+from rolloutfleet.learners import StreamLoad, group_idle_ms, stream_load
 
 
 def group(name: str, lag: int | None, pending: int = 0) -> dict[str, Any]:
@@ -37,3 +37,12 @@ def test_without_a_learner_group_the_whole_stream_counts() -> None:
 def test_an_unknown_lag_counts_the_whole_stream_and_pending_entries_count() -> None:
     assert stream_load(9, [group("learner", None)], {"learner": 0}, 120) == StreamLoad(9, "learner")
     assert stream_load(9, [group("learner", 2, pending=3)], {"learner": 0}, 120) == StreamLoad(5, "learner")
+
+
+def test_a_group_is_as_recent_as_its_latest_sign_of_reading() -> None:
+    now = [1_700_000_010, 500_000]  # TIME: seconds, microseconds
+    consumers = [[{"name": b"a", "idle": 9_000}, {"name": b"b", "idle": 4_000}], [{"name": b"c", "idle": 7_000}], []]
+    reading = {b"declared": b"1700000009500", b"inspect": b"1700000000000"}
+    idle = group_idle_ms(["delivered", "declared", "inspect"], consumers, reading, now)
+    assert idle == {"delivered": 4_000, "declared": 1_000, "inspect": 10_500}
+    assert group_idle_ms(["gone"], [RuntimeError("NOGROUP")], {}, now) == {"gone": None}

@@ -55,6 +55,7 @@ import redis
 
 from rolloutfleet.batch import AGENT_ID, AGENT_INDEX, WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.codec import DecodeError, decode, decode_multi
+from rolloutfleet.learners import LEARNERS_TTL_MS, READING_SCRIPT, group_idle_ms
 from rolloutfleet.redis_connection import RetryLoop, connect
 from rolloutfleet.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
 from rolloutfleet.spec import RolloutJob
@@ -133,16 +134,19 @@ class Message:
 
     __slots__ = ("_consumer", "acked", "batch", "id", "metadata")
 
-    def __init__(self, entry_id: str, batch: SampleBatch, metadata: BatchMetadata, consumer: BatchConsumer) -> None:
+    def __init__(
+        self, entry_id: str, batch: SampleBatch, metadata: BatchMetadata, consumer: BatchConsumer | None
+    ) -> None:
         self.id = entry_id
         self.batch = batch
         self.metadata = metadata
-        self.acked = False
+        self.acked = consumer is None  # read without a group: there is nothing to acknowledge
         self._consumer = consumer
 
     def ack(self) -> None:
         """Tell the group this entry is done; it will not be delivered again."""
-        self._consumer.ack([self])
+        if self._consumer is not None:
+            self._consumer.ack([self])
 
     def __repr__(self) -> str:
         return f"Message({self.id}, {len(self.batch)} rows, {self.metadata})"
@@ -175,6 +179,24 @@ class GroupStatus:
     undelivered: int | None
     """Entries not yet delivered to the group (XINFO lag); None when Redis cannot tell."""
     oldest_pending_age_s: float | None
+    idle_s: float | None = None
+    """Seconds since it was last seen reading (:mod:`rolloutfleet.learners`); None: never.
+    Backpressure ignores a group idle for longer than the workers' ``learner_idle_s``."""
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Workers waiting on ``block`` backpressure for over a second, as they recorded it."""
+
+    group: str | None
+    """The learner group not keeping up; None: no group is a learner's (none has read recently)."""
+    since: float
+    """Unix time the earliest of the waiting workers began to wait."""
+    unconsumed: int
+    max_len: int
+    ignored: tuple[str, ...]
+    """Groups left out (idle for over ``learner_idle_s``)."""
+    learner_idle_s: float
 
 
 @dataclass(frozen=True)
@@ -187,6 +209,8 @@ class StreamStatus:
     dead_letters: int
     weights_seq_no: int | None
     groups: list[GroupStatus] = field(default_factory=list)
+    hold: Hold | None = None
+    """Who holds the workers back and since when, while they wait."""
 
 
 @dataclass(frozen=True)
@@ -201,16 +225,25 @@ class ConsumerLag:
 
 
 def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
-    """Length, groups (pending, lag, consumers, age of the oldest pending) and dead letters."""
+    """Length, groups (pending, lag, consumers, age of the oldest pending, idle time), dead
+    letters, and who holds the workers back if they wait."""
     pipe = client.pipeline(transaction=False)
     pipe.xlen(keys.batches)
     pipe.xinfo_groups(keys.batches)
     pipe.xlen(keys.dead_letters)
     pipe.get(keys.weights_version)
     pipe.time()
-    length, groups, dead, version, now = pipe.execute(raise_on_error=False)
+    pipe.hgetall(keys.backpressure)
+    pipe.hgetall(keys.learners)
+    length, groups, dead, version, now, hold, reading = pipe.execute(raise_on_error=False)
     groups = [] if isinstance(groups, Exception) else groups
     now_ms = now[0] * 1000 + now[1] // 1000 if isinstance(now, tuple | list) else time.time() * 1000
+    names = [_text(group["name"]) for group in groups]
+    consumers = [
+        client.xinfo_consumers(keys.batches, name) if int(g["consumers"]) else []
+        for name, g in zip(names, groups, strict=True)
+    ]
+    idle_ms = group_idle_ms(names, consumers, reading, now)
     statuses = []
     for group in groups:
         name = group["name"].decode() if isinstance(group["name"], bytes) else str(group["name"])
@@ -221,9 +254,17 @@ def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
             if oldest:
                 oldest_ms = int((oldest.decode() if isinstance(oldest, bytes) else oldest).split("-")[0])
                 age = max(0.0, (now_ms - oldest_ms) / 1000)
+        idle = idle_ms[name]
         lag = group.get("lag")
         statuses.append(
-            GroupStatus(name, int(group["consumers"]), int(group["pending"]), None if lag is None else int(lag), age)
+            GroupStatus(
+                name,
+                int(group["consumers"]),
+                int(group["pending"]),
+                None if lag is None else int(lag),
+                age,
+                None if idle is None else idle / 1000,
+            )
         )
     return StreamStatus(
         keys.namespace,
@@ -232,7 +273,25 @@ def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
         0 if isinstance(dead, Exception) else int(dead),
         _version(version),
         statuses,
+        _hold(hold),
     )
+
+
+def _hold(raw: Any) -> Hold | None:
+    if not raw or isinstance(raw, Exception):
+        return None
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    try:
+        return Hold(
+            group=fields.get("group") or None,
+            since=float(fields["since"]),
+            unconsumed=int(fields["unconsumed"]),
+            max_len=int(fields["max_len"]),
+            ignored=tuple(name for name in fields.get("ignored", "").split(",") if name),
+            learner_idle_s=float(fields.get("learner_idle_s", "nan")),
+        )
+    except (KeyError, ValueError):
+        return None  # half-written by a worker of another version: show nothing rather than fail
 
 
 def _version(raw: Any) -> int | None:
@@ -299,12 +358,14 @@ class BatchConsumer:
         self.start = start
         self.stats = ConsumerStats()
         self.client = connect(redis_url, password, socket_timeout=max(30.0, block_s + 20.0))
+        self._reading = self.client.register_script(READING_SCRIPT)
         self._retry = RetryLoop(reconnect_timeout_s)
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._in_flight: set[str] = set()
         self._carry: list[Message] = []
         self._uncommitted: list[Message] = []
         self._next_reclaim = 0.0
+        self._next_reading = 0.0
         self._reclaim_cursor = "0-0"
         self._last_min_seq_no: int | None = None
         self._call(self._create_group)
@@ -345,11 +406,20 @@ class BatchConsumer:
             entries = self._reclaim(count)
             if entries:
                 return entries, True
-        reply = self._call(
-            lambda: self.client.xreadgroup(
-                self.group, self.consumer, {self.keys.batches: ">"}, count=count, block=max(block_ms, 1)
-            )
-        )
+
+        def read() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            if now >= self._next_reading:
+                # Said on reads with entries or without: the fleet's backpressure waits only
+                # for groups seen reading (rolloutfleet.learners), and a learner that has
+                # caught up must not look gone. Twice a second is precise enough, and spares
+                # the pipeline's script check on most reads.
+                self._next_reading = now + 0.5
+                self._reading(keys=[self.keys.learners], args=[self.group, LEARNERS_TTL_MS], client=pipe)
+            pipe.xreadgroup(self.group, self.consumer, {self.keys.batches: ">"}, count=count, block=max(block_ms, 1))
+            return pipe.execute()[-1]
+
+        reply = self._call(read)
         if not reply:
             return [], False
         return [entry for _, entries in cast(Any, reply) for entry in entries], False  # RESP2: [[stream, entries]]
@@ -397,11 +467,7 @@ class BatchConsumer:
                 drop.append(entry_id)
                 continue
             try:
-                metadata = BatchMetadata.from_fields(fields)
-                payload = fields.get(b"payload")
-                if payload is None:
-                    raise DecodeError("entry has no 'payload' field")
-                batch = decode(payload) if self.policy is None else self._decode_policy_batch(payload, metadata)
+                batch, metadata = decode_entry(fields, self.policy)
                 if newest is not None:
                     # Here, not where rows are judged: an entry that fails must not be
                     # remembered as seen, or its next delivery would pass for a duplicate.
@@ -437,18 +503,6 @@ class BatchConsumer:
         if versions:
             self._last_min_seq_no = min(versions)
         return messages
-
-    def _decode_policy_batch(self, payload: bytes, metadata: BatchMetadata) -> SampleBatch:
-        groups = decode_multi(payload)
-        batch = groups.get(self.policy or "")
-        if len(groups) != 1 or batch is None:
-            raise DecodeError(f"payload holds policies {sorted(groups)}, expected exactly {self.policy!r}")
-        if AGENT_INDEX not in batch or not metadata.agent_ids:
-            return batch
-        index = batch[AGENT_INDEX]
-        if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(metadata.agent_ids)):
-            raise DecodeError(f"agent_index out of range of the entry's {len(metadata.agent_ids)} agent_ids")
-        return SampleBatch({**batch, AGENT_ID: np.asarray(metadata.agent_ids)[index]})
 
     def _poisoned(self, entry_id: str, fields: Mapping[bytes, bytes], reason: str) -> None:
         self.stats.decode_failures += 1
@@ -572,6 +626,27 @@ class BatchConsumer:
         if exc_type is None:
             self.commit()
         self.close()
+
+
+def decode_entry(fields: Mapping[bytes, bytes], policy: str | None = None) -> tuple[SampleBatch, BatchMetadata]:
+    """The batch and metadata of one stream entry (of ``policy``'s stream of a multi-agent
+    job); raises :class:`DecodeError` saying what is wrong with it."""
+    metadata = BatchMetadata.from_fields(fields)
+    payload = fields.get(b"payload")
+    if payload is None:
+        raise DecodeError("entry has no 'payload' field")
+    if policy is None:
+        return decode(payload), metadata
+    groups = decode_multi(payload)
+    batch = groups.get(policy)
+    if len(groups) != 1 or batch is None:
+        raise DecodeError(f"payload holds policies {sorted(groups)}, expected exactly {policy!r}")
+    if AGENT_INDEX not in batch or not metadata.agent_ids:
+        return batch, metadata
+    index = batch[AGENT_INDEX]
+    if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(metadata.agent_ids)):
+        raise DecodeError(f"agent_index out of range of the entry's {len(metadata.agent_ids)} agent_ids")
+    return SampleBatch({**batch, AGENT_ID: np.asarray(metadata.agent_ids)[index]}), metadata
 
 
 def fresh_rows(batch: SampleBatch, metadata: BatchMetadata, oldest_allowed: int) -> tuple[SampleBatch, int]:

@@ -17,12 +17,14 @@ and its metadata as fields:
   lost reply carries the same pair, and consumers drop the duplicate |
 
 **Backpressure** (``spec.redis.backpressure``), judged by the entries the slowest *learner*
-group has not finished (undelivered + pending). A consumer group is a learner's while one
-of its consumers has read (XREADGROUP, XAUTOCLAIM) within ``learner_idle_s`` (default
-120 s; workers: ``$ROLLOUTFLEET_LEARNER_IDLE_SECONDS``): a group left behind by an
-inspection or by a learner that is gone stops holding the fleet back once it has been
-idle that long. While no group is a learner's, the whole stream counts: the fleet waits,
-``max_len`` entries ahead, for a learner to come (back).
+group has not finished (undelivered + pending). A consumer group is a learner's while it
+reads: within ``learner_idle_s`` (default 120 s; workers:
+``$ROLLOUTFLEET_LEARNER_IDLE_SECONDS``) a :class:`~rolloutfleet.consumer.BatchConsumer`
+of it has asked for entries, or entries were delivered to one of its consumers
+(:mod:`rolloutfleet.learners`). A group left behind by an inspection or by a learner that
+is gone stops holding the fleet back once it has been idle that long. While no group is
+a learner's, the whole stream counts: the fleet waits, ``max_len`` entries ahead, for a
+learner to come (back).
 
 * ``block``: once ``max_len`` entries are unconsumed, ``publish`` waits (polling every few
   ms) until the learner catches up, for at most ``block_timeout_s``, then raises
@@ -67,6 +69,7 @@ import numpy as np
 
 from rolloutfleet.batch import WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.codec import Compression, encode, encode_multi
+from rolloutfleet.learners import DEFAULT_LEARNER_IDLE_S, StreamLoad, group_idle_ms, stream_load
 from rolloutfleet.redis_connection import RetryLoop, connect
 from rolloutfleet.redis_keys import job_keys
 from rolloutfleet.spec import RedisSpec, RolloutJob
@@ -105,53 +108,8 @@ class PublisherStats:
     """Redis calls that failed (connection lost, server loading) and were retried."""
 
 
-DEFAULT_LEARNER_IDLE_S = 120.0
-LEARNER_IDLE_ENV = "ROLLOUTFLEET_LEARNER_IDLE_SECONDS"
 _HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
 _HOLD_RECORD_TTL_MS = 3000
-
-
-@dataclass(frozen=True)
-class StreamLoad:
-    """What ``block`` backpressure judges a stream by."""
-
-    unconsumed: int
-    """Entries the slowest learner group has not finished (the whole stream while no group is a learner's)."""
-    group: str | None
-    """That group; None when no group is a learner's."""
-    ignored: tuple[str, ...] = ()
-    """Groups left out: no consumer of theirs has read within ``learner_idle_s``."""
-
-
-def stream_load(length: int, groups: Any, idle_ms: Mapping[str, int | None], learner_idle_s: float) -> StreamLoad:
-    """The load of a stream of ``length`` entries from its XINFO GROUPS reply and, per
-    group, how long ago its most recent consumer read (None: it has no consumer)."""
-    if isinstance(groups, Exception) or not groups:
-        return StreamLoad(length, None)
-    worst, holder, ignored = 0, None, []
-    for group in groups:
-        name = _text(group["name"])
-        idle = idle_ms.get(name)
-        if idle is None or idle > learner_idle_s * 1000:
-            ignored.append(name)
-            continue
-        lag = group.get("lag")
-        # lag is NULL when Redis cannot tell (entries deleted past the group's position):
-        # count the whole stream, the safe side for both policies.
-        undelivered = length if lag is None else min(int(lag), length)
-        load = min(undelivered + int(group.get("pending", 0)), length)
-        if holder is None or load > worst:
-            worst, holder = load, name
-    if holder is None:
-        return StreamLoad(length, None, tuple(ignored))
-    return StreamLoad(worst, holder, tuple(ignored))
-
-
-def _min_idle(consumers: Any) -> int | None:
-    """Milliseconds since the group's most recent read (XINFO CONSUMERS); None without consumers."""
-    if isinstance(consumers, Exception) or not consumers:
-        return None
-    return min(int(c["idle"]) for c in consumers)
 
 
 def _text(value: bytes | str) -> str:
@@ -357,11 +315,13 @@ class BatchPublisher:
         # costs one more (see _load).
         pipe.xlen(self.keys.batches)
         pipe.xinfo_groups(self.keys.batches)
+        pipe.hgetall(self.keys.learners)
+        pipe.time()
         for name in self._groups:
             pipe.xinfo_consumers(self.keys.batches, name)
 
     def _load(self, replies: list[Any]) -> StreamLoad:
-        length, groups, *consumers = replies
+        length, groups, reading, now, *consumers = replies
         if isinstance(length, Exception):
             raise length
         names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
@@ -371,7 +331,7 @@ class BatchPublisher:
             for name in names:
                 pipe.xinfo_consumers(self.keys.batches, name)
             consumers = pipe.execute(raise_on_error=False) if names else []
-        idle = {name: _min_idle(reply) for name, reply in zip(names, consumers, strict=True)}
+        idle = group_idle_ms(names, consumers, reading, now)
         return stream_load(int(length), groups, idle, self.learner_idle_s)
 
     def _record_hold(self, load: StreamLoad, since: float) -> None:

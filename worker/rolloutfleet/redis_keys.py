@@ -80,6 +80,11 @@ class JobKeys:
         return f"{self.tag}:backpressure" if self.policy is None else f"{self.tag}:backpressure:{self.policy}"
 
     @property
+    def learners(self) -> str:
+        """Hash: consumer group -> Redis time (ms) a BatchConsumer of it last asked for entries."""
+        return f"{self.tag}:learners" if self.policy is None else f"{self.tag}:learners:{self.policy}"
+
+    @property
     def heartbeats(self) -> str:
         """Hash: worker index -> JSON of the worker's latest sampling figures."""
         return f"{self.tag}:heartbeats"

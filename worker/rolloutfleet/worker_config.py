@@ -36,7 +36,7 @@ class WorkerConfig:
     redis_password: str | None = field(default=None, repr=False)  # never printed
     metrics_port: int = 9100
     learner_idle_s: float | None = None
-    """None: the publisher's default (:data:`rolloutfleet.publisher.DEFAULT_LEARNER_IDLE_S`)."""
+    """None: the publisher's default (:data:`rolloutfleet.learners.DEFAULT_LEARNER_IDLE_S`)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WorkerConfig:
