@@ -235,6 +235,7 @@ start kube-apiserver \
   --kubelet-client-certificate="$pki/kubelet-client.crt" \
   --kubelet-client-key="$pki/kubelet-client.key" \
   --kubelet-certificate-authority="$pki/ca.crt" \
+  --kubelet-preferred-address-types=InternalIP \
   --service-cluster-ip-range=10.0.0.0/24 \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$pki/sa.pub" \

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -103,26 +104,55 @@ def test_apply_example_runs_with_steps_per_second(node: Node) -> None:
         assert pod["status"]["podIP"].startswith(node.facts["NODE_IP"].rsplit(".", 1)[0] + ".")
 
 
+class Learner(threading.Thread):
+    """A learner on the host, reading the job's batches through the Redis Service for the
+    rest of the module, as a user's would: with ``backpressure: block`` a fleet with no
+    learner stops once the stream is full (and reports not ready)."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(daemon=True)
+        url, password = redis_url_and_password(node)
+        self.consumer = BatchConsumer(url, JOB, namespace=NS, password=password)
+        self.first: list[Any] = []
+        self.rows = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            batch = self.consumer.get(timeout=2.0)
+            if batch is not None and len(batch):
+                self.rows += len(batch)
+                if len(self.first) < 3:
+                    self.first.append(batch)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
+        self.consumer.commit()
+        self.consumer.close()
+
+
+LEARNER: list[Learner] = []
+
+
 def test_learner_consumes_batches(node: Node) -> None:
-    url, password = redis_url_and_password(node)
-    consumer = BatchConsumer(url, JOB, namespace=NS, password=password)
-    try:
-        for _ in range(3):
-            batch = consumer.get(timeout=60.0)
-            assert batch is not None
-            # 8 CartPoles x 200 steps per fragment (the example's numEnvs, fragment length).
-            assert len(batch["obs"]) == 8 * 200
-            assert batch["obs"].shape == (1600, 4)
-            assert set(np.unique(batch["actions"])) <= {0, 1}
-            # CartPole pays 1 per step; an episode ends once |x| > 2.4 or |theta| > 0.2095,
-            # so a row that did not end lies inside those bounds.
-            assert np.all(batch["rewards"] == 1.0)
-            alive = ~(batch["terminateds"] | batch["truncateds"])
-            assert np.all(np.abs(batch["new_obs"][alive, 0]) <= 2.4)
-            assert np.all(np.abs(batch["new_obs"][alive, 2]) <= 0.2095)
-            assert set(np.unique(batch["env_id"])) <= set(range(8))
-    finally:
-        consumer.close()
+    learner = Learner(node)
+    LEARNER.append(learner)
+    learner.start()
+    wait_for(lambda: len(learner.first) == 3, 120, lambda: node.diagnostics(NS))
+    for batch in learner.first:
+        # Whole fragments: 8 CartPoles x 200 steps each (the example's numEnvs and
+        # rolloutFragmentLength); get() hands over every fragment waiting.
+        assert len(batch["obs"]) > 0 and len(batch["obs"]) % (8 * 200) == 0
+        assert batch["obs"].shape[1:] == (4,)
+        assert set(np.unique(batch["actions"])) <= {0, 1}
+        # CartPole pays 1 per step; an episode ends once |x| > 2.4 or |theta| > 0.2095, so a
+        # row that did not end lies inside those bounds.
+        assert np.all(batch["rewards"] == 1.0)
+        alive = ~(batch["terminateds"] | batch["truncateds"])
+        assert np.all(np.abs(batch["new_obs"][alive, 0]) <= 2.4)
+        assert np.all(np.abs(batch["new_obs"][alive, 2]) <= 0.2095)
+        assert set(np.unique(batch["env_id"])) <= set(range(8))
 
 
 # --- from inside the containers --------------------------------------------------------------
@@ -315,6 +345,10 @@ def test_helm_upgrade_keeps_jobs_and_password(node: Node) -> None:
 
 
 def test_delete_job_garbage_collects_pods_then_uninstall(node: Node) -> None:
+    while LEARNER:
+        learner = LEARNER.pop()
+        learner.stop()
+        assert learner.rows > 0
     node.kubectl("-n", NS, "delete", "rj", JOB, "--timeout=120s", timeout=130)
     wait_for(lambda: not worker_pods(node), 120, lambda: node.diagnostics(NS))
     node.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", timeout=150)
@@ -333,5 +367,7 @@ def test_delete_job_garbage_collects_pods_then_uninstall(node: Node) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup(node: Node) -> Any:
     yield
+    while LEARNER:
+        LEARNER.pop().stop()
     node.kubectl("-n", NS, "delete", "rj", "--all", "--timeout=60s", check=False, timeout=70)
     node.helm("uninstall", RELEASE, "-n", NS, check=False)
