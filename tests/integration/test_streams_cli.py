@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.consumer import BatchConsumer
+from rolloutfleet.consumer import BatchConsumer, Hold, Message, read_stream_status
 from rolloutfleet.publisher import BatchPublisher
 from rolloutfleet.streams_cli import add_consume_parser, add_streams_parser
 
@@ -155,3 +155,42 @@ def test_streams_shows_which_group_holds_the_workers_back_and_since_when(
         learner.ack(held)
         waited.join(30)
     assert not waited.is_alive() and publisher.stats.blocked == 1
+
+
+def test_the_hold_is_dated_from_when_its_holder_began_to_hold(redis_url: str) -> None:
+    publisher = BatchPublisher(redis_url, "paced", max_len=1, backpressure="block", block_timeout_s=60)
+    client = redis.Redis.from_url(redis_url)
+    publisher.publish({"obs": np.zeros(2)})
+    waited = threading.Thread(target=publisher.publish, args=({"obs": np.zeros(2)},))
+    waited.start()  # no learner yet: the workers wait for one
+
+    def hold(group: str | None) -> Hold:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = read_stream_status(client, publisher.keys)
+            if status.hold is not None and status.hold.group == group:
+                return status.hold
+            time.sleep(0.1)
+        raise AssertionError(f"no hold by {group!r} recorded: {read_stream_status(client, publisher.keys)}")
+
+    before = hold(None)
+    learner = BatchConsumer(redis_url, "paced", block_s=0.05)
+    stop = threading.Event()
+    held: list[Message] = []
+
+    def learn() -> None:  # takes the entry, keeps reading, acks nothing until told
+        while not stop.is_set():
+            held.extend(learner.read(timeout=0.1))
+
+    thread = threading.Thread(target=learn)
+    thread.start()
+    try:
+        after = hold("learner")
+        assert after.since > before.since  # from when the learner began to hold, not the wait's start
+        assert (after.unconsumed, after.max_len) == (1, 1)
+    finally:
+        stop.set()
+        thread.join(10)
+        learner.ack(held)
+        waited.join(30)
+    assert not waited.is_alive()

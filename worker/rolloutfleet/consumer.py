@@ -191,7 +191,9 @@ class Hold:
     group: str | None
     """The learner group not keeping up; None: no group is a learner's (none has read recently)."""
     since: float
-    """Unix time the earliest of the waiting workers began to wait."""
+    """Unix time (Redis's clock) the earliest of the workers waiting on ``group`` began to wait."""
+    held_s: float
+    """How long that is ago, when the status was read."""
     unconsumed: int
     max_len: int
     ignored: tuple[str, ...]
@@ -273,18 +275,19 @@ def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
         0 if isinstance(dead, Exception) else int(dead),
         _version(version),
         statuses,
-        _hold(hold),
+        _hold(hold, now_ms),
     )
 
 
-def _hold(raw: Any) -> Hold | None:
+def _hold(raw: Any, now_ms: float) -> Hold | None:
     if not raw or isinstance(raw, Exception):
         return None
     fields = {_text(k): _text(v) for k, v in raw.items()}
     try:
         return Hold(
             group=fields.get("group") or None,
-            since=float(fields["since"]),
+            since=int(fields["since"]) / 1000,
+            held_s=max(0.0, (now_ms - int(fields["since"])) / 1000),
             unconsumed=int(fields["unconsumed"]),
             max_len=int(fields["max_len"]),
             ignored=tuple(name for name in fields.get("ignored", "").split(",") if name),

@@ -110,6 +110,23 @@ class PublisherStats:
 
 _HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
 _HOLD_RECORD_TTL_MS = 3000
+# "since" is Redis's clock (no host's): when the holder began to hold. A fresh record dates
+# from the start of the wait that writes it; a change of holder, from now; refreshes by
+# other waiting workers keep it.
+_HOLD_SCRIPT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local holder = redis.call('HGET', KEYS[1], 'group')
+if not holder then
+    redis.call('HSET', KEYS[1], 'since', string.format('%.0f', now_ms - tonumber(ARGV[2])))
+elseif holder ~= ARGV[1] then
+    redis.call('HSET', KEYS[1], 'since', string.format('%.0f', now_ms))
+end
+redis.call('HSET', KEYS[1], 'group', ARGV[1], 'unconsumed', ARGV[3], 'max_len', ARGV[4], 'ignored', ARGV[5],
+           'learner_idle_s', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+return 1
+"""
 
 
 def _text(value: bytes | str) -> str:
@@ -197,6 +214,7 @@ class BatchPublisher:
         # interrupt() also ends a wait for a Redis that is away (a stopping worker drops the batch).
         self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted)
         self.client = connect(redis_url, password, socket_timeout=max(30.0, reconnect_timeout_s))
+        self._hold_script = self.client.register_script(_HOLD_SCRIPT)
 
     def publish(
         self,
@@ -334,28 +352,24 @@ class BatchPublisher:
         idle = group_idle_ms(names, consumers, reading, now)
         return stream_load(int(length), groups, idle, self.learner_idle_s)
 
-    def _record_hold(self, load: StreamLoad, since: float) -> None:
-        """Say who holds the fleet back, for ``rolloutfleet streams`` (the earliest ``since``
-        of the workers waiting stays; the record expires once nobody refreshes it)."""
-        key = self.keys.backpressure
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hsetnx(key, "since", f"{since:.3f}")
-        pipe.hset(
-            key,
-            mapping={
-                "group": load.group or "",
-                "unconsumed": load.unconsumed,
-                "max_len": self.max_len,
-                "ignored": ",".join(load.ignored),
-                "learner_idle_s": f"{self.learner_idle_s:g}",
-            },
+    def _record_hold(self, load: StreamLoad, waited_s: float) -> None:
+        """Say who holds the fleet back, for ``rolloutfleet streams``; the record expires once
+        no waiting worker refreshes it."""
+        self._hold_script(
+            keys=[self.keys.backpressure],
+            args=[
+                load.group or "",
+                int(waited_s * 1000),
+                load.unconsumed,
+                self.max_len,
+                ",".join(load.ignored),
+                f"{self.learner_idle_s:g}",
+                _HOLD_RECORD_TTL_MS,
+            ],
         )
-        pipe.pexpire(key, _HOLD_RECORD_TTL_MS)
-        pipe.execute()
 
     def _wait_for_room(self) -> None:
         started = time.monotonic()
-        started_at = time.time()
         delay = 0.001
         waited = False
         next_record = started + _HOLD_RECORD_AFTER_S
@@ -378,7 +392,7 @@ class BatchPublisher:
                 )
             if time.monotonic() >= next_record:
                 next_record = time.monotonic() + _HOLD_RECORD_AFTER_S
-                self._record_hold(load, started_at)
+                self._record_hold(load, time.monotonic() - started)
             waited = True
             self._interrupted.wait(min(delay, max(0.0, self.block_timeout_s - waited_s)))
             delay = min(delay * 2, 0.05)

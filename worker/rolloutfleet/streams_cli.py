@@ -260,7 +260,7 @@ def run_streams(args: argparse.Namespace) -> int:
                 "-" if group is None else str(group.consumers),
                 "-" if group is None or group.idle_s is None else f"{group.idle_s:.1f} s ago",
                 "-" if group is None else f"{group.pending:,}",
-                "?" if group is None or group.undelivered is None else f"{group.undelivered:,}",
+                "-" if group is None else "?" if group.undelivered is None else f"{group.undelivered:,}",
                 "-" if group is None or group.oldest_pending_age_s is None else f"{group.oldest_pending_age_s:.1f} s",
                 f"{status.dead_letters:,}",
                 weights,
@@ -274,21 +274,17 @@ def run_streams(args: argparse.Namespace) -> int:
     return 0
 
 
-def hold_line(hold: Hold, now: float | None = None) -> str:
+def hold_line(hold: Hold) -> str:
     """Who holds the workers back and since when, in one sentence."""
     import time
 
-    now = time.time() if now is None else now
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(hold.since))
     who = (
         f"group {hold.group!r} holds the workers back"
         if hold.group is not None
         else f"no learner group is reading (none has read within {hold.learner_idle_s:g} s): the workers wait for one"
     )
-    line = (
-        f"{who} since {since} ({max(0.0, now - hold.since):.0f} s): "
-        f"{hold.unconsumed} unconsumed entries, maxLen {hold.max_len}"
-    )
+    line = f"{who} since {since} ({hold.held_s:.0f} s): {hold.unconsumed} unconsumed entries, maxLen {hold.max_len}"
     if hold.ignored:
         line += f"; not counted (no read within {hold.learner_idle_s:g} s): {', '.join(hold.ignored)}"
     return line
