@@ -62,7 +62,7 @@ def wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no
 class Supervisor:
     """A ``rolloutfleet run`` process of a two-worker job, with its embedded Redis."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, command: tuple[str, ...] = ()) -> None:
         self.job = small_job("boundaries", replicas=2)
         manifest = tmp_path / "job.yaml"
         manifest.write_text(json.dumps({"metadata": {"name": self.job.name}, "spec": self.job.to_dict()["spec"]}))
@@ -70,7 +70,7 @@ class Supervisor:
         self.started: set[int] = set()
         with self.stderr_path.open("wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "rolloutfleet.cli", "run", str(manifest), "--no-status"],
+                [sys.executable, "-m", "rolloutfleet.cli", "run", str(manifest), "--no-status", *command],
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
             )
@@ -97,14 +97,15 @@ class Supervisor:
         kids = children(self.process.pid)
         workers = [pid for pid, cmd in kids.items() if "rolloutfleet.cli worker" in cmd]
         servers = [pid for pid, cmd in kids.items() if "redis-server" in cmd]
+        learners = [pid for pid, cmd in kids.items() if pid not in workers + servers]
         self.started |= set(kids)
         assert len(workers) == 2 and len(servers) == 1, kids
-        return {"workers": workers, "redis": servers}
+        return {"workers": workers, "redis": servers, "learner": learners}
 
 
 @contextmanager
-def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
-    sup = Supervisor(tmp_path)
+def supervisor(tmp_path: Path, command: tuple[str, ...] = ()) -> Iterator[Supervisor]:
+    sup = Supervisor(tmp_path, command)
     try:
         yield sup
     finally:
@@ -126,6 +127,7 @@ def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path: Path, signum: signal.Sign
         code = sup.process.wait(60)
         left = [pid for group in pids.values() for pid in group if alive(pid)]
         assert left == [], f"still running after the supervisor exited: {left}; {sup.stderr}"
+        assert pids["learner"] == []
         assert code == 128 + signum, sup.stderr
         # Both workers finished their fragment and exited 0 (no "exit codes" reported).
         assert f"fleet: {signum.name}; stopping workers" in sup.stderr
@@ -134,8 +136,10 @@ def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path: Path, signum: signal.Sign
 
 def test_workers_and_redis_exit_by_themselves_when_the_supervisor_is_killed(tmp_path: Path) -> None:
     """Defect: SIGKILL of the supervisor left its workers (and its Redis) running for good."""
-    with supervisor(tmp_path) as sup:
+    learner = ("--", sys.executable, "-c", "import time; time.sleep(600)")  # a learner that would never end
+    with supervisor(tmp_path, learner) as sup:
         pids = sup.running()
+        assert len(pids["learner"]) == 1
         sup.process.kill()
         sup.process.wait(30)
         everything = [pid for group in pids.values() for pid in group]
@@ -143,4 +147,4 @@ def test_workers_and_redis_exit_by_themselves_when_the_supervisor_is_killed(tmp_
         while time.monotonic() < deadline and any(alive(pid) for pid in everything):
             time.sleep(0.2)
         left = {kind: [pid for pid in group if alive(pid)] for kind, group in pids.items()}
-        assert left == {"workers": [], "redis": []}, f"orphans 20 s after the supervisor's SIGKILL: {left}"
+        assert left == {"workers": [], "redis": [], "learner": []}, f"orphans 20 s after the SIGKILL: {left}"

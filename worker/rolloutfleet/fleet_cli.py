@@ -23,6 +23,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rolloutfleet.fleet import LocalFleet
+from rolloutfleet.parent_watch import die_with_parent
 from rolloutfleet.spec import RolloutJob
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ def run_fleet(args: argparse.Namespace) -> int:
         )
         if command:
             env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
-            learner = subprocess.Popen(command, env=env)
+            # SIGTERMed by the kernel should this process be SIGKILLed: it outlives nothing either.
+            learner = subprocess.Popen(command, env=env, preexec_fn=die_with_parent())
         live = None if args.no_status else Live(console=console, refresh_per_second=2, transient=False)
         if live is not None:
             live.start()
