@@ -30,4 +30,3 @@ def test_a_process_whose_parent_is_not_the_supervisor_stops_then_exits_hard() ->
     # A supervisor pid that is not our parent: as after re-parenting.
     watch_parent(os.getppid() + 1, stopped.set, grace_s=0.2, interval_s=0.01, hard_exit=hard_exit)
     assert stopped.wait(10) and exited.wait(10) and codes == [1]
-
