@@ -8,8 +8,8 @@ collection, outside any test's timeout: a cold build takes many minutes. Without
 laptop but FAIL under ``CI=true``: in CI a silent skip would hide that nothing was proven
 on a real API server.
 
-``wait_for`` fails with diagnostics: every pod and the latest events of the cluster, what
-the kubelet runs, and the tails of the kubelet's and its processes' logs.
+What tests import (``REPO``, ``Cluster``, ``OperatorFactory``, ``wait_for`` and its
+diagnostics, ...) lives in ``cluster_kit.py``; this file holds only fixtures and hooks.
 """
 
 from __future__ import annotations
@@ -19,64 +19,25 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kubernetes import client, config
+from cluster_kit import (
+    DIAGNOSTICS,
+    REPO,
+    Cluster,
+    OperatorFactory,
+    cluster_diagnostics,
+    kubelet_diagnostics,
+    missing,
+)
+from kubelet import LocalKubelet  # tests/cluster, which cluster_kit puts on sys.path
+from kubernetes import client
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
-
-from kubelet import LocalKubelet  # noqa: E402
-
-from rolloutfleet.embedded_redis import EmbeddedRedis  # noqa: E402
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def missing(what: str) -> None:
-    if IN_CI:
-        pytest.fail(what)
-    pytest.skip(what)
-
-
-@dataclass
-class Cluster:
-    state: Path
-    kubectl_bin: str
-
-    @property
-    def kubeconfig(self) -> str:
-        return str(self.state / "kubeconfig")
-
-    @property
-    def operator_kubeconfig(self) -> str:
-        return str(self.state / "kubeconfig-operator")
-
-    def kubectl(
-        self, *args: str, check: bool = True, kubeconfig: str | None = None, input: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [self.kubectl_bin, "--kubeconfig", kubeconfig or self.kubeconfig, *args],
-            capture_output=True,
-            text=True,
-            input=input,
-            timeout=60,
-            check=False,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
-        return result
-
-    def api(self) -> client.ApiClient:
-        return config.new_client_from_config(config_file=self.kubeconfig)
-
+from rolloutfleet.embedded_redis import EmbeddedRedis
 
 _BUILD: dict[str, str] = {}  # "bin_dir" or "error", filled once per run
 
@@ -132,10 +93,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             missing(f"kubectl could not be fetched:\n{tools.stderr[-2000:]}")
         kubectl = str(Path(tools.stdout.strip().splitlines()[-1]) / "kubectl")
         found = Cluster(state, kubectl)
-        _DIAGNOSTICS["cluster"] = lambda: cluster_diagnostics(found)
+        DIAGNOSTICS["cluster"] = lambda: cluster_diagnostics(found)
         yield found
     finally:
-        _DIAGNOSTICS.pop("cluster", None)
+        DIAGNOSTICS.pop("cluster", None)
         subprocess.run([str(REPO / "hack/cluster/down.sh"), str(state)], capture_output=True, check=False)
 
 
@@ -149,11 +110,11 @@ def kubelet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     node = LocalKubelet(cluster.kubeconfig, gpus=1, work_dir=work).start()
-    _DIAGNOSTICS["kubelet"] = lambda: kubelet_diagnostics(node)
+    DIAGNOSTICS["kubelet"] = lambda: kubelet_diagnostics(node)
     try:
         yield node
     finally:
-        _DIAGNOSTICS.pop("kubelet", None)
+        DIAGNOSTICS.pop("kubelet", None)
         node.stop()
         logger.removeHandler(handler)
         handler.close()
@@ -181,70 +142,6 @@ def redis_server() -> Iterator[EmbeddedRedis]:
     server = EmbeddedRedis(executable=binary).start()
     yield server
     server.stop()
-
-
-_DIAGNOSTICS: dict[str, Callable[[], str]] = {}
-
-
-def diagnostics() -> str:
-    """What the cluster and the kubelet look like now (for a failure message)."""
-    parts = []
-    for name, describe in list(_DIAGNOSTICS.items()):
-        try:
-            parts.append(describe())
-        except Exception as error:  # noqa: BLE001 - diagnostics must never hide the real failure
-            parts.append(f"({name} diagnostics failed: {error!r})")
-    return "\n".join(parts)
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as error:
-        return f"({error})"
-
-
-def cluster_diagnostics(cluster: Cluster) -> str:
-    pods = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
-    events = cluster.kubectl("get", "events", "-A", "--sort-by=.lastTimestamp", check=False).stdout
-    return f"\n--- pods ---\n{pods[-4000:]}\n--- events (latest) ---\n" + "\n".join(events.splitlines()[-30:])
-
-
-def kubelet_diagnostics(node: LocalKubelet) -> str:
-    assert node.work_dir is not None
-    out = [f"\n--- kubelet {node.node_name} ---", node.describe(), "--- kubelet log (tail) ---"]
-    out.append(_tail(node.work_dir / "kubelet.log", 30))
-    logs = sorted(node.work_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
-    for path in [p for p in logs if p.name != "kubelet.log"][-4:]:
-        out.append(f"--- {path.name} (tail) ---\n{_tail(path, 15)}")
-    return "\n".join(out)
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float, describe: Callable[[], str] = lambda: "", interval: float = 0.2
-) -> Any:
-    """Poll ``condition`` until it returns something truthy and return that; on timeout fail
-    with ``describe()`` and the cluster's and kubelet's diagnostics."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(interval)
-    raise AssertionError(f"not within {timeout:.0f} s. {describe()}\n{diagnostics()}")
-
-
-def describe_namespace(cluster: Cluster, namespace: str) -> str:
-    pods = cluster.kubectl("-n", namespace, "get", "pods,rj", "-o", "wide", check=False).stdout
-    events = cluster.kubectl("-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False).stdout
-    return f"\n--- objects ---\n{pods}\n--- events ---\n{events[-3000:]}"
-
-
-def pod_json(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    result = cluster.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else None
 
 
 @pytest.fixture(scope="session")
@@ -281,58 +178,6 @@ def operator_rbac(cluster: Cluster, crds: None) -> str:
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, binding]})
     )
     return user
-
-
-@dataclass
-class OperatorProcess:
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, sig: int = 15) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-class OperatorFactory:
-    """Starts operator processes watching one namespace, as the chart's Deployment does."""
-
-    def __init__(self, cluster: Cluster, namespace: str, tmp: Path, port_base: int) -> None:
-        self.cluster, self.namespace, self.tmp, self.port_base = cluster, namespace, tmp, port_base
-        self.started: list[OperatorProcess] = []
-
-    def start(self, standalone: bool = True) -> OperatorProcess:
-        from rolloutfleet.embedded_redis import free_port
-
-        log = self.tmp / f"operator-{len(self.started)}.log"
-        env = {
-            **os.environ,
-            "KUBECONFIG": self.cluster.operator_kubeconfig,
-            "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli", "worker"]),
-            "ROLLOUTFLEET_WORKER_METRICS_PORT": str(self.port_base),
-            "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
-            "ROLLOUTFLEET_GRACE_SECONDS": "5",
-        }
-        args = [sys.executable, "-m", "rolloutfleet_operator", "--namespace", self.namespace]
-        args += ["--liveness-port", str(free_port()), "--metrics-port", "0"]
-        if standalone:
-            args.append("--standalone")
-        with log.open("wb") as out:
-            process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
-        operator = OperatorProcess(process, log)
-        self.started.append(operator)
-        return operator
-
-    def stop_all(self) -> None:
-        for operator in self.started:
-            operator.stop()
 
 
 @pytest.fixture

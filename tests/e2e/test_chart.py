@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, Cluster, describe_namespace, wait_for
+from cluster_kit import REPO, Cluster, describe_namespace, wait_for
 from kubelet import LocalKubelet
 
 from rolloutfleet.embedded_redis import EmbeddedRedis, free_port

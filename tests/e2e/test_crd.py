@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, Cluster
+from cluster_kit import REPO, Cluster
 
 from rolloutfleet.spec import RolloutJob, SpecError
 

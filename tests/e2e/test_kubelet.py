@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, Cluster, pod_json, wait_for
+from cluster_kit import REPO, Cluster, pod_json, wait_for
 from kubelet import SLEEPER_ANNOTATION, LocalKubelet
 from kubernetes import client
 

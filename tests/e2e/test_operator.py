@@ -11,7 +11,7 @@ import signal
 from typing import Any
 
 import pytest
-from conftest import Cluster, OperatorFactory, describe_namespace, wait_for
+from cluster_kit import Cluster, OperatorFactory, describe_namespace, wait_for
 from kubelet import LocalKubelet
 from kubernetes import client
 

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import Cluster, OperatorFactory, pod_json, wait_for
+from cluster_kit import Cluster, OperatorFactory, pod_json, wait_for
 from kubelet import LocalKubelet
 from test_operator import Jobs, job_manifest, read_batches
 

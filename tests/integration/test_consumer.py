@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import redis
 import torch
-from conftest import RedisServer
+from redis_server import RedisServer
 
 from rolloutfleet.codec import encode
 from rolloutfleet.consumer import BatchConsumer

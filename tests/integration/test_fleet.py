@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import RedisServer
 from fleet_helpers import read_until, small_job
+from redis_server import RedisServer
 
 from rolloutfleet.consumer import BatchConsumer
 from rolloutfleet.fleet import LocalFleet

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 import redis
-from conftest import RedisServer
+from redis_server import RedisServer
 
 from rolloutfleet.codec import decode
 from rolloutfleet.consumer import BatchConsumer

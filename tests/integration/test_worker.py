@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import RedisServer
 from fleet_helpers import read_until, small_job
+from redis_server import RedisServer
 
 from rolloutfleet.consumer import BatchConsumer
 from rolloutfleet.embedded_redis import EmbeddedRedis, free_port
