@@ -80,3 +80,29 @@ cluster_all_alive() {
   done <"$d/pids"
   [[ $n -eq 3 ]]
 }
+
+# cluster_start DIR NAME BINARY ARGS...: start BINARY in a session of its own (so it
+# outlives the calling script and a Ctrl-C of its caller), logging to DIR/logs/NAME.log,
+# and record "NAME PID" in DIR/pids. A small bash parent in that session waits for it,
+# so it is reaped as soon as it exits (no zombie even where PID 1 reaps slowly); the
+# recorded pid is the server process itself. Returns 1 if it did not start.
+cluster_start() {
+  local dir="$1" name="$2" bin="$3"; shift 3
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  setsid bash -c 'pidfile="$1"; shift; "$@" & echo "$!" >"$pidfile"; wait "$!"' _ \
+    "$dir/logs/$name.pid" "$bin" "$@" </dev/null >"$dir/logs/$name.log" 2>&1 &
+  for _ in $(seq 50); do [[ -s "$dir/logs/$name.pid" ]] && break; sleep 0.1; done
+  [[ -s "$dir/logs/$name.pid" ]] || return 1
+  echo "$name $(cat "$dir/logs/$name.pid")" >>"$dir/pids"
+  rm -f "$dir/logs/$name.pid"
+}
+
+# cluster_tail_logs DIR LINES: the tail of every log in DIR/logs, for a failure message.
+cluster_tail_logs() {
+  local f
+  for f in "$1"/logs/*.log; do
+    [[ -f "$f" ]] || continue
+    printf '\n===== tail of %s =====\n' "$f" >&2
+    tail -n "$2" "$f" >&2
+  done
+}

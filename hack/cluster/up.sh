@@ -156,28 +156,12 @@ write_kubeconfig "$state/kubeconfig-controller-manager" system:kube-controller-m
 # --- start processes -----------------------------------------------------------------
 : >"$state/pids"
 start() { # name args...
-  local name="$1"; shift
-  # setsid: own session, so the processes outlive this script and a Ctrl-C of
-  # the caller. A small bash parent in that session waits for the process, so it
-  # is reaped as soon as it exits (no zombie left behind even where PID 1 reaps
-  # slowly); the recorded pid is the real server process, not that parent.
-  # shellcheck disable=SC2016  # expanded by the inner bash
-  setsid bash -c 'pidfile="$1"; shift; "$@" & echo "$!" >"$pidfile"; wait "$!"' _ \
-    "$state/logs/$name.pid" "$bindir/$name" "$@" </dev/null >"$state/logs/$name.log" 2>&1 &
-  for _ in $(seq 50); do [[ -s "$state/logs/$name.pid" ]] && break; sleep 0.1; done
-  [[ -s "$state/logs/$name.pid" ]] || die "$name did not start"
-  echo "$name $(cat "$state/logs/$name.pid")" >>"$state/pids"
-  rm -f "$state/logs/$name.pid"
+  cluster_start "$state" "$1" "$bindir/$1" "${@:2}" || die "$1 did not start"
 }
 
 fail() {
-  local f
   printf '[cluster] ERROR: %s\n' "$*" >&2
-  for f in "$state"/logs/*.log; do
-    [[ -f "$f" ]] || continue
-    printf '\n===== tail of %s =====\n' "$f" >&2
-    tail -n 25 "$f" >&2
-  done
+  cluster_tail_logs "$state" 25
   log "stopping what was started; logs stay in $state/logs (down.sh removes them)"
   cluster_stop_pids "$state"
   exit 1

@@ -91,13 +91,8 @@ ln -sf "$tools_dir/helm" "$node/bin/helm"
 kubectl() { "$tools_dir/kubectl" --kubeconfig "$state/kubeconfig" "$@"; }
 
 fail() {
-  local f
   printf '[node] ERROR: %s\n' "$*" >&2
-  for f in "$node"/logs/*.log; do
-    [[ -f "$f" ]] || continue
-    printf '\n===== tail of %s =====\n' "$f" >&2
-    tail -n 15 "$f" >&2
-  done
+  cluster_tail_logs "$node" 15
   log "logs stay in $node/logs until make cluster-down"
   exit 1
 }
@@ -158,15 +153,8 @@ PY
 # --- processes -----------------------------------------------------------------------------
 umask 022  # what the node's processes create (container root filesystems, volumes) is world-readable
 : >"$node/pids"
-start() { # name binary args...  (as hack/cluster/up.sh: own session, reaped by a bash parent)
-  local name="$1" bin="$2"; shift 2
-  # shellcheck disable=SC2016  # expanded by the inner bash
-  setsid bash -c 'pidfile="$1"; shift; "$@" & echo "$!" >"$pidfile"; wait "$!"' _ \
-    "$node/logs/$name.pid" "$bin" "$@" </dev/null >"$node/logs/$name.log" 2>&1 &
-  for _ in $(seq 50); do [[ -s "$node/logs/$name.pid" ]] && break; sleep 0.1; done
-  [[ -s "$node/logs/$name.pid" ]] || fail "$name did not start"
-  echo "$name $(cat "$node/logs/$name.pid")" >>"$node/pids"
-  rm -f "$node/logs/$name.pid"
+start() { # name binary args...
+  cluster_start "$node" "$@" || fail "$1 did not start"
 }
 wait_for() { # what command...
   local what="$1" t0=$SECONDS name pid; shift

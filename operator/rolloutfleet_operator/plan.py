@@ -201,7 +201,11 @@ def _count_failed_pods(planning: _Planning) -> None:
     records = planning.result.records
     for index, group in sorted(planning.by_index.items()):
         for pod in group:
-            if not pod.terminated:
+            # A pod being deleted is going away whatever its containers did: a real kubelet
+            # reports the exit of a pod it stopped (exit 0 after SIGTERM) before the final
+            # delete. Ours (a spec change, a scale-down) is no failure; anyone else's (an
+            # eviction, `kubectl delete`) is counted once, when it vanishes (observe).
+            if not pod.terminated or pod.deleting:
                 continue
             if index >= planning.desired:
                 planning.delete(pod, "scaled down" if not suspend else "suspended")

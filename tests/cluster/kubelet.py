@@ -28,7 +28,13 @@ both for one Node, through the real API server:
   restart the container after a CrashLoopBackOff (10 s doubling to 300 s, ``restartCount``,
   ``lastState``); ``Never`` (the operator's pods) leaves the pod Failed/Succeeded;
 * **deletion**: SIGTERM to the process group, SIGKILL once ``deletionGracePeriodSeconds``
-  have passed, then the final delete (grace 0, uid precondition) as a real kubelet does;
+  have passed, then, as a real kubelet does, the containers' exits in the pod's status
+  (phase ``Succeeded``/``Failed`` while ``deletionTimestamp`` is set) and the final delete
+  (grace 0, uid precondition);
+* **memory**: a container whose process group holds more than its memory limit is
+  SIGKILLed and reported ``OOMKilled`` (exit code 137);
+* **cordon**: a Node with ``spec.unschedulable`` takes no new pods (``Unschedulable``, in
+  kube-scheduler's words), unless they tolerate it;
 * **for tests**: :meth:`LocalKubelet.kill` signals a pod's process (a crash),
   :meth:`LocalKubelet.pid` gives its pid, :meth:`LocalKubelet.log_path` its output,
   :meth:`LocalKubelet.exits` how its processes ended (also once the pod object is gone).
@@ -975,11 +981,13 @@ class LocalKubelet:
             statuses.append(_container_status(spec["name"], spec.get("image", ""), {"terminated": terminated}))
         self._patch_status(key, {"phase": "Failed", "containerStatuses": statuses})
 
-    def _report(self, pod: RunningPod) -> None:
-        """Patch the pod's status from what its processes do (only when it changed)."""
+    def _report(self, pod: RunningPod, final: bool = False) -> None:
+        """Patch the pod's status from what its processes do (only when it changed).
+        ``final``: the pod was deleted and its containers have exited: as a real kubelet
+        does, report how they ended (phase Succeeded/Failed) before the final delete."""
         with pod.lock:
-            if pod.stopping:
-                return  # being deleted: the object goes away, no final phase to report
+            if pod.stopping and not final:
+                return  # being deleted: its exit is reported once every container is gone
             finished, ready = pod.finished, pod.ready
             if pod.last_status is None or pod.last_status.get("_ready") != ready:
                 pod.ready_since = _now()
@@ -1065,7 +1073,7 @@ class LocalKubelet:
                     _signal_group(container.process, signal.SIGKILL)
             if not alive:
                 pod.removed = True
-                self._async(self._remove, pod.key, pod.uid)
+                self._async(self._report_and_remove, pod)
             return
         if pod.finished:
             if changed:
@@ -1198,6 +1206,11 @@ class LocalKubelet:
             return
         with contextlib.suppress(RuntimeError):  # shut down meanwhile
             self._writer.submit(run)
+
+    def _report_and_remove(self, pod: RunningPod) -> None:
+        if not pod.simulated:
+            self._report(pod, final=True)
+        self._remove(pod.key, pod.uid)
 
     def _remove(self, key: tuple[str, str], uid: str) -> None:
         """The kubelet's final delete: the containers are gone, the object may go."""

@@ -70,6 +70,17 @@ def test_a_failed_pod_is_counted_once_deleted_and_replaced_after_backoff() -> No
     assert due.create == [1] and due.records[1].restart_at is None
 
 
+def test_a_pod_that_exits_while_being_deleted_is_no_failure() -> None:
+    # A real kubelet reports how the containers of a deleted pod ended (exit 0 after
+    # SIGTERM, or 137 after the grace period) before the final delete. Replaced for a spec
+    # change or evicted, that pod is going away: nothing is counted, nothing deleted again.
+    for exit_code, phase in ((0, "Succeeded"), (137, "Failed")):
+        going = pod(1, phase=phase, ready=False, exit_code=exit_code, deleting=True, hash_="old")
+        result = plan(job(), [pod(0), going], {}, now=100.0, current_hash=HASH)
+        assert 1 not in result.records and result.events == [] and result.delete == []
+        assert 1 not in result.create  # the name is still taken until the watch shows it gone
+
+
 def test_consecutive_failures_double_the_backoff_up_to_the_limit() -> None:
     spec = {"restartPolicy": {"maxRestarts": 10, "backoffSeconds": 1, "backoffLimitSeconds": 3}}
     records: dict[int, WorkerRecord] = {}
