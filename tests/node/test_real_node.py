@@ -361,7 +361,14 @@ def test_delete_job_garbage_collects_pods_then_uninstall(node: Node) -> None:
         return not pods["items"]
 
     wait_for(gone, 120, lambda: node.diagnostics(NS))
-    assert node.get(NS, "deploy,sts,svc,cm,sa,role,rolebinding")["items"] == []
+    # Nothing of the release is left (the namespace's own kube-root-ca.crt and default
+    # ServiceAccount are the cluster's, not ours).
+    left = node.get(NS, "deploy,sts,svc,cm,sa,role,rolebinding,pdb", "-l", f"app.kubernetes.io/instance={RELEASE}")
+    assert left["items"] == [], [item["metadata"]["name"] for item in left["items"]]
+    assert (
+        node.get("default", "clusterrole,clusterrolebinding", "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+        == []
+    )
     # Kept on purpose: the CRD (Helm never deletes crds/) and the generated password.
     assert node.get("default", "crd", "rolloutjobs.rolloutfleet.io") is not None
     assert node.get(NS, "secret", "rolloutfleet-redis") is not None
