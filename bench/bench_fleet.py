@@ -5,7 +5,7 @@ Three figures, each measured side by side in this run:
 * **delivered throughput** — env steps/s the learner receives (read, decoded, acked) from
   1 and 2 worker processes, next to the same EnvRunner sampling in-process with no
   transport at all (the ceiling for one worker) and RLlib's SingleAgentEnvRunner figure
-  from ../shared/ANCHORS.md (marked "(anc)", sampling only, no transport);
+  from our earlier same-machine measurement (marked "(anc)", sampling only, no transport);
 * **SIGKILL → replacement's first batch** — the fleet notices the exit, restarts the
   worker (backoff 0 here; a manifest's ``backoffSeconds`` adds to it) and the new process
   publishes; next to the same worker's cold start-up (spawn → first batch), since the
@@ -33,7 +33,7 @@ from rolloutfleet.fleet import LocalFleet
 from rolloutfleet.policy import build_model
 from rolloutfleet.weights import WeightPublisher
 
-RLLIB_ANCHOR_64 = 20_500  # ANCHORS.md: SingleAgentEnvRunner, vector_entry_point, 64 CartPoles
+RLLIB_ANCHOR_64 = 20_500  # measured earlier: SingleAgentEnvRunner, vector_entry_point, 64 CartPoles
 
 
 def job(name: str, replicas: int, num_envs: int = 64, fragment: int = 200) -> RolloutJob:

@@ -7,7 +7,7 @@ Rows (env steps/s, every sub-env step counted, medians of interleaved repeats):
 * SyncVectorEnv with random actions;
 * EnvRunner with the default 64x64 MLP (auto vectorization), full ``sample()`` calls;
 * RLlib's SingleAgentEnvRunner: measured here when ray is installed (``make bench-peer``
-  runs this in a venv with RLlib), else the figure from ../shared/ANCHORS.md, marked as such.
+  runs this in a venv with RLlib), else the figure measured earlier on a 2-core machine of this kind, marked as such.
 
 Usage: ``python bench/bench_sampling.py [--seconds 2] [--repeats 3] [--envs 1 8 64]``
 """
@@ -25,7 +25,7 @@ import gymnasium as gym
 
 from rolloutfleet import EnvRunner, RolloutJob
 
-# ANCHORS.md, 2-core machine of this workplace, same env and model: used only when ray
+# Measured earlier, 2-core machine of this workplace, same env and model: used only when ray
 # is not installed, and printed as "(anchors)".
 RLLIB_ANCHOR = {1: 2_200, 8: 10_800, 64: 15_500}
 
@@ -113,7 +113,9 @@ def main() -> None:
             f" {med['ours'] / med['ceiling']:>12.0%} {med['ours'] / peer_rate:>10.1f}x"
         )
     if importlib.util.find_spec("ray") is None:
-        print("(anc): RLlib is not installed here; the figure is ../shared/ANCHORS.md's. `make bench-peer` measures it")
+        print(
+            "(anc): RLlib is not installed here; the figure is one measured earlier on a 2-core machine of this kind. `make bench-peer` measures it"
+        )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def cartpole_batch(rows: int = 2048) -> dict[str, np.ndarray]:
 def atari_batch(rows: int = 32) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     # Atari-like frames: a textured, mostly static background and a few moving sprites
-    # (lz4 ~2x, zstd ~3x, as ANCHORS measured on real frames; pure noise would not compress).
+    # (lz4 ~2x, zstd ~3x, as measured on real Atari frames; pure noise would not compress).
     background = (rng.integers(0, 4, (84, 84)) * 30 + 40).astype(np.uint8)
     background[60:, :] = 87
     frames = np.repeat(background[None, :, :, None], rows + 4, axis=0).repeat(4, axis=3)

@@ -221,7 +221,7 @@ def _compress(data: bytes, compression: str, level: int | None) -> bytes:
         return bytes(lz4.frame.compress(data, compression_level=level or 0, store_size=True))
     import zstandard
 
-    # Level 1: ~3x on Atari-like frames at ~400 MB/s (ANCHORS); higher levels cost far more.
+    # Level 1: ~3x on Atari-like frames at ~400 MB/s (measured on a 2-core machine); higher levels cost far more.
     return bytes(zstandard.ZstdCompressor(level=level or 1).compress(data))
 
 

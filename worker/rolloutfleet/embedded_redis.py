@@ -1,6 +1,6 @@
 """A private ``redis-server`` on a free loopback port, for ``rolloutfleet run`` and the tests.
 
-Experience needs no durability (ANCHORS: AOF costs 2-4x throughput), so persistence is
+Experience needs no durability (measured: AOF costs 2-4x throughput), so persistence is
 off; the data directory is a temp dir removed on stop.
 """
 

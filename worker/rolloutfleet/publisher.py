@@ -42,7 +42,7 @@ learner to come (back).
 
 **Size limit**: a payload above ``max_payload_bytes`` (default 32 MiB) is rejected with
 :class:`PayloadTooLarge` rather than split: Redis serves one client at a time, so 8 MB+
-entries already stall every worker and learner (ANCHORS), and chunked batches would need
+entries already stall every worker and learner (measured), and chunked batches would need
 reassembly state in every consumer. Sample smaller fragments or compress instead.
 
 **Weights versions** come from the batch itself: its ``weights_seq_no`` column says, row
