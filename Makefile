@@ -46,11 +46,12 @@ test-integration: install ## integration tests: a real redis-server started by t
 e2e: install ## end-to-end: real control plane (hack/cluster), test kubelet, operator, chart, real workers
 	$(PYTEST) tests/e2e -q
 
-lint: install ## ruff (lint + format check) and mypy --strict
+lint: install ## ruff (lint + format check), mypy --strict, hadolint, import-linter (the layers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/hadolint $(wildcard */Dockerfile */*/Dockerfile)
+	$(BIN)/lint-imports --no-logo
 
 fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
