@@ -29,14 +29,28 @@ version="$(awk '$1 == "appVersion:" {gsub(/"/, "", $2); print $2}' "$node_repo_r
 images="${NODE_IMAGES:-ghcr.io/rolloutfleet/worker:$version ghcr.io/rolloutfleet/operator:$version ghcr.io/rolloutfleet/redis:$version}"
 
 [[ "$(id -u)" == 0 ]] || die "a real node needs root (containers, bridges, iptables)"
-for tool in containerd ctr runc iptables ip podman openssl curl python3 setsid; do
-  command -v "$tool" >/dev/null 2>&1 \
-    || die "$tool not found: apt-get install containerd runc iptables iproute2 podman containernetworking-plugins"
-done
 cni_bin=/usr/lib/cni
-for plugin in bridge host-local loopback; do
-  [[ -x "$cni_bin/$plugin" ]] || die "CNI plugin $cni_bin/$plugin missing: apt-get install containernetworking-plugins"
+# What the node runs comes from Debian's packages: installed here when missing (a new
+# machine), one line naming the step and its log when that fails.
+declare -A package_of=([containerd]=containerd [ctr]=containerd [runc]=runc [iptables]=iptables [ip]=iproute2
+  [podman]=podman [openssl]=openssl [curl]=curl [cc]=gcc [setsid]=util-linux)
+missing=()
+for tool in "${!package_of[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${package_of[$tool]}")
 done
+for plugin in bridge host-local loopback; do
+  [[ -x "$cni_bin/$plugin" ]] || missing+=(containernetworking-plugins)
+done
+# pause is linked statically: libc.a
+[[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
+if ((${#missing[@]})); then
+  command -v apt-get >/dev/null 2>&1 || die "missing Debian packages ${missing[*]} and no apt-get to install them"
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  apt_log="$(mktemp /tmp/rolloutfleet-node-apt.XXXXXX.log)"
+  log "installing ${missing[*]} (Debian packages); log: $apt_log"
+  step "apt-get install ${missing[*]}" "$apt_log" env DEBIAN_FRONTEND=noninteractive \
+    bash -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@"' apt-get "${missing[@]}"
+fi
 
 # --- already up? -------------------------------------------------------------------
 node_up() {
