@@ -36,3 +36,13 @@ def read_until(consumer: BatchConsumer, done: Callable[[list[Message]], bool], t
         if done(seen):
             return seen
     raise AssertionError(f"gave up after {timeout:.0f} s with {len(seen)} messages: {[m.metadata for m in seen][-5:]}")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` every 0.2 s; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from fleet_helpers import small_job
+from fleet_helpers import small_job, wait_until
 
 from rolloutfleet.redis_keys import job_keys
 
@@ -48,15 +48,6 @@ def children(pid: int) -> dict[int, str]:
         if int(ppid) == pid and state not in ("Z", "X"):
             found[int(entry.name)] = cmdline
     return found
-
-
-def wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
 
 
 class Supervisor:

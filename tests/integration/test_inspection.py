@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import redis
-from fleet_helpers import small_job
+from fleet_helpers import small_job, wait_until
 
 from rolloutfleet.consumer import BatchConsumer, Message
 from rolloutfleet.fleet import LocalFleet
@@ -40,15 +39,6 @@ def consume(*argv: str) -> int:
     add_consume_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["consume", *argv])
     return int(args.run(args))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
 
 
 @contextmanager
