@@ -25,7 +25,8 @@ state="$(cluster_state_dir "${1:-}")"
 node="$state/node"
 timeout_s="${NODE_UP_TIMEOUT:-120}"
 cache="${ROLLOUTFLEET_CACHE:-$HOME/.cache/rolloutfleet}"
-version="$(awk '$1 == "appVersion:" {gsub(/"/, "", $2); print $2}' "$node_repo_root/charts/rolloutfleet/Chart.yaml")"
+# The tags `make images` gives (the chart's appVersion), read the way it reads them.
+version="$(source "$node_repo_root/hack/images/lib.sh" && images_version)" || die "no image version (see above)"
 images="${NODE_IMAGES:-ghcr.io/rolloutfleet/worker:$version ghcr.io/rolloutfleet/operator:$version ghcr.io/rolloutfleet/redis:$version}"
 
 [[ "$(id -u)" == 0 ]] || die "a real node needs root (containers, bridges, iptables)"
