@@ -58,18 +58,18 @@ fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .
 
 bench: install ## throughput figures, ours next to the ceiling and the peer, measured in one run
-	$(BIN)/python bench/bench_sampling.py
-	$(BIN)/python bench/bench_transport.py
-	$(BIN)/python bench/bench_fleet.py
-	$(BIN)/python bench/bench_multiagent.py
-	$(BIN)/python bench/bench_operator.py
+	$(BIN)/python -m bench.bench_sampling
+	$(BIN)/python -m bench.bench_transport
+	$(BIN)/python -m bench.bench_fleet
+	$(BIN)/python -m bench.bench_multiagent
+	$(BIN)/python -m bench.bench_operator
 
 PEER_VENV ?= .venv-peer
 bench-peer: ## the sampling bench with RLlib measured in the same run (own venv: RLlib pins gymnasium 1.2.2; ~6 GB)
 	[ -x $(PEER_VENV)/bin/python ] || $(PYTHON) -m venv $(PEER_VENV)
 	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-peer.txt
 	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e worker
-	$(PEER_VENV)/bin/python bench/bench_sampling.py
+	$(PEER_VENV)/bin/python -m bench.bench_sampling
 
 images: ## the chart's default images (worker, worker -cpu where its index answers, operator, redis): docker, else podman (ENGINE= BASE= IMAGES= EXPORT=1)
 	@VERSION=$(VERSION) $(if $(ENGINE),ROLLOUTFLEET_ENGINE=$(ENGINE)) $(if $(BASE),ROLLOUTFLEET_BASE=$(BASE)) \

@@ -15,7 +15,7 @@ Three figures, each measured side by side in this run:
   and in fragments (a worker checks for weights between fragments, so the target is
   "within one fragment").
 
-Medians over ``--repeats``. Usage: ``python bench/bench_fleet.py [--seconds 8] [--repeats 3]``
+Medians over ``--repeats``. Usage: ``python -m bench.bench_fleet [--seconds 8] [--repeats 3]``
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ import time
 import numpy as np
 
 from rolloutfleet import EnvRunner, RolloutJob
-from rolloutfleet.consumer import BatchConsumer, Message
-from rolloutfleet.embedded_redis import EmbeddedRedis
-from rolloutfleet.fleet import LocalFleet
-from rolloutfleet.policy import build_model
-from rolloutfleet.weights import WeightPublisher
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.fleet.supervisor import LocalFleet
+from rolloutfleet.sampling.runners import build_model
+from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.entries import Message
+from rolloutfleet.transport.weights import WeightPublisher
 
 RLLIB_ANCHOR_64 = 20_500  # measured earlier: SingleAgentEnvRunner, vector_entry_point, 64 CartPoles
 

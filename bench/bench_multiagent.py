@@ -10,7 +10,7 @@ Rows (medians of interleaved repeats):
 * single-agent: ``EnvRunner`` on CartPole-v1 with the default 64x64 MLP (as in
   ``bench_sampling.py``), env steps/s, for scale.
 
-Usage: ``python bench/bench_multiagent.py [--seconds 2] [--repeats 3] [--envs 1 8 64]``
+Usage: ``python -m bench.bench_multiagent [--seconds 2] [--repeats 3] [--envs 1 8 64]``
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.examples.team_tag import TeamTag
-from rolloutfleet.multiagent_sampler import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
 
 MANIFEST = Path(__file__).resolve().parents[1] / "examples" / "multiagent.yaml"
 

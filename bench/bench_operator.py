@@ -8,7 +8,7 @@
   processes, so the figure is the operator's and the API server's), with pods created/s
   and the operator's peak RSS.
 
-Usage: ``python bench/bench_operator.py [--sizes 10 100 1000]``
+Usage: ``python -m bench.bench_operator [--sizes 10 100 1000]``
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet.transport.consumer import BatchConsumer
+from tests.cluster.kubelet import LocalKubelet
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
-
-from kubelet import LocalKubelet  # noqa: E402
-
-from rolloutfleet.consumer import BatchConsumer  # noqa: E402
-from rolloutfleet.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
 
 API = ("rolloutfleet.io", "v1alpha1")
 
@@ -54,7 +52,7 @@ def start_operator(kubeconfig: str, namespace: str, log: Path) -> subprocess.Pop
     env = {
         **os.environ,
         "KUBECONFIG": kubeconfig,
-        "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli", "worker"]),
+        "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli.main", "worker"]),
         "ROLLOUTFLEET_WORKER_METRICS_PORT": str(free_port() // 10 * 10),
         "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
         "ROLLOUTFLEET_READ_PROGRESS": "0",

@@ -9,7 +9,7 @@ Rows (env steps/s, every sub-env step counted, medians of interleaved repeats):
 * RLlib's SingleAgentEnvRunner: measured here when ray is installed (``make bench-peer``
   runs this in a venv with RLlib), else the figure measured earlier on a 2-core machine of this kind, marked as such.
 
-Usage: ``python bench/bench_sampling.py [--seconds 2] [--repeats 3] [--envs 1 8 64]``
+Usage: ``python -m bench.bench_sampling [--seconds 2] [--repeats 3] [--envs 1 8 64]``
 """
 
 from __future__ import annotations

@@ -11,40 +11,31 @@
   1 MB and 100 MB.
 
 Medians of 3 repeats; ratios are computed within this run (the machines are noisy).
-Usage: ``python bench/bench_transport.py [--quick] [--seconds 2]``
+Usage: ``python -m bench.bench_transport [--quick] [--seconds 2]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import pickle
 import re
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Event
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-try:
-    import rolloutfleet  # noqa: F401
-except ImportError:  # run from a checkout without `pip install -e worker`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
-
-import contextlib
-
 import redis
 
-from rolloutfleet.codec import decode, encode
-from rolloutfleet.consumer import BatchConsumer
-from rolloutfleet.embedded_redis import EmbeddedRedis
-from rolloutfleet.publisher import BatchPublisher
-from rolloutfleet.weights import WeightPublisher, WeightSubscriber
+from rolloutfleet.data.codec import decode, encode
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.weights import WeightPublisher, WeightSubscriber
 
 REPEATS = 3
 JOB = "bench"

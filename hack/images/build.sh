@@ -228,7 +228,7 @@ for image in $wanted; do
       build worker "$tag" 7200 -f worker/Dockerfile "${build_args_python[@]}" --build-arg PROFILE=worker-cuda .
       smoke worker "$tag" "$engine" run "${run_opts[@]}" --user 10001:10001 "$tag" --help
       smoke worker-torch "$tag" "$engine" run "${run_opts[@]}" --user 10001:10001 --entrypoint python "$tag" \
-        -c 'import torch, rolloutfleet.cli; print("torch", torch.__version__, "cuda build", torch.version.cuda)'
+        -c 'import torch, rolloutfleet.cli.main; print("torch", torch.__version__, "cuda build", torch.version.cuda)'
       ;;
     worker-cpu)
       case "${ROLLOUTFLEET_CPU:-auto}" in

@@ -7,7 +7,7 @@ stopped: a failed pod is counted once (its uid is recorded), a backoff is a
 wall-clock deadline, and pod names are deterministic (``<job>-worker-<index>``), so a
 second create of the same worker is refused by the API server instead of duplicating it.
 
-Restart rules are :mod:`rolloutfleet.restarts`, shared with ``rolloutfleet run``.
+Restart rules are :mod:`rolloutfleet.spec.restarts`, shared with ``rolloutfleet run``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from rolloutfleet.restarts import RestartTracker, WorkerRestarts
-from rolloutfleet.spec import RolloutJob
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.restarts import RestartTracker, WorkerRestarts
 from rolloutfleet_operator.pods import PodView, pod_name
 
 

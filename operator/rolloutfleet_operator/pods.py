@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rolloutfleet.spec import API_VERSION, KIND, RolloutJob
-from rolloutfleet.worker_config import WorkerConfig
+from rolloutfleet.spec.job import API_VERSION, KIND, RolloutJob
+from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
 
 GROUP = "rolloutfleet.io"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from rolloutfleet.spec import RolloutJob, SpecError
+from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator.api_calls import read_secret_value
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Collection[dict[str, Any]]]) -> None:
     """Keep the job's last heartbeats in its :class:`.runtime.JobRuntime` (``beats``)."""
-    from rolloutfleet.heartbeat import read_heartbeats  # redis client: only when progress is read
+    from rolloutfleet.transport.heartbeat import read_heartbeats  # redis client: only when progress is read
 
     bodies = list(job_index.get(key, []))
     if not bodies:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from rolloutfleet.spec import RolloutJob, SpecError
+from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import create_pod, delete_pod, patch_status, post_event
 from rolloutfleet_operator.observe import observe

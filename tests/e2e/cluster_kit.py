@@ -23,10 +23,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
+from tests.cluster.kubelet import LocalKubelet
 
-from kubelet import LocalKubelet  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -159,13 +158,13 @@ class OperatorFactory:
         self.started: list[OperatorProcess] = []
 
     def start(self, standalone: bool = True) -> OperatorProcess:
-        from rolloutfleet.embedded_redis import free_port
+        from rolloutfleet.fleet.embedded_redis import free_port
 
         log = self.tmp / f"operator-{len(self.started)}.log"
         env = {
             **os.environ,
             "KUBECONFIG": self.cluster.operator_kubeconfig,
-            "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli", "worker"]),
+            "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli.main", "worker"]),
             "ROLLOUTFLEET_WORKER_METRICS_PORT": str(self.port_base),
             "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
             "ROLLOUTFLEET_GRACE_SECONDS": "5",

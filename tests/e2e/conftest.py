@@ -25,7 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_kit import (
+from kubernetes import client
+
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from tests.cluster.kubelet import LocalKubelet
+from tests.e2e.cluster_kit import (
     DIAGNOSTICS,
     REPO,
     Cluster,
@@ -34,10 +38,7 @@ from cluster_kit import (
     kubelet_diagnostics,
     missing,
 )
-from kubelet import LocalKubelet  # tests/cluster, which cluster_kit puts on sys.path
-from kubernetes import client
-
-from rolloutfleet.embedded_redis import EmbeddedRedis
+from tests.e2e.jobs import Jobs
 
 _BUILD: dict[str, str] = {}  # "bin_dir" or "error", filled once per run
 
@@ -131,6 +132,12 @@ def namespace(cluster: Cluster, core: client.CoreV1Api) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def jobs(cluster: Cluster, namespace: str) -> Jobs:
+    """This test's namespace's RolloutJobs and their pods."""
+    return Jobs(cluster, namespace)
 
 
 @pytest.fixture(scope="session")

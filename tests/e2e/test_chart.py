@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_kit import REPO, Cluster, describe_namespace, wait_for
-from kubelet import LocalKubelet
 
-from rolloutfleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 from rolloutfleet_operator.rbac import CLUSTER, NAMESPACED, RULES
+from tests.cluster.kubelet import LocalKubelet
+from tests.e2e.cluster_kit import REPO, Cluster, describe_namespace, wait_for
 
 CHART = REPO / "charts" / "rolloutfleet"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
@@ -144,7 +144,7 @@ def test_install_run_the_operator_as_the_chart_does_upgrade_uninstall(
         "KUBECONFIG": str(tmp_path / "kubeconfig"),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         # This single-host test cluster runs pods as local processes on one network:
-        "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli", "worker"]),
+        "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli.main", "worker"]),
         "ROLLOUTFLEET_WORKER_METRICS_PORT": str(free_port() // 10 * 10),
         "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
     }

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_kit import REPO, Cluster
 
-from rolloutfleet.spec import RolloutJob, SpecError
+from rolloutfleet.spec.job import RolloutJob, SpecError
+from tests.e2e.cluster_kit import REPO, Cluster
 
 GOOD: dict[str, Any] = {
     "apiVersion": "rolloutfleet.io/v1alpha1",

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_kit import REPO, Cluster, pod_json, wait_for
-from kubelet import SLEEPER_ANNOTATION, LocalKubelet
 from kubernetes import client
 
-from rolloutfleet.embedded_redis import free_port
+from rolloutfleet.fleet.embedded_redis import free_port
+from tests.cluster.kubelet import SLEEPER_ANNOTATION, LocalKubelet
+from tests.e2e.cluster_kit import REPO, Cluster, pod_json, wait_for
 
 
 def make_pod(name: str, script: str, **extra: Any) -> dict[str, Any]:

@@ -11,17 +11,10 @@ import os
 import time
 from typing import Any
 
-import pytest
-from cluster_kit import Cluster, OperatorFactory, pod_json, wait_for
-from kubelet import LocalKubelet
-from test_operator import Jobs, job_manifest, read_batches
-
-from rolloutfleet.embedded_redis import EmbeddedRedis
-
-
-@pytest.fixture
-def jobs(cluster: Cluster, namespace: str) -> Jobs:
-    return Jobs(cluster, namespace)
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from tests.cluster.kubelet import LocalKubelet
+from tests.e2e.cluster_kit import Cluster, OperatorFactory, pod_json, wait_for
+from tests.e2e.jobs import Jobs, job_manifest, read_batches
 
 
 def scheduled_false(pod: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from redis_server import RedisServer, redis_server_binary
+
+from tests.integration.redis_server import RedisServer, redis_server_binary
 
 
 @pytest.fixture(scope="session")

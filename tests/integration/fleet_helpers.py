@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from rolloutfleet.consumer import BatchConsumer, Message
-from rolloutfleet.spec import RolloutJob
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.entries import Message
 
 
 def small_job(name: str = "fleet", replicas: int = 2, **restart: float) -> RolloutJob:

@@ -16,7 +16,7 @@ import shutil
 import pytest
 import redis
 
-from rolloutfleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 
 
 class RedisServer(EmbeddedRedis):

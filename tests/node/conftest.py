@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from nodekit import Node
+
+from tests.node.nodekit import Node
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from nodekit import Node, wait_for
 
 from rolloutfleet import BatchConsumer
+from tests.node.nodekit import Node, wait_for
 
 NS = "rl"
 JOB = "cartpole"

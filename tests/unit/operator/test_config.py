@@ -12,7 +12,7 @@ def test_defaults_and_overrides() -> None:
     config = OperatorConfig.from_environ(
         {
             "ROLLOUTFLEET_WORKER_IMAGE": "reg/worker:2",
-            "ROLLOUTFLEET_WORKER_COMMAND": '["python", "-m", "rolloutfleet.cli", "worker"]',
+            "ROLLOUTFLEET_WORKER_COMMAND": '["python", "-m", "rolloutfleet.cli.main", "worker"]',
             "ROLLOUTFLEET_WORKER_METRICS_PORT": "9200",
             "ROLLOUTFLEET_READ_PROGRESS": "0",
         }

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from rolloutfleet.spec import RolloutJobSpec
+from rolloutfleet.spec.job import RolloutJobSpec
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_PATH = REPO / "crds" / "rolloutjobs.rolloutfleet.io.yaml"

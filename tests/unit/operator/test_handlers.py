@@ -23,7 +23,7 @@ import kopf
 import kubernetes.config.kube_config
 import pytest
 
-from rolloutfleet.spec import RolloutJob
+from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.pods import build_pod, template_hash
 

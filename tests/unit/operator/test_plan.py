@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolloutfleet.spec import RolloutJob
+from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet_operator.plan import WorkerRecord, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import PodView
 

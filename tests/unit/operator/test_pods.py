@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rolloutfleet.spec import RolloutJob
-from rolloutfleet.worker_config import WorkerConfig
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.pods import HASH_ANNOTATION, PodView, build_pod, selector, template_hash
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import rolloutfleet.heartbeat
+import rolloutfleet.transport.heartbeat
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.progress import PASSWORD_TTL_S, read_progress
 from rolloutfleet_operator.runtime import Runtime
@@ -29,7 +29,7 @@ def redis_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str | N
         reads.append((url, f"{job.namespace}/{job.name}", password))
         return {0: {"env_steps": 100.0, "steps_per_s": 5.0, "time": 1.0}}
 
-    monkeypatch.setattr(rolloutfleet.heartbeat, "read_heartbeats", read_heartbeats)
+    monkeypatch.setattr(rolloutfleet.transport.heartbeat, "read_heartbeats", read_heartbeats)
     return reads
 
 
@@ -63,7 +63,7 @@ async def test_an_unreachable_redis_keeps_the_last_beats_and_raises_nothing(
     def unreachable(*_: Any, **__: Any) -> Any:
         raise ConnectionError("redis is away")
 
-    monkeypatch.setattr(rolloutfleet.heartbeat, "read_heartbeats", unreachable)
+    monkeypatch.setattr(rolloutfleet.transport.heartbeat, "read_heartbeats", unreachable)
     runtime = Runtime(config=OperatorConfig(), api=kube.api())
     runtime.job(KEY).beats = {1: {"env_steps": 7.0}}
     await read_progress(KEY, runtime, {KEY: [indexed_job()]})

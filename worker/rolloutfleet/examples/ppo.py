@@ -26,7 +26,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rolloutfleet import RolloutJob, SampleBatch
-from rolloutfleet.policy import build_model
+from rolloutfleet.sampling.runners import build_model
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _action_space(job: RolloutJob) -> spaces.Space:  # type: ignore[type-arg]
-    from rolloutfleet.envs import env_creator
+    from rolloutfleet.sampling.envs import env_creator
 
     env = env_creator(job.spec.env, 0, job.spec.replicas)(0)
     try:

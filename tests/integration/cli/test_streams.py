@@ -1,0 +1,198 @@
+"""``consume`` and ``streams`` as the CLI runs them (argparse -> run function)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
+from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.entries import Message
+from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.stream_status import Hold, read_stream_status
+
+pytestmark = pytest.mark.integration
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_consume_parser(commands)
+    add_streams_parser(commands)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+def test_consume_saves_columns_with_per_row_metadata(redis_url: str, tmp_path: Path) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole", "team")
+    for worker in range(3):
+        publisher.publish({"obs": np.full((worker + 1, 2), worker, np.float32)}, weights_seq_no=10 + worker,
+                          worker_index=worker)  # fmt: skip
+    output = tmp_path / "out.npz"
+    assert run("consume", "--redis", redis_url, "--job", "cartpole", "--namespace", "team", "--count", "3",
+               "--output", str(output)) == 0  # fmt: skip
+    with np.load(output, allow_pickle=False) as data:
+        assert data["obs"].shape == (6, 2)
+        assert data["worker_index"].tolist() == [0, 1, 1, 2, 2, 2]
+        assert data["weights_seq_no"].tolist() == [10, 11, 11, 12, 12, 12]
+
+
+def test_consume_saves_each_rows_own_weights_version(redis_url: str, tmp_path: Path) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole")
+    publisher.publish({"obs": np.zeros((3, 2), np.float32), "weights_seq_no": np.array([3, 7, 7])})
+    output = tmp_path / "out.npz"
+    assert run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "1", "--output", str(output)) == 0
+    with np.load(output, allow_pickle=False) as data:
+        assert data["weights_seq_no"].tolist() == [3, 7, 7]  # not the entry's newest version on every row
+
+
+def test_consume_gives_up_without_enough_batches(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run("consume", "--redis", redis_url, "--job", "idle", "--count", "1", "--output", str(tmp_path / "x.npz"),
+               "--timeout", "0.2")  # fmt: skip
+    assert code == 1 and "0 of 1 batches" in capsys.readouterr().err
+
+
+def test_streams_lists_every_job(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps cells to the terminal width
+    BatchPublisher(redis_url, "cartpole", "team").publish({"obs": np.zeros(2)})
+    BatchPublisher(redis_url, "pong", "default").publish({"obs": np.zeros(2)})
+    for policy in ("red", "blue"):  # a multi-agent job: one stream per policy
+        BatchPublisher(redis_url, "tag", "default", policy=policy).publish({"obs": np.zeros(2)})
+    run("consume", "--redis", redis_url, "--job", "pong", "--count", "1", "--output", str(tmp_path / "pong.npz"),
+        "--group", "learner", "--timeout", "5")  # fmt: skip
+    run("consume", "--redis", redis_url, "--job", "tag", "--policy", "red", "--count", "1", "--output",
+        str(tmp_path / "red.npz"), "--group", "red-learner", "--timeout", "5")  # fmt: skip
+    capsys.readouterr()
+    assert run("streams", "--redis", redis_url) == 0
+    out = capsys.readouterr().out
+    assert "team/cartpole" in out and "default/pong" in out and "learner" in out
+    assert "default/tag (blue)" in out and "default/tag (red)" in out and "red-learner" in out
+
+
+def test_consume_without_a_group_only_looks(redis_url: str, tmp_path: Path) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole")
+    for worker in range(5):
+        publisher.publish({"obs": np.full((1, 2), worker, np.float32)}, worker_index=worker)
+    output = tmp_path / "look.npz"
+    for _ in range(2):  # looking twice sees the same oldest entries: nothing was consumed
+        assert run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "3", "--output", str(output)) == 0
+        with np.load(output, allow_pickle=False) as data:
+            assert data["worker_index"].tolist() == [0, 1, 2]
+    client = redis.Redis.from_url(redis_url)
+    assert client.xinfo_groups(publisher.keys.batches) == []  # nothing left behind
+    assert client.xlen(publisher.keys.batches) == 5
+
+
+def test_consume_as_a_group_acknowledges_what_it_saved(redis_url: str, tmp_path: Path) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole")
+    for worker in range(4):
+        publisher.publish({"obs": np.full((2, 2), worker, np.float32)}, worker_index=worker)
+    output = tmp_path / "as-group.npz"
+    assert run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "3", "--output", str(output),
+               "--group", "inspect") == 0  # fmt: skip
+    with np.load(output, allow_pickle=False) as data:
+        assert data["worker_index"].tolist() == [0, 0, 1, 1, 2, 2]
+    [group] = redis.Redis.from_url(redis_url).xinfo_groups(publisher.keys.batches)
+    assert (group["name"], group["pending"], group["lag"]) == (b"inspect", 0, 1)
+    assert [p.name for p in tmp_path.iterdir()] == ["as-group.npz"]  # the spool is gone
+
+
+def test_consume_refuses_a_consumer_name_without_a_group(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "1", "--output",
+               str(tmp_path / "x.npz"), "--consumer", "me")  # fmt: skip
+    assert code == 2 and "--consumer names a consumer of --group" in capsys.readouterr().err
+
+
+def test_streams_shows_which_group_holds_the_workers_back_and_since_when(
+    redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    publisher = BatchPublisher(
+        redis_url, "held", max_len=2, backpressure="block", block_timeout_s=30, learner_idle_s=2.0
+    )
+    inspect = BatchConsumer(redis_url, "held", group="inspect", block_s=0.05)
+    publisher.publish({"obs": np.zeros(2)})
+    inspect.read(count=1, timeout=5)  # then never again: idle past learner_idle_s, not counted
+    learner = BatchConsumer(redis_url, "held", group="learner", block_s=0.05)
+    publisher.publish({"obs": np.zeros(2)})
+    held = learner.read(count=2, timeout=5)  # pending: the learner holds both entries
+    assert len(held) == 2
+    time.sleep(2.5)
+    reading = threading.Event()
+
+    def learn() -> None:  # reads (so it stays a learner) but acks nothing until told
+        while not reading.is_set():
+            learner.read(timeout=0.1)
+
+    thread = threading.Thread(target=learn)
+    thread.start()
+    waited = threading.Thread(target=publisher.publish, args=({"obs": np.zeros(2)},))
+    waited.start()
+    try:
+        time.sleep(2.5)  # the wait has lasted over a second: the workers say who holds them
+        capsys.readouterr()
+        assert run("streams", "--redis", redis_url) == 0
+        out = capsys.readouterr().out
+        line = next(line for line in out.splitlines() if line.startswith("default/held:"))
+        assert "group 'learner' holds the workers back since" in line, out
+        assert "2 unconsumed entries, maxLen 2" in line and "not counted (no read within 2 s): inspect" in line
+        assert re.search(r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \((\d+) s\)", line), line
+        assert waited.is_alive()  # still held back
+    finally:
+        reading.set()
+        thread.join(10)
+        learner.ack(held)
+        waited.join(30)
+    assert not waited.is_alive() and publisher.stats.blocked == 1
+
+
+def test_the_hold_is_dated_from_when_its_holder_began_to_hold(redis_url: str) -> None:
+    publisher = BatchPublisher(redis_url, "paced", max_len=1, backpressure="block", block_timeout_s=60)
+    client = redis.Redis.from_url(redis_url)
+    publisher.publish({"obs": np.zeros(2)})
+    waited = threading.Thread(target=publisher.publish, args=({"obs": np.zeros(2)},))
+    waited.start()  # no learner yet: the workers wait for one
+
+    def hold(group: str | None) -> Hold:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = read_stream_status(client, publisher.keys)
+            if status.hold is not None and status.hold.group == group:
+                return status.hold
+            time.sleep(0.1)
+        raise AssertionError(f"no hold by {group!r} recorded: {read_stream_status(client, publisher.keys)}")
+
+    before = hold(None)
+    learner = BatchConsumer(redis_url, "paced", block_s=0.05)
+    stop = threading.Event()
+    held: list[Message] = []
+
+    def learn() -> None:  # takes the entry, keeps reading, acks nothing until told
+        while not stop.is_set():
+            held.extend(learner.read(timeout=0.1))
+
+    thread = threading.Thread(target=learn)
+    thread.start()
+    try:
+        after = hold("learner")
+        assert after.since > before.since  # from when the learner began to hold, not the wait's start
+        assert (after.unconsumed, after.max_len) == (1, 1)
+    finally:
+        stop.set()
+        thread.join(10)
+        learner.ack(held)
+        waited.join(30)
+    assert not waited.is_alive()

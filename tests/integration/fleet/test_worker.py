@@ -1,0 +1,156 @@
+"""``rolloutfleet worker`` as a pod runs it: env vars in, batches and probes out."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.weights import WeightPublisher
+from tests.integration.fleet_helpers import read_until, small_job
+from tests.integration.redis_server import RedisServer
+
+
+def start_worker(
+    redis_url: str, port: int, tmp_path: Path, stderr: Any = subprocess.PIPE, **env: str
+) -> subprocess.Popen[str]:
+    config = WorkerConfig(
+        job=small_job("w", replicas=1), worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=port
+    )
+    environ = {
+        **os.environ,
+        **config.to_environ(),
+        "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination"),
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "rolloutfleet.cli.main", "worker"], env=environ, stderr=stderr, text=True
+    )
+
+
+def probe(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except OSError:
+        return 0
+
+
+def wait_probe(port: int, path: str, code: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe(port, path) == code:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never answered {code}")
+
+
+def test_worker_publishes_loads_weights_and_drains_on_sigterm(redis_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    worker = start_worker(redis_url, port, tmp_path)
+    try:
+        consumer = BatchConsumer(redis_url, "w", group="test")
+        first = read_until(consumer, lambda ms: len(ms) >= 1, timeout=90)[0]
+        assert first.metadata.worker_index == 0 and len(first.batch) == 100
+        wait_probe(port, "/readyz", 200, 30)
+        assert probe(port, "/healthz") == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            metrics = response.read().decode()
+        assert 'rolloutfleet_batches_published_total{job_name="w"' in metrics
+        # New weights (every parameter zero: both actions equally likely) reach the worker.
+        from rolloutfleet.sampling.runners import build_model
+
+        zeros = {k: np.zeros_like(v.numpy()) for k, v in build_model(small_job("w", replicas=1)).state_dict().items()}
+        seq_no = WeightPublisher(redis_url, "w").publish(zeros)
+        later = read_until(consumer, lambda ms: any(m.metadata.weights_seq_no == seq_no for m in ms), timeout=60)
+        newest = next(m for m in later if m.metadata.weights_seq_no == seq_no)
+        # Rows record the version that produced them: a few rows carried over from the
+        # previous fragment still say 0; every row sampled with the new weights says so.
+        rows = newest.batch["weights_seq_no"]
+        assert set(rows.tolist()) <= {0, seq_no} and (rows == seq_no).mean() > 0.8
+        assert newest.metadata.weights_seq_no_min == rows.min()  # written from the rows, not beside them
+        np.testing.assert_allclose(newest.batch["action_logp"][rows == seq_no], np.log(0.5), rtol=1e-5)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+
+
+def test_worker_waits_for_redis_instead_of_crash_looping(tmp_path: Path) -> None:
+    redis = EmbeddedRedis()  # not started yet: the worker finds nothing on the port
+    port = free_port()
+    worker = start_worker(redis.url, port, tmp_path)
+    try:
+        wait_probe(port, "/readyz", 503, 60)
+        time.sleep(2)
+        assert worker.poll() is None and probe(port, "/healthz") == 200
+        with redis:
+            wait_probe(port, "/readyz", 200, 60)
+            read_until(BatchConsumer(redis.url, "w", group="test"), lambda ms: len(ms) >= 1, timeout=60)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+
+
+def test_a_worker_told_to_stop_during_a_redis_outage_exits_at_once(own_redis: RedisServer, tmp_path: Path) -> None:
+    """Defect: the stop waited out the outage backoff (8 s and more) before dropping the fragment."""
+    # A full stream (block, maxLen 1, no learner) holds the worker inside a publish, fragment
+    # in hand, when Redis goes away: the case where the stop used to wait.
+    spec = small_job("w", replicas=1).to_dict()["spec"]
+    spec["redis"] = {"maxLen": 1, "backpressure": "block"}
+    port = free_port()
+    log = tmp_path / "worker.stderr"
+    with log.open("w") as stderr:
+        worker = start_worker(own_redis.url, port, tmp_path, stderr=stderr, ROLLOUTFLEET_SPEC=json.dumps(spec))
+    try:
+        client = own_redis.client()
+        deadline = time.monotonic() + 90
+        while client.xlen(job_keys("default", "w").batches) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        own_redis.stop()  # gone: connections are refused
+        while "redis unavailable while publishing" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
+        code = worker.wait(60)
+        took = time.monotonic() - stopped_at
+        assert code == 0, log.read_text()
+        assert took < 5, f"the stop took {took:.1f} s with Redis away"
+        assert "dropping one unpublished fragment" in log.read_text()
+    finally:
+        worker.kill()
+
+
+@pytest.mark.parametrize(
+    ("spec_json", "field"),
+    [
+        ('{"env": {"entryPoint": "no_such_module_anywhere:make"}}', "spec.env.entryPoint"),
+        ('{"env": {"id": "CartPole-v1"}, "policy": {"device": "cuda:7"}}', "spec.policy.device"),
+    ],
+)
+def test_an_unbuildable_env_or_policy_exits_with_one_line(
+    redis_url: str, tmp_path: Path, spec_json: str, field: str
+) -> None:
+    worker = start_worker(redis_url, 0, tmp_path, ROLLOUTFLEET_SPEC=spec_json)
+    _, stderr = worker.communicate(timeout=90)
+    assert worker.returncode == 3
+    lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
+    assert len(lines) == 1 and field in lines[0], stderr
+    assert field in (tmp_path / "termination").read_text()

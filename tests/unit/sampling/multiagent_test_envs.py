@@ -1,0 +1,151 @@
+"""Small multi-agent envs with dynamics a test can recompute from a batch.
+
+``WalkEnv`` (RLlib-style dicts): every agent's observation is ``[position, agent number,
+env step]``; action ``a`` (Discrete(3)) moves it by ``a - 1`` and pays reward ``a`` (plus
+``10 * agent number`` when it is told at a step it did not act). Options make agents
+join, leave and take turns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rolloutfleet.sampling.envs import EnvContext
+
+OBS_SPACE = spaces.Box(-1000.0, 1000.0, (3,), np.float32)
+ACT_SPACE = spaces.Discrete(3)
+
+
+class WalkEnv:
+    """Agents ``a0..a{n-1}`` walk on a line.
+
+    config: ``agents`` (2), ``length`` (env steps per episode, 8), ``late`` (an agent
+    ``late`` that joins at step ``join`` and leaves, terminated, at step ``leave``),
+    ``turns`` (agents alternate: only one has an observation per step), ``pettingzoo``
+    (no ``__all__``; the episode ends when ``agents`` is empty).
+    """
+
+    metadata: dict[str, Any] = {"name": "walk_v0", "is_parallelizable": True}
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        config = dict(config or {})
+        self.n = int(config.get("agents", 2))
+        self.length = int(config.get("length", 8))
+        self.late = bool(config.get("late", False))
+        self.join, self.leave = int(config.get("join", 3)), int(config.get("leave", 6))
+        self.turns = bool(config.get("turns", False))
+        self.pettingzoo = bool(config.get("pettingzoo", False))
+        self.possible_agents = [f"a{i}" for i in range(self.n)] + (["late"] if self.late else [])
+        self.observation_spaces = dict.fromkeys(self.possible_agents, OBS_SPACE)
+        self.action_spaces = dict.fromkeys(self.possible_agents, ACT_SPACE)
+        self.agents: list[str] = []
+        self.rng = np.random.default_rng()
+        self.pos: dict[str, float] = {}
+        self.steps = 0
+
+    def number(self, agent: str) -> int:
+        return self.possible_agents.index(agent)
+
+    def obs(self, agent: str) -> np.ndarray:
+        return np.array([self.pos[agent], self.number(agent), self.steps], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.steps = 0
+        self.agents = [f"a{i}" for i in range(self.n)]
+        self.pos = {agent: float(self.rng.integers(-5, 5)) for agent in self.possible_agents}
+        return self._observe(), {}
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        acting = self.agents
+        if self.turns:
+            acting = [a for a in self.agents if self.number(a) % 2 == self.steps % 2] or self.agents
+        return {agent: self.obs(agent) for agent in acting}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.steps += 1
+        rewards: dict[str, float] = {}
+        for agent, action in actions.items():
+            assert agent in self.agents, f"{agent} acted without being in the game"
+            self.pos[agent] += int(action) - 1
+            rewards[agent] = float(int(action))
+        if self.turns:  # the waiting agents are paid too: rewards sum up until they act again
+            for agent in self.agents:
+                if agent not in actions:
+                    rewards[agent] = 10.0 * self.number(agent)
+        terminated = dict.fromkeys(self.agents, False)
+        truncated = dict.fromkeys(self.agents, False)
+        if self.late and self.steps == self.leave and "late" in self.agents:
+            terminated["late"] = True
+        over = self.steps >= self.length
+        if over:
+            truncated = dict.fromkeys(self.agents, True)
+        obs = self._observe()
+        for agent, done in terminated.items():
+            if done:
+                obs[agent] = self.obs(agent)  # its last observation comes with the flag
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        if self.late and self.steps == self.join:
+            self.agents.append("late")
+            obs["late"] = self.obs("late")
+        if over:
+            obs = {agent: self.obs(agent) for agent in truncated}
+        if not self.pettingzoo:
+            terminated["__all__"] = False
+            truncated["__all__"] = over
+        return obs, rewards, terminated, truncated, {}
+
+    def close(self) -> None:
+        pass
+
+
+def make_walk(ctx: EnvContext) -> WalkEnv:
+    return WalkEnv(dict(ctx))
+
+
+def make_pettingzoo_walk(ctx: EnvContext) -> Any:
+    """WalkEnv as a real ``pettingzoo.ParallelEnv`` subclass."""
+    from pettingzoo import ParallelEnv
+
+    class PettingZooWalk(WalkEnv, ParallelEnv):  # type: ignore[misc]
+        def observation_space(self, agent: str) -> spaces.Space[Any]:
+            return OBS_SPACE
+
+        def action_space(self, agent: str) -> spaces.Space[Any]:
+            return ACT_SPACE
+
+    return PettingZooWalk({**ctx, "pettingzoo": True})
+
+
+def even_odd(agent_id: str, episode: Any) -> str:
+    """Mapping function: a0, a2, ... -> 'even'; the others -> 'odd'."""
+    return "even" if agent_id.startswith("a") and int(agent_id[1:]) % 2 == 0 else "odd"
+
+
+def per_episode_swap(agent_id: str, episode: Any) -> str:
+    """Self-play style: which side a0 plays changes with the episode id."""
+    side = (episode.eps_id + (agent_id == "a0")) % 2
+    return "even" if side == 0 else "odd"
+
+
+def unknown_policy(agent_id: str, episode: Any) -> str:
+    return "green" if agent_id == "a1" else "even"
+
+
+class DiscreteObsWalk(WalkEnv):
+    """WalkEnv whose agents observe only their (clipped) position, as a Discrete(11)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self.observation_spaces = dict.fromkeys(self.possible_agents, spaces.Discrete(11))
+
+    def obs(self, agent: str) -> np.ndarray:
+        return np.int64(min(max(self.pos[agent] + 5, 0), 10))  # type: ignore[return-value]
+
+
+def make_discrete_obs(ctx: EnvContext) -> DiscreteObsWalk:
+    return DiscreteObsWalk(dict(ctx))

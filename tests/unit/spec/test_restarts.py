@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from rolloutfleet.spec.job import RestartPolicySpec
+from rolloutfleet.spec.restarts import RestartTracker, backoff_delay
+
+
+def test_backoff_doubles_up_to_the_limit() -> None:
+    policy = RestartPolicySpec(backoffSeconds=1, backoffLimitSeconds=5)
+    assert [backoff_delay(policy, n) for n in range(6)] == [0.0, 1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_budget_is_per_job_and_counted_when_decided() -> None:
+    tracker = RestartTracker(RestartPolicySpec(maxRestarts=2, backoffSeconds=1, backoffLimitSeconds=4))
+    for index in (0, 1, 2):
+        tracker.started(index, now=0.0)
+    assert tracker.failed(0, now=1.0) == 2.0
+    assert tracker.failed(1, now=1.0) == 2.0
+    assert tracker.failed(2, now=1.0) is None  # two restarts decided: the budget is spent
+    assert tracker.budget_spent and tracker.total_restarts == 2
+    assert tracker.due(1.5) == [] and tracker.due(2.0) == [0, 1]
+
+
+def test_quick_refailures_back_off_and_a_healthy_run_resets() -> None:
+    tracker = RestartTracker(RestartPolicySpec(maxRestarts=10, backoffSeconds=1, backoffLimitSeconds=8))
+    tracker.started(0, now=0.0)
+    assert tracker.failed(0, now=0.5) == 1.5
+    tracker.started(0, now=1.5)
+    assert tracker.failed(0, now=2.0) == 4.0  # second failure in a row: 2 s
+    tracker.started(0, now=4.0)
+    assert tracker.failed(0, now=4.5) == 8.5  # third: 4 s
+    tracker.started(0, now=8.5)
+    assert tracker.failed(0, now=30.0) == 31.0  # ran for 21.5 s >= 10 s: healthy again, base backoff

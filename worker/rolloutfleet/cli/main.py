@@ -1,0 +1,147 @@
+"""``rolloutfleet``: the command line.
+
+rolloutfleet sample examples/cartpole.yaml --steps 10000 --output cartpole.npz
+rolloutfleet sample examples/multiagent.yaml --steps 2000 --output tag.npz   # red/obs, blue/agent_id, ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
+from rolloutfleet.spec.job import RolloutJob, SpecError
+
+
+def _sample(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from rolloutfleet.data.batch import SampleBatch
+    from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+    from rolloutfleet.sampling.runners import make_env_runner
+
+    job = RolloutJob.from_file(args.manifest)
+    with make_env_runner(job, worker_index=args.worker_index, num_workers=args.num_workers) as runner:
+        batches: list[Any] = []
+        steps = 0  # rows (single-agent) or env steps (multi-agent)
+        while steps < args.steps:
+            batch = (
+                runner.sample(num_timesteps=args.steps - steps)
+                if job.spec.sampling.batch_mode == "truncate_episodes"
+                else runner.sample()
+            )
+            batches.append(batch)
+            steps += batch.env_steps()
+        metrics = runner.get_metrics()
+    if job.spec.multi_agent is not None:
+        # "<policy_id>/<column>", agent_id (text) included; every policy, trained or not.
+        multi = MultiAgentBatch.concat(batches)
+        arrays = multi.to_npz_arrays()
+        rows = f"{multi.agent_steps()} agent steps over {multi.env_steps()} env steps " + (
+            "(" + ", ".join(f"{policy}: {len(part)}" for policy, part in multi.items()) + ")"
+        )
+    else:
+        result = SampleBatch.concat(batches)
+        arrays = dict(result.items())
+        rows = f"{len(result)} rows"
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
+    save = np.savez_compressed if args.compress else np.savez
+    save(output, **arrays)  # type: ignore[arg-type]
+    print(
+        f"wrote {rows} ({metrics['num_episodes']} episodes ended, "
+        f"return mean {metrics['episode_return_mean']:.1f}, {metrics['env_steps_per_s']:,.0f} env steps/s) to {output}"
+    )
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    job = RolloutJob.from_file(args.manifest)
+    print(f"{args.manifest}: RolloutJob {job.namespace}/{job.name} is valid")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from rolloutfleet.fleet.worker import main as worker_main
+
+    return worker_main()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rolloutfleet.cli.run import run_fleet
+
+    return run_fleet(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
+    parser.add_argument("--log-level", default="WARNING", help="python logging level (default: WARNING)")
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    sample = commands.add_parser("sample", help="sample locally and write every column to a .npz file")
+    sample.add_argument("manifest", help="a RolloutJob YAML file")
+    sample.add_argument(
+        "--steps", type=int, required=True, help="env steps to collect (rows; multi-agent: env steps, all agents)"
+    )
+    sample.add_argument("--output", required=True, help="the .npz file to write")
+    sample.add_argument("--worker-index", type=int, default=0)
+    sample.add_argument("--num-workers", type=int, default=None)
+    sample.add_argument("--compress", action="store_true", help="write a compressed .npz")
+    sample.set_defaults(run=_sample)
+
+    worker = commands.add_parser(
+        "worker", help="run one worker (the container entrypoint; configured by ROLLOUTFLEET_* env)"
+    )
+    worker.set_defaults(run=_worker)
+
+    run = commands.add_parser(
+        "run",
+        help="run the job's workers locally with an embedded Redis",
+        description="Run spec.replicas workers on this machine. With `-- COMMAND`, run COMMAND (e.g. a learner) "
+        "with ROLLOUTFLEET_REDIS_URL set, and stop the fleet when it exits.",
+    )
+    run.add_argument("manifest")
+    run.add_argument("--redis", default=None, help="use this Redis instead of starting one")
+    run.add_argument("--replicas", type=int, default=None, help="override spec.replicas")
+    run.add_argument("--no-status", action="store_true", help="no live status table (log lines only)")
+    run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    run.set_defaults(run=_run, command=[])
+
+    validate = commands.add_parser("validate", help="check a manifest and name every invalid field")
+    validate.add_argument("manifest")
+    validate.set_defaults(run=_validate)
+    add_consume_parser(commands)
+    add_streams_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `rolloutfleet run JOB -- COMMAND ARGS`: everything after `--` is the command, verbatim.
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    args = build_parser().parse_args(argv)
+    if command:
+        if args.command_name != "run":
+            build_parser().error("`-- COMMAND` is only for `rolloutfleet run`")
+        args.command = command
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except SpecError as exc:
+        print(f"rolloutfleet: invalid manifest: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""``rolloutfleet run``: the local fleet with a live status table, and an optional learner.
+
+rolloutfleet run examples/cartpole.yaml
+rolloutfleet run examples/cartpole.yaml -- python -m rolloutfleet.examples.ppo examples/cartpole.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from rolloutfleet.fleet.parent_watch import die_with_parent
+from rolloutfleet.fleet.supervisor import LocalFleet
+from rolloutfleet.spec.job import RolloutJob
+
+log = logging.getLogger(__name__)
+
+
+def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]], elapsed: float) -> Table:
+    job = fleet.job
+    total_rate = sum(float(h.get("steps_per_s", 0.0)) for h in heartbeats.values())
+    table = Table(
+        title=f"{job.namespace}/{job.name}: {fleet.alive()}/{len(fleet.workers)} workers up, "
+        f"{total_rate:,.0f} env steps/s, {fleet.restarts} restarts, {elapsed:.0f} s",
+        title_justify="left",
+    )
+    for column in ("worker", "state", "pid", "env steps", "steps/s", "return (100 ep)", "weights", "last error"):
+        table.add_column(column, justify="left" if column in ("state", "last error") else "right")
+    for index, worker in fleet.workers.items():
+        beat = heartbeats.get(index, {})
+        episode_return = float(beat.get("episode_return_mean", math.nan))
+        table.add_row(
+            str(index),
+            worker.state,
+            str(worker.process.pid) if worker.process is not None and worker.state == "running" else "-",
+            f"{int(beat.get('env_steps', 0)):,}",
+            f"{float(beat.get('steps_per_s', 0.0)):,.0f}",
+            "-" if math.isnan(episode_return) else f"{episode_return:.1f}",
+            f"v{int(beat.get('weights_seq_no', 0))}",
+            worker.last_error[-60:],
+        )
+    return table
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    from rolloutfleet.transport.heartbeat import read_heartbeats
+
+    job = RolloutJob.from_file(args.manifest)
+    if args.replicas is not None:
+        job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": args.replicas}})
+    command = list(args.command)
+    console = Console(stderr=True)
+    fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"))
+    learner: subprocess.Popen[bytes] | None = None
+    code = 0
+    started = time.monotonic()
+    stop = StopSignals()
+    try:
+        stop.install()
+        fleet.start()
+        console.print(
+            f"fleet: {len(fleet.workers)} workers of {job.name}, redis {fleet.redis_url}, logs in {fleet.log_dir}"
+        )
+        if command:
+            env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
+            # SIGTERMed by the kernel should this process be SIGKILLed: it outlives nothing either.
+            learner = subprocess.Popen(command, env=env, preexec_fn=die_with_parent())
+        live = None if args.no_status else Live(console=console, refresh_per_second=2, transient=False)
+        if live is not None:
+            live.start()
+        last_log = 0.0
+        try:
+            while True:
+                fleet.poll()
+                now = time.monotonic()
+                if live is not None:
+                    live.update(
+                        status_table(fleet, read_heartbeats(fleet.redis_url, job, fleet.redis_password), now - started)
+                    )
+                elif now - last_log > 10:
+                    last_log = now
+                    log.info("fleet: %d/%d workers up, %d restarts", fleet.alive(), len(fleet.workers), fleet.restarts)
+                if learner is not None and (learner_code := learner.poll()) is not None:
+                    console.print(f"fleet: the command exited with {learner_code}; stopping the fleet")
+                    code = learner_code
+                    break
+                if fleet.alive() == 0 and all(w.state == "failed" for w in fleet.workers.values()) and fleet.workers:
+                    console.print("fleet: every worker is down and the restart budget is spent; stopping")
+                    code = 1
+                    break
+                if args.duration is not None and now - started >= args.duration:
+                    break
+                if stop.received.wait(0.25):
+                    break
+        finally:
+            if live is not None:
+                live.stop()
+        if stop.signum is not None:
+            console.print(f"fleet: {signal.Signals(stop.signum).name}; stopping workers")
+            code = 128 + stop.signum
+    finally:
+        if learner is not None and learner.poll() is None:
+            learner.terminate()
+            try:
+                learner.wait(10)
+            except subprocess.TimeoutExpired:
+                learner.kill()
+        codes = fleet.stop()
+        stop.restore()
+        unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
+        console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
+    return code
+
+
+class StopSignals:
+    """SIGTERM (systemd, Docker, CI runners, ``kill``), SIGINT (Ctrl-C) and SIGHUP (the
+    terminal went away) all mean the same graceful stop. The handlers only record the
+    signal: the loop notices it within a quarter second, and nothing is raised in the
+    middle of starting or stopping workers, so a second signal cannot cut the stop short
+    and leave workers behind."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.received = threading.Event()
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; a caller elsewhere keeps its own
+        for signum in self.SIGNALS:
+            previous = signal.getsignal(signum)
+            if signum == signal.SIGHUP and previous == signal.SIG_IGN:
+                continue  # started under nohup: stay deaf to hangups, as asked
+            self._previous[signum] = previous
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.received.set()
+
+    def restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()

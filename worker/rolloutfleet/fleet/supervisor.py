@@ -1,0 +1,198 @@
+"""``rolloutfleet run``: a job's workers as local processes, supervised like the operator does.
+
+Each worker is the same ``rolloutfleet worker`` process a pod runs, with the same
+environment variables. A worker that exits unexpectedly is restarted after its backoff,
+against the job's restart budget (:mod:`rolloutfleet.spec.restarts`); once the budget is spent
+the fleet says so and leaves it down. ``stop()`` sends SIGTERM, waits for the grace
+period, then SIGKILLs what is left: nothing outlives the fleet. Should this process die
+without calling ``stop()`` (SIGKILL), the workers and the embedded redis-server stop by
+themselves within seconds (:mod:`rolloutfleet.fleet.parent_watch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.fleet.parent_watch import PARENT_PID_ENV
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.restarts import RestartTracker
+from rolloutfleet.spec.worker_config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerProcess:
+    index: int
+    process: subprocess.Popen[bytes] | None = None
+    state: str = "starting"  # running | backoff | failed | stopped
+    exit_code: int | None = None  # of the last exit; kept across restarts
+    last_error: str = ""
+
+
+class LocalFleet:
+    """Run ``job.spec.replicas`` workers on this machine.
+
+    >>> with LocalFleet(RolloutJob.from_file("examples/cartpole.yaml")) as fleet:  # doctest: +SKIP
+    ...     while True:
+    ...         fleet.poll()
+    """
+
+    def __init__(
+        self,
+        job: RolloutJob,
+        redis_url: str | None = None,
+        redis_password: str | None = None,
+        log_dir: Path | None = None,
+        grace_seconds: float = 10.0,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.job = job
+        self.grace_seconds = grace_seconds
+        self.redis: EmbeddedRedis | None = None
+        self._redis_url = redis_url
+        self.redis_password = redis_password
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"rolloutfleet-{job.name}-"))
+        self.extra_env = dict(extra_env or {})
+        self.tracker = RestartTracker(job.spec.restart_policy)
+        self.workers = {i: WorkerProcess(i) for i in range(job.spec.replicas)}
+        self.budget_reported = False
+
+    @property
+    def redis_url(self) -> str:
+        if self._redis_url is not None:
+            return self._redis_url
+        if self.redis is None:
+            raise RuntimeError("the fleet is not started")
+        return self.redis.url
+
+    def start(self) -> LocalFleet:
+        if self._redis_url is None:
+            self.redis = EmbeddedRedis().start()
+        now = time.monotonic()
+        for index in self.workers:
+            self._spawn(index, now)
+        return self
+
+    def worker_environ(self, index: int) -> dict[str, str]:
+        config = WorkerConfig(
+            job=self.job,
+            worker_index=index,
+            num_workers=max(len(self.workers), 1),
+            redis_url=self.redis_url,
+            redis_password=self.redis_password,
+            metrics_port=0,  # any free port: several workers share this machine
+        )
+        # The worker stops by itself if this process dies without stopping it (SIGKILL).
+        return {**os.environ, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
+
+    def _spawn(self, index: int, now: float) -> None:
+        worker = self.workers[index]
+        log_file = (self.log_dir / f"worker-{index}.log").open("ab")
+        worker.process = subprocess.Popen(
+            [sys.executable, "-m", "rolloutfleet.cli.main", "worker"],
+            env=self.worker_environ(index),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the fleet, which stops workers in order
+        )
+        log_file.close()
+        worker.state = "running"
+        self.tracker.started(index, now)
+
+    def poll(self, now: float | None = None) -> None:
+        """Notice exits, schedule and perform restarts. Call every fraction of a second."""
+        now = time.monotonic() if now is None else now
+        for index, worker in self.workers.items():
+            if worker.state != "running" or worker.process is None:
+                continue
+            code = worker.process.poll()
+            if code is None:
+                continue
+            worker.exit_code = code
+            worker.last_error = self._last_line(index)
+            restart_at = self.tracker.failed(index, now)
+            if restart_at is None:
+                worker.state = "failed"
+                if not self.budget_reported:
+                    log.error(
+                        "restart budget spent (%d restarts, maxRestarts=%d): worker %d stays down; last error: %s",
+                        self.tracker.total_restarts,
+                        self.job.spec.restart_policy.max_restarts,
+                        index,
+                        worker.last_error,
+                    )
+                    self.budget_reported = True
+            else:
+                worker.state = "backoff"
+                log.warning(
+                    "worker %d exited with %d (%s); restarting in %.1f s",
+                    index,
+                    code,
+                    worker.last_error or "no message",
+                    restart_at - now,
+                )
+        for index in self.tracker.due(now):
+            if self.workers[index].state == "backoff":
+                self._spawn(index, now)
+
+    def _last_line(self, index: int) -> str:
+        path = self.log_dir / f"worker-{index}.log"
+        try:
+            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return ""
+        return lines[-1][:300] if lines else ""
+
+    @property
+    def restarts(self) -> int:
+        return self.tracker.total_restarts
+
+    def alive(self) -> int:
+        return sum(1 for w in self.workers.values() if w.state == "running")
+
+    def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to one worker (tests and chaos drills)."""
+        process = self.workers[index].process
+        if process is not None and process.poll() is None:
+            process.send_signal(sig)
+
+    def stop(self) -> dict[int, int | None]:
+        """SIGTERM every worker, wait the grace period, SIGKILL the rest; stop the embedded Redis."""
+        running = [w for w in self.workers.values() if w.process is not None and w.process.poll() is None]
+        for worker in running:
+            assert worker.process is not None
+            worker.process.terminate()
+        deadline = time.monotonic() + self.grace_seconds
+        for worker in running:
+            assert worker.process is not None
+            try:
+                worker.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker %d did not stop within %.0f s: killing it", worker.index, self.grace_seconds)
+                worker.process.kill()
+                worker.process.wait()
+        codes = {}
+        for worker in self.workers.values():
+            worker.state = "stopped"
+            codes[worker.index] = None if worker.process is None else worker.process.returncode
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+        return codes
+
+    def __enter__(self) -> LocalFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,220 @@
+"""``rolloutfleet worker``: the process in every worker pod (and every local-fleet worker).
+
+Loop: load newer weights if any → sample a fragment → publish it → merge the observation
+filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
+
+* Prometheus metrics, ``/healthz`` and ``/readyz`` (:mod:`rolloutfleet.fleet.probes`);
+* SIGTERM/SIGINT: the fragment being sampled is finished and published, then exit 0;
+  with Redis unreachable the fragment is dropped after a second of tries (a stop never
+  waits out the outage backoff);
+* Redis unreachable: not ready, retry with backoff, keep the sampled fragment (never
+  crash-loop because the learner's Redis restarts);
+* started by ``rolloutfleet run`` (``ROLLOUTFLEET_PARENT_PID`` set): the same stop once
+  the supervisor is gone, even by SIGKILL (:mod:`rolloutfleet.fleet.parent_watch`);
+* env or policy cannot be built: one line on stderr (and in the pod's termination
+  message), exit code 3, so the operator can show why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from rolloutfleet.data.batch import SampleBatch
+    from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+    from rolloutfleet.fleet.worker_transport import WorkerTransport
+
+from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
+from rolloutfleet.spec.job import SpecError
+from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.transport.publisher import PublishInterrupted
+
+log = logging.getLogger("rolloutfleet.fleet.worker")
+
+EXIT_BAD_SPEC = 3
+STOP_RETRY_S = 1.0
+"""How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
+TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
+
+
+class WorkerMetrics:
+    """The worker's Prometheus series (one registry per process, labelled by job and index)."""
+
+    def __init__(self, job: str, namespace: str, index: int) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"job_name": job, "namespace": namespace, "worker_index": str(index)}
+        names = list(labels)
+
+        def counter(name: str, doc: str) -> Any:
+            return Counter(name, doc, names, registry=self.registry).labels(**labels)
+
+        def gauge(name: str, doc: str) -> Any:
+            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
+
+        self.env_steps = counter("rolloutfleet_env_steps", "Env steps sampled (transitions published)")
+        self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
+        self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
+        self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
+        self.redis_errors = counter("rolloutfleet_redis_errors", "Failed Redis operations (retried)")
+        self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
+        self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
+        self.weights_seq_no = gauge("rolloutfleet_weights_seq_no", "Version of the weights being sampled with")
+        self.backpressure_seconds = counter("rolloutfleet_backpressure_wait_seconds", "Time blocked on a full stream")
+        self.publish_latency = Histogram(
+            "rolloutfleet_publish_seconds",
+            "Time to publish one batch",
+            names,
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+        ).labels(**labels)
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.stopping = False
+        job = config.job
+        self.metrics = WorkerMetrics(job.name, job.namespace, config.worker_index)
+        from rolloutfleet.fleet.probes import Probes
+
+        self.probes = Probes()
+        self.transport: WorkerTransport | None = None
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the current fragment, then exiting", signum)
+        self.stopping = True
+        if self.transport is not None:
+            # A publish waiting on a full stream (no learner reading) must not outlast the grace period.
+            self.transport.interrupt()
+
+    def run(self) -> int:
+        from rolloutfleet.fleet.probes import serve
+        from rolloutfleet.fleet.worker_transport import WorkerTransport
+        from rolloutfleet.sampling.runners import make_env_runner
+
+        config = self.config
+        server = serve(self.probes, self.metrics.registry, config.metrics_port)
+        log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
+                 config.job.name, server.server_port)  # fmt: skip
+        runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
+        transport = self.transport = WorkerTransport(config)
+        if self.stopping:
+            transport.interrupt()
+        backoff = 0.5
+        pending: SampleBatch | MultiAgentBatch | None = None
+        stats: Mapping[str, float | int] = {}
+        restarts_seen = 0
+        filters_pulled = False
+        stop_deadline = 0.0  # set at the first Redis error after a stop request
+        while not self.stopping or pending is not None:
+            self.probes.beat()
+            try:
+                if not filters_pulled:
+                    transport.pull_filters(runner)  # a replacement worker normalizes like the fleet
+                    filters_pulled = True
+                if pending is None:
+                    loaded = transport.load_weights(runner)
+                    if loaded is not None:
+                        self.metrics.weights_seq_no.set(runner.weights_seq_no)
+                    pending = runner.sample()
+                    stats = runner.get_metrics()
+                    self._record(stats, restarts_seen)
+                    restarts_seen = int(stats["num_env_restarts"])
+                started = time.perf_counter()
+                transport.publish(pending)
+                self.metrics.publish_latency.observe(time.perf_counter() - started)
+                self.metrics.batches.inc()
+                pending = None
+                transport.sync_filters(runner)
+                transport.heartbeat(stats)
+                self.probes.set_ready(True)
+                backoff = 0.5
+            except PublishInterrupted:
+                log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
+                pending = None
+            except transport.retryable as exc:
+                self.metrics.redis_errors.inc()
+                self.probes.set_ready(False, f"redis: {exc}")
+                if self.stopping:
+                    # The backoff is for riding out an outage; a stop has a grace period that
+                    # a Redis which is gone must not use up: a short last try, then drop.
+                    now = time.monotonic()
+                    stop_deadline = stop_deadline or now + STOP_RETRY_S
+                    if pending is not None and now < stop_deadline:
+                        time.sleep(0.1)
+                        continue
+                    if pending is not None:
+                        log.warning("stopping with Redis unreachable (%s): dropping one unpublished fragment", exc)
+                    pending = None
+                    continue
+                log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
+                self._sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+        transport.close()
+        runner.close()
+        server.shutdown()
+        log.info("stopped cleanly")
+        return 0
+
+    def _record(self, stats: Mapping[str, float | int], restarts_seen: int) -> None:
+        m = self.metrics
+        m.env_steps.inc(stats["num_env_steps_sampled"])
+        m.episodes.inc(stats["num_episodes"])
+        m.steps_per_s.set(stats["env_steps_per_s"])
+        if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
+            m.episode_return.set(stats["episode_return_mean"])
+        m.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.stopping:
+            self.probes.beat()
+            time.sleep(min(0.1, deadline - time.monotonic()))
+
+
+def report_fatal(message: str) -> None:
+    """One line for humans (stderr) and for the operator (the pod's termination message)."""
+    line = message.replace("\n", " ")[:1000]
+    print(f"rolloutfleet worker: {line}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # not in a pod, or a read-only path: stderr is enough
+        TERMINATION_LOG.write_text(line + "\n")
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    logging.basicConfig(
+        level=os.environ.get("ROLLOUTFLEET_LOG_LEVEL", "INFO").upper(),
+        format='{"ts": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "msg": %(message)r}',
+    )
+    # Handlers first: a pod deleted while torch is still importing must still exit 0.
+    stop_requested: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, frame: stop_requested.append(signum))
+    environ = os.environ if environ is None else environ
+    try:
+        parent_pid = parent_pid_from(environ)
+        if parent_pid is not None:
+            watch_parent(parent_pid, stop_self)
+        config = WorkerConfig.from_environ(environ)
+        worker = Worker(config)
+        worker.stopping = bool(stop_requested)
+        signal.signal(signal.SIGTERM, worker.request_stop)
+        signal.signal(signal.SIGINT, worker.request_stop)
+        return worker.run()
+    except SpecError as exc:
+        report_fatal(str(exc))
+        return EXIT_BAD_SPEC
+
+
+if __name__ == "__main__":
+    sys.exit(main())

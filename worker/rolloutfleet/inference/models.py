@@ -1,0 +1,156 @@
+"""Default torch models for gymnasium spaces, and the contract for custom ones.
+
+A policy model is any ``nn.Module`` whose ``forward(obs)`` returns
+``(action_dist_inputs, vf_preds)``: a ``(batch, num_inputs)`` tensor laid out as
+:mod:`rolloutfleet.inference.distributions` documents, and a ``(batch,)`` value estimate (or
+``None``). Custom models are built as ``Model(observation_space, action_space, **config)``.
+The default: an MLP for flat observations, a Nature CNN for images, with policy and value
+heads on shared hidden layers (RLlib's default) or, optionally, a separate value MLP.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rolloutfleet.inference.distributions import ActionDistribution, DiagGaussian
+
+_Layer = TypeVar("_Layer", nn.Linear, nn.Conv2d)
+
+
+def is_image_space(space: spaces.Space[Any]) -> bool:
+    return isinstance(space, spaces.Box) and len(space.shape) == 3
+
+
+def flat_obs_size(space: spaces.Space[Any]) -> int:
+    """Inputs to an MLP for one observation of ``space`` (Discrete ones become one-hot)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(space.nvec.sum())
+    if isinstance(space, spaces.Box):
+        return int(math.prod(space.shape))
+    raise ValueError(
+        f"unsupported observation space {space}: the default models take Box, Discrete or "
+        "MultiDiscrete (use policy.entryPoint for others, or flatten the env's observations)"
+    )
+
+
+class ObsEncoder(nn.Module):
+    """Turns a batch of raw observations into float features."""
+
+    def __init__(self, space: spaces.Space[Any]) -> None:
+        super().__init__()
+        self.kind = "box"
+        if isinstance(space, spaces.Discrete):
+            self.kind, self.n, self.start = "discrete", int(space.n), int(space.start)
+        elif isinstance(space, spaces.MultiDiscrete):
+            self.kind = "multi_discrete"
+            nvec = space.nvec.reshape(-1).astype(np.int64)
+            self.register_buffer("offsets_buf", torch.as_tensor(np.r_[0, np.cumsum(nvec)[:-1]]))
+            self.n = int(nvec.sum())
+        elif isinstance(space, spaces.Box):
+            self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else None
+        flat_obs_size(space)  # validates the space
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.kind == "discrete":
+            return nn.functional.one_hot(obs.long() - self.start, self.n).float()
+        if self.kind == "multi_discrete":
+            index = obs.long().reshape(len(obs), -1) + self.get_buffer("offsets_buf")
+            out = torch.zeros(len(obs), self.n, device=obs.device)
+            return out.scatter_(1, index, 1.0)
+        x = obs.float()
+        return x * self.scale if self.scale is not None else x
+
+
+def _mlp(sizes: list[int], activation: type[nn.Module]) -> list[nn.Module]:
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in itertools.pairwise(sizes):
+        layers += [_init(nn.Linear(fan_in, fan_out), math.sqrt(2)), activation()]
+    return layers
+
+
+def _init(layer: _Layer, gain: float) -> _Layer:
+    nn.init.orthogonal_(layer.weight, gain)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class DefaultModel(nn.Module):
+    """An MLP (a CNN for images) with a policy head and a value head; the value head reads the
+    shared hidden layers or, with ``vf_share_layers=False``, an MLP of its own.
+
+    >>> model = DefaultModel(spaces.Box(-1, 1, (4,)), spaces.Discrete(2), hidden=[64, 64])
+    >>> logits, values = model(torch.zeros(3, 4))
+    >>> logits.shape, values.shape
+    (torch.Size([3, 2]), torch.Size([3]))
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        distribution: ActionDistribution,
+        hidden: list[int] | None = None,
+        activation: str = "tanh",
+        vf_share_layers: bool = True,
+    ) -> None:
+        super().__init__()
+        hidden = hidden or [64, 64]
+        act: type[nn.Module] = nn.Tanh if activation == "tanh" else nn.ReLU
+        self.encoder = ObsEncoder(observation_space)
+        self.gaussian = isinstance(distribution, DiagGaussian)
+        num_outputs = distribution.num_inputs // 2 if self.gaussian else distribution.num_inputs
+        if is_image_space(observation_space):
+            trunk, features = _cnn(tuple(observation_space.shape or ()))
+            self.actor_trunk: nn.Module = trunk
+            self.critic_trunk: nn.Module | None = None
+            self.pi = _init(nn.Linear(features, num_outputs), 0.01)
+            self.vf = _init(nn.Linear(features, 1), 1.0)
+        else:
+            sizes = [flat_obs_size(observation_space), *hidden]
+            self.actor_trunk = nn.Sequential(nn.Flatten(), *_mlp(sizes, act))
+            self.critic_trunk = None if vf_share_layers else nn.Sequential(nn.Flatten(), *_mlp(sizes, act))
+            self.pi = _init(nn.Linear(sizes[-1], num_outputs), 0.01)
+            self.vf = _init(nn.Linear(sizes[-1], 1), 1.0)
+        self.log_std = nn.Parameter(torch.zeros(num_outputs)) if self.gaussian else None
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.encoder(obs)
+        features = self.actor_trunk(x)
+        out = self.pi(features)
+        critic = features if self.critic_trunk is None else self.critic_trunk(x)
+        values = self.vf(critic)[:, 0]
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out, values
+
+
+def _cnn(shape: tuple[int, ...]) -> tuple[nn.Module, int]:
+    """Nature-CNN for HWC images of at least 36x36; smaller images get 3x3 convolutions."""
+    height, width, channels = shape
+    convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)] if min(height, width) >= 36 else [(16, 3, 1), (32, 3, 1)]
+    layers: list[nn.Module] = [_HWCtoCHW()]
+    in_channels = channels
+    for out_channels, kernel, stride in convs:
+        layers += [_init(nn.Conv2d(in_channels, out_channels, kernel, stride), math.sqrt(2)), nn.ReLU()]
+        in_channels = out_channels
+    layers.append(nn.Flatten())
+    trunk = nn.Sequential(*layers)
+    with torch.no_grad():
+        features = trunk(torch.zeros(1, height, width, channels)).shape[1]
+    head = nn.Sequential(trunk, _init(nn.Linear(features, 512), math.sqrt(2)), nn.ReLU())
+    return head, 512
+
+
+class _HWCtoCHW(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 3, 1, 2)

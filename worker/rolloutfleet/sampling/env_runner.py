@@ -1,0 +1,608 @@
+"""EnvRunner: step a vector of environments with a torch policy, return SampleBatches.
+
+What RLlib's ``SingleAgentEnvRunner`` does for one process, with a fraction of the
+machinery. The hot loop only acts, steps and writes what the env returned into preallocated
+``(steps, num_envs)`` column buffers (:mod:`rolloutfleet.sampling.grid`; one numpy assignment per
+column per vector step; observations once, since a row's ``new_obs`` is the next row's
+``obs``). Everything
+derived from those columns — which rows are transitions, episode ids, ``t``, episode
+returns and lengths — is computed for a whole chunk of steps at once by
+:meth:`EnvRunner._account`. ``sample()`` cuts its batch, env-major, from the valid rows
+and carries the rest (the start of the next fragment) to the next call.
+
+Autoreset (gymnasium 1.x): with NEXT_STEP envs the step after an episode's end returns
+the next episode's first observation and is not a transition, so its row is marked
+invalid and never reaches a batch; SAME_STEP envs return the true final observation in
+``info["final_obs"]``, which becomes that row's ``new_obs`` (kept aside and patched in
+when the batch is cut). Either way no row pairs the last observation of one episode with
+the first of the next.
+
+>>> job = RolloutJob.from_dict({"metadata": {"name": "cp"}, "spec": {"env": {"id": "CartPole-v1", "numEnvs": 4}}})
+>>> runner = EnvRunner(job)
+>>> batch = runner.sample()
+>>> len(batch)    # numEnvs x rolloutFragmentLength
+800
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from rolloutfleet.data import batch as sb
+from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.data.filters import MeanStdFilter
+from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
+from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
+from rolloutfleet.sampling.envs import FAILED, choose_vectorization, derive_seed, episode_id_base, make_vector_env
+from rolloutfleet.sampling.grid import OBS_BUF, RAW_REWARDS, SEQ_NO, TICK, VALID, ColumnSpecs, Grid, Layout
+from rolloutfleet.spec.job import RolloutJob, SpecError
+
+log = logging.getLogger(__name__)
+
+_METRICS_WINDOW = 100
+
+
+class EnvRunner:
+    """Samples experience for one worker of a RolloutJob.
+
+    ``worker_index`` (0-based) and ``num_workers`` (default ``spec.replicas``) go into
+    every sub-env's :class:`~rolloutfleet.sampling.envs.EnvContext` and into the derived seeds.
+    """
+
+    def __init__(
+        self,
+        job: RolloutJob,
+        worker_index: int = 0,
+        num_workers: int | None = None,
+        callbacks: Callbacks | None = None,
+    ) -> None:
+        spec = job.spec
+        if spec.multi_agent is not None:
+            raise SpecError(
+                "spec.multiAgent: a multi-agent job samples with rolloutfleet.sampling.multiagent_env_runner.MultiAgentEnvRunner "
+                "(rolloutfleet.sampling.runners.make_env_runner picks the right runner for a job)"
+            )
+        self.job = job
+        self.worker_index = worker_index
+        self.num_workers = spec.replicas if num_workers is None else num_workers
+        self.sampling = spec.sampling
+        self.num_envs = spec.env.num_envs
+        self.vectorization = choose_vectorization(spec.env)
+        self.explore = spec.policy.explore
+        self._seed = spec.sampling.seed
+        self.env = make_vector_env(spec.env, worker_index, self.num_workers)
+        self.observation_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        mode = self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._same_step = AutoresetMode(mode) == AutoresetMode.SAME_STEP
+        if AutoresetMode(mode) == AutoresetMode.DISABLED:
+            raise SpecError("spec.env: vector envs with autoreset disabled are not supported")
+        self.policy = Policy(
+            spec.policy,
+            self.observation_space,
+            self.action_space,
+            seed=derive_seed(self._seed, worker_index, POLICY_SEED_PATH),
+            init_seed=derive_seed(self._seed, INIT_SEED_PATH),
+        )
+        self.filter = self._build_filter()
+        self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
+        self._call_step = overrides(self.callbacks, "on_episode_step")
+        self._call_start = overrides(self.callbacks, "on_episode_start")
+        self._call_end = overrides(self.callbacks, "on_episode_end")
+        # Episode callbacks run right after the step they belong to: bookkeeping per step.
+        self._per_step = self._call_step or self._call_start or self._call_end
+        self._clip = self._action_clipper()
+
+        n = self.num_envs
+        obs_dtype = np.float32 if self.filter is not None else self.observation_space.dtype
+        self._grid = Grid(n, self._grid_columns(), self.observation_space.shape or (), obs_dtype)
+        self._obs: np.ndarray | None = None
+        self._pending_reset = np.zeros(n, np.bool_)  # NEXT_STEP: this step's row is the reset step
+        self._eps_id = np.zeros(n, np.int64)
+        self._t = np.zeros(n, np.int64)
+        self._ep_return = np.zeros(n, np.float64)
+        # eps_ids stay unique across workers and across restarts of the same worker.
+        self._eps_base = episode_id_base(worker_index)
+        self._eps_counter = 0
+        self._tick = 0
+        self._env_restarts = 0
+        self._episodes_dropped = 0
+        self._returns: deque[float] = deque(maxlen=_METRICS_WINDOW)
+        self._lengths: deque[int] = deque(maxlen=_METRICS_WINDOW)
+        self._period = _Period()
+        self._lifetime_steps = 0
+        self._lifetime_episodes = 0
+
+    # -- construction helpers ---------------------------------------------------------
+
+    def _build_filter(self) -> MeanStdFilter | None:
+        if self.sampling.observation_filter == "none":
+            return None
+        space = self.observation_space
+        if not isinstance(space, spaces.Box):
+            raise SpecError(f"spec.sampling.observationFilter: meanStd needs a Box observation space, got {space}")
+        return MeanStdFilter(space.shape)
+
+    def _action_clipper(self) -> tuple[np.ndarray, np.ndarray] | None:
+        space = self.action_space
+        if self.sampling.clip_actions and isinstance(space, spaces.Box):
+            return space.low, space.high
+        return None
+
+    def _grid_columns(self) -> ColumnSpecs:
+        """The grid's per-step columns (observations and weights versions are the grid's own)."""
+        act_shape = self.action_space.shape or ()
+        dist = self.policy.distribution.num_inputs
+        specs: dict[str, tuple[tuple[int, ...], Any]] = {
+            sb.ACTIONS: (act_shape, self.action_space.dtype),
+            sb.REWARDS: ((), np.float32),
+            sb.TERMINATEDS: ((), np.bool_),
+            sb.TRUNCATEDS: ((), np.bool_),
+            sb.EPS_ID: ((), np.int64),
+            sb.T: ((), np.int64),
+            sb.ACTION_LOGP: ((), np.float32),
+            sb.ACTION_DIST_INPUTS: ((dist,), np.float32),
+            sb.VF_PREDS: ((), np.float32),
+            VALID: ((), np.bool_),
+        }
+        if self.sampling.clip_rewards is not None:
+            specs[RAW_REWARDS] = ((), np.float64)
+        return specs
+
+    # -- episodes ---------------------------------------------------------------------
+
+    def _reset_envs(self) -> None:
+        restarts = self._env_restarts
+        if self.vectorization == "vector":
+            seed: Any = derive_seed(self._seed, self.worker_index, restarts)
+        else:
+            seed = [derive_seed(self._seed, self.worker_index, j, restarts) for j in range(self.num_envs)]
+        obs, _ = self.env.reset(seed=seed)
+        self._obs = self._filter(obs)
+        self._pending_reset[:] = False
+        self._start_episodes(np.arange(self.num_envs))
+
+    def _start_episodes(self, envs: np.ndarray) -> None:
+        first = self._eps_counter + 1
+        self._eps_counter += len(envs)
+        self._eps_id[envs] = self._eps_base | np.arange(first, first + len(envs))
+        self._t[envs] = 0
+        self._ep_return[envs] = 0.0
+        if self._call_start:
+            for i in envs:
+                self.callbacks.on_episode_start(runner=self, env_index=int(i), eps_id=int(self._eps_id[i]))
+
+    def _drop_episodes(self, env_indices: np.ndarray, upto: int) -> None:
+        """Forget the ongoing episodes of these sub-envs: their rows never reach a batch."""
+        cols = self._grid.columns
+        for i in env_indices:
+            eps = self._eps_id[i]
+            cols[VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
+            if self._t[i] > 0:  # an episode that had no transition yet loses nothing
+                self._episodes_dropped += 1
+                self._period.dropped += 1
+        self._start_episodes(np.asarray(env_indices))
+
+    def _filter(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
+        if self.filter is None:
+            return obs
+        return self.filter(obs, update=update)
+
+    # -- the hot loop -----------------------------------------------------------------
+
+    def _run_steps(self, start: int, steps: int, explore: bool, random_actions: bool) -> None:
+        """Step all sub-envs ``steps`` times, writing grid rows ``start`` onwards.
+
+        This loop is the sampler's hot path (tens of microseconds per vector step at 64
+        envs): act, step, one numpy assignment per column. Episode bookkeeping runs over
+        the whole chunk afterwards (:meth:`_account`); only an env failure, or episode
+        callbacks, make it run earlier.
+        """
+        self._grid.ensure_capacity(start + steps)
+        if self._obs is None:
+            self._reset_envs()
+        cols = self._grid.columns
+        c_obs, c_act, c_rew = cols[OBS_BUF], cols[sb.ACTIONS], cols[sb.REWARDS]
+        c_term, c_trunc, c_logp = cols[sb.TERMINATEDS], cols[sb.TRUNCATEDS], cols[sb.ACTION_LOGP]
+        c_dist, c_vf, c_raw = cols[sb.ACTION_DIST_INPUTS], cols[sb.VF_PREDS], cols.get(RAW_REWARDS)
+        clip_rewards = self.sampling.clip_rewards
+        same_step, per_step = self._same_step, self._per_step
+        resilient = self.vectorization == "sync"
+        obs_filter, clip, n = self.filter, self._clip, self.num_envs
+        act = (lambda _obs: self.policy.random_actions(n)) if random_actions else self.policy.act(explore)
+        env_step = self.env.step
+        obs = self._obs
+        assert obs is not None  # _reset_envs set it
+        c_obs[start] = obs
+        accounted = start  # rows before this one have their episode bookkeeping done
+        # Weights change only between sample() calls, so weights_seq_no (like env_id and
+        # the tick) is not written per step but filled in when the batch is assembled.
+        for s in range(start, start + steps):
+            actions, logp, dist_inputs, values = act(obs)
+            try:
+                next_obs, rewards, terminateds, truncateds, info = env_step(
+                    actions if clip is None else np.clip(actions, clip[0], clip[1])
+                )
+            except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
+                self._account(accounted, s)
+                self._restart_vector_env(exc, s)
+                env_step, obs, accounted = self.env.step, self._obs, s + 1
+                assert obs is not None
+                continue
+            c_act[s] = actions
+            c_logp[s] = logp
+            c_dist[s] = dist_inputs
+            c_vf[s] = values
+            c_term[s] = terminateds
+            c_trunc[s] = truncateds
+            if c_raw is None:
+                c_rew[s] = rewards
+            else:
+                c_raw[s] = rewards
+                np.clip(rewards, -clip_rewards, clip_rewards, out=c_rew[s])  # type: ignore[operator]
+            if obs_filter is not None:
+                next_obs = obs_filter(next_obs)
+            c_obs[s + 1] = next_obs
+            obs = next_obs
+            if info:
+                if same_step and "_final_obs" in info:
+                    self._keep_final_obs(s, info)
+                failed = info.get(FAILED) if resilient else None
+                if failed is not None:
+                    self._account(accounted, s + 1, failed)
+                    accounted = s + 1
+                    self._env_restarts += int(failed.sum())
+                    self._drop_episodes(failed.nonzero()[0], s)
+            if per_step:
+                self._account(accounted, s + 1)
+                accounted = s + 1
+        self._account(accounted, start + steps)
+        self._obs = obs
+
+    def _keep_final_obs(self, s: int, info: Mapping[str, Any]) -> None:
+        """SAME_STEP: the true final observations of the episodes that ended at row ``s``."""
+        ended = np.flatnonzero(info["_final_obs"])
+        if len(ended) == 0:
+            return
+        final = info["final_obs"]
+        stacked = np.stack([np.asarray(final[i]) for i in ended])
+        filtered = self._filter(stacked)  # an observation like any other (NEXT_STEP envs return it as next_obs)
+        base = s * self.num_envs
+        for k, i in enumerate(ended):
+            self._grid.final_obs[base + int(i)] = filtered[k]
+
+    def _account(self, a: int, b: int, failed: np.ndarray | None = None) -> None:
+        """Episode bookkeeping for grid rows ``[a, b)``, vectorized over the rows.
+
+        Writes the ``_valid``, ``eps_id`` and ``t`` columns and records the episodes that
+        ended (returns, lengths, callbacks), in the order they ended. NEXT_STEP: a row is
+        a transition unless its sub-env ended an episode in the row before (the reset
+        step). ``failed`` marks sub-envs whose last row is not a transition (their
+        episodes are dropped by the caller).
+        """
+        k = b - a
+        if k <= 0:
+            return
+        cols, n, same_step = self._grid.columns, self.num_envs, self._same_step
+        term, trunc = cols[sb.TERMINATEDS][a:b], cols[sb.TRUNCATEDS][a:b]
+        valid = cols[VALID][a:b]
+        raw = term | trunc
+        pending = self._pending_reset
+        if same_step:
+            valid[:] = True
+            done = raw
+        else:
+            np.logical_not(pending, out=valid[0])
+            np.logical_not(raw[:-1], out=valid[1:])
+            done = raw & valid
+            if k > 1 and (raw[:-1] & ~done[:-1]).any():
+                # An env reported an end on its reset step: not a transition; go row by row.
+                for r in range(1, k):
+                    np.logical_not(done[r - 1], out=valid[r])
+                    np.logical_and(raw[r], valid[r], out=done[r])
+        if failed is not None:
+            valid[-1] &= ~failed
+            done[-1] &= ~failed
+        transitions = int(np.count_nonzero(valid))
+        self._lifetime_steps += transitions
+        self._period.steps += transitions
+
+        # Per sub-env, episode q of this chunk (0: the one running at row a) starts after
+        # the q-th end. Tables indexed [env, q] give its eps_id, t offset and return offset.
+        before = np.cumsum(done, axis=0)
+        ends_per_env = before[-1].copy()
+        before -= done
+        rows, envs = np.nonzero(done)  # row-major: in the order the episodes ended
+        rank = before[rows, envs]
+        width = int(ends_per_env.max()) + 1
+        env_range = np.arange(n)
+        step_in_chunk = np.arange(k)[:, None]
+
+        new_ids = self._eps_base | np.arange(self._eps_counter + 1, self._eps_counter + 1 + len(rows))
+        self._eps_counter += len(rows)
+        ids = np.empty((n, width), np.int64)
+        ids[:, 0] = self._eps_id
+        ids[envs, rank + 1] = new_ids
+        cols[sb.EPS_ID][a:b] = ids[env_range, before]
+
+        # t = offset + row: the first transition of a new episode follows its reset step
+        # (NEXT_STEP) or the end row itself (SAME_STEP).
+        t0 = np.empty((n, width), np.int64)
+        t0[:, 0] = self._t if same_step else self._t - pending
+        t0[envs, rank + 1] = -(rows + (1 if same_step else 2))
+        cols[sb.T][a:b] = t0[env_range, before] + step_in_chunk
+
+        rewards = cols[sb.REWARDS if RAW_REWARDS not in cols else RAW_REWARDS][a:b]
+        running = np.cumsum(np.where(valid, rewards, 0.0), axis=0, dtype=np.float64)
+        r0 = np.empty((n, width), np.float64)
+        r0[:, 0] = -self._ep_return
+        at_end = running[rows, envs]
+        r0[envs, rank + 1] = at_end
+        returns = at_end - r0[envs, rank]
+        lengths = t0[envs, rank] + rows + 1
+
+        self._eps_id = ids[env_range, ends_per_env]
+        self._ep_return = running[-1] - r0[env_range, ends_per_env]
+        self._t = t0[env_range, ends_per_env] + k
+        if not same_step:
+            np.copyto(pending, done[-1])
+            self._t[pending] = 0
+        if failed is not None:
+            pending &= ~failed
+        if len(rows):
+            self._period.returns.append(returns)
+            self._period.lengths.append(lengths)
+        if self._per_step:
+            self._episode_callbacks(a, valid, rows, envs, new_ids, returns, lengths)
+
+    def _episode_callbacks(
+        self,
+        a: int,
+        valid: np.ndarray,
+        rows: np.ndarray,
+        envs: np.ndarray,
+        new_ids: np.ndarray,
+        returns: np.ndarray,
+        lengths: np.ndarray,
+    ) -> None:
+        """Steps, then episode ends and the episodes that follow them, row by row."""
+        cols, callbacks = self._grid.columns, self.callbacks
+        e = 0
+        for r in range(len(valid)):
+            s = a + r
+            if self._call_step:
+                for i in np.flatnonzero(valid[r]):
+                    callbacks.on_episode_step(
+                        runner=self,
+                        env_index=int(i),
+                        eps_id=int(cols[sb.EPS_ID][s, i]),
+                        action=cols[sb.ACTIONS][s, i],
+                        reward=float(cols[sb.REWARDS][s, i]),
+                        new_obs=self._grid.new_obs(s, int(i)),
+                    )
+            while e < len(rows) and rows[e] == r:
+                i = int(envs[e])
+                if self._call_end:
+                    callbacks.on_episode_end(
+                        runner=self,
+                        env_index=i,
+                        eps_id=int(cols[sb.EPS_ID][s, i]),
+                        episode_return=float(returns[e]),
+                        episode_length=int(lengths[e]),
+                        terminated=bool(cols[sb.TERMINATEDS][s, i]),
+                        truncated=bool(cols[sb.TRUNCATEDS][s, i]),
+                    )
+                if self._call_start:
+                    callbacks.on_episode_start(runner=self, env_index=i, eps_id=int(new_ids[e]))
+                e += 1
+
+    def _restart_vector_env(self, exc: Exception, step: int) -> None:
+        """The whole vector env raised (vector/async modes): rebuild it, drop ongoing episodes."""
+        if not self.job.spec.env.restart_failed_sub_envs:
+            raise exc
+        log.warning("vector env raised %s: %s; recreating it", type(exc).__name__, exc)
+        self._grid.columns[VALID][step] = False
+        try:
+            self.env.close()
+        except Exception:
+            log.debug("closing the failed vector env raised", exc_info=True)
+        self._env_restarts += 1
+        self.env = make_vector_env(self.job.spec.env, self.worker_index, self.num_workers)
+        self._drop_episodes(np.arange(self.num_envs), step)
+        obs, _ = self.env.reset(seed=self._reset_seed())
+        self._obs = self._filter(obs)
+        self._grid.columns[OBS_BUF][step + 1] = self._obs
+        self._pending_reset[:] = False
+
+    def _reset_seed(self) -> Any:
+        if self.vectorization == "vector":
+            return derive_seed(self._seed, self.worker_index, self._env_restarts)
+        return [derive_seed(self._seed, self.worker_index, j, self._env_restarts) for j in range(self.num_envs)]
+
+    # -- assembling batches: the grid's valid rows, env-major (rolloutfleet.sampling.grid) ---------
+
+    def _ended(self, layout: Layout) -> np.ndarray:
+        return self._grid.gather(sb.TERMINATEDS, layout.flat) | self._grid.gather(sb.TRUNCATEDS, layout.flat)
+
+    def _complete_keep(self, layout: Layout, max_episodes: int | None = None) -> np.ndarray:
+        """Layout rows that belong to completed episodes (optionally the first ``max_episodes`` to end)."""
+        positions = np.flatnonzero(self._ended(layout))
+        if max_episodes is not None and len(positions) > max_episodes:
+            ticks = self._grid.gather(TICK, layout.flat[positions])
+            positions = positions[np.argsort(ticks, kind="stable")[:max_episodes]]
+        last_end = np.full(self.num_envs, -1)
+        np.maximum.at(last_end, layout.env[positions], layout.rank[positions])
+        return layout.rank <= last_end[layout.env]
+
+    def _assemble(self, layout: Layout, keep: np.ndarray) -> SampleBatch:
+        """Cut the batch (``keep``, in layout order); the other rows stay for the next call."""
+        flat = layout.flat[keep]
+        columns = {name: self._grid.gather(name, flat) for name in sb.COLUMNS if name != sb.AGENT_INDEX}
+        columns[sb.AGENT_INDEX] = np.zeros(len(flat), np.int32)
+        self._grid.keep_rest(layout, ~keep)
+        return SampleBatch({name: columns[name] for name in sb.COLUMNS})
+
+    # -- public API -------------------------------------------------------------------
+
+    def sample(
+        self,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool | None = None,
+        random_actions: bool = False,
+    ) -> SampleBatch:
+        """Step the envs and return a batch.
+
+        * default, ``truncate_episodes``: ``numEnvs x rolloutFragmentLength`` rows, the
+          earliest ones not yet returned (sub-envs whose episodes reset more often, losing
+          a reset step each time, contribute a few rows fewer);
+        * default, ``complete_episodes``: whole episodes only, at least that many rows;
+        * ``num_timesteps``: at least this many rows (rounded up to a multiple of numEnvs
+          in truncate mode; whole episodes in complete mode);
+        * ``num_episodes``: exactly this many complete episodes.
+
+        Episodes that are still running continue in the next call, with the same ``eps_id``.
+        """
+        if num_timesteps is not None and num_episodes is not None:
+            raise ValueError("give num_timesteps or num_episodes, not both")
+        if (num_timesteps is not None and num_timesteps < 1) or (num_episodes is not None and num_episodes < 1):
+            raise ValueError("num_timesteps and num_episodes must be at least 1")
+        explore = self.explore if explore is None else explore
+        started = time.perf_counter()
+        fragment = self.sampling.rollout_fragment_length
+
+        grid = self._grid
+
+        def step(steps: int) -> None:
+            start = grid.filled
+            self._run_steps(start, steps, explore, random_actions)
+            # Weights change only between sample() calls: one seq no per grid row.
+            grid.columns[SEQ_NO][start : start + steps] = self.policy.weights_seq_no
+            grid.filled += steps
+            self._tick += steps
+
+        if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
+            target = num_timesteps if num_timesteps is not None else fragment * self.num_envs
+            while True:
+                layout = grid.layout()
+                if num_episodes is not None:
+                    if int(self._ended(layout).sum()) >= num_episodes:
+                        keep = self._complete_keep(layout, num_episodes)
+                        break
+                else:
+                    keep = self._complete_keep(layout)
+                    if int(keep.sum()) >= target:
+                        break
+                step(fragment)
+        else:
+            # The earliest rows, in time order, so no row waits more than a step for a batch
+            # (a per-env quota would let envs that reset less often fall further behind).
+            target = self.num_envs * (fragment if num_timesteps is None else -(-num_timesteps // self.num_envs))
+            while (missing := target - len(valid := grid.valid_rows())) > 0:
+                step(-(-missing // self.num_envs))
+            layout = grid.layout()
+            keep = layout.flat <= valid[target - 1]
+        batch = self._assemble(layout, keep)
+        self._period.seconds += time.perf_counter() - started
+        self.callbacks.on_sample_end(runner=self, batch=batch)
+        return batch
+
+    # weights, filters, state ---------------------------------------------------------
+
+    @property
+    def weights_seq_no(self) -> int:
+        return self.policy.weights_seq_no
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.get_weights()
+
+    def set_weights(self, weights: Mapping[str, Any], seq_no: int | None = None) -> bool:
+        """Load weights unless ``seq_no`` is not newer than the loaded one; returns whether loaded."""
+        return self.policy.set_weights(weights, seq_no)
+
+    def get_filters(self, flush_after: bool = False) -> dict[str, MeanStdFilter]:
+        """Copies of the observation filters, keyed by policy id (``"default"``)."""
+        if self.filter is None:
+            return {}
+        copy = self.filter.copy()
+        if flush_after:
+            self.filter.flush()
+        return {"default": copy}
+
+    def sync_filters(self, filters: Mapping[str, MeanStdFilter]) -> None:
+        """Adopt merged filter statistics (keeping what this runner saw since its last flush)."""
+        if self.filter is not None and "default" in filters:
+            self.filter.sync(filters["default"])
+
+    def get_state(self) -> dict[str, Any]:
+        """Weights, their seq no, filter state and lifetime counters: plain dicts and arrays."""
+        return {
+            "weights": self.get_weights(),
+            "weights_seq_no": self.policy.weights_seq_no,
+            "filters": {"default": self.filter.get_state()} if self.filter is not None else {},
+            "num_env_steps_sampled_lifetime": self._lifetime_steps,
+            "num_episodes_lifetime": self._lifetime_episodes + sum(len(r) for r in self._period.returns),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if "weights" in state:
+            self.policy.set_weights(state["weights"])
+            self.policy.weights_seq_no = int(state.get("weights_seq_no", self.policy.weights_seq_no))
+        filters = state.get("filters", {})
+        if self.filter is not None and "default" in filters:
+            self.filter.set_state(filters["default"])
+        self._lifetime_steps = int(state.get("num_env_steps_sampled_lifetime", self._lifetime_steps))
+        self._lifetime_episodes = int(state.get("num_episodes_lifetime", self._lifetime_episodes))
+
+    def get_metrics(self) -> dict[str, float | int]:
+        """Episode statistics over the last 100 episodes, and counters since the previous call."""
+        period, self._period = self._period, _Period()
+        returns = np.concatenate(period.returns) if period.returns else np.zeros(0)
+        lengths = np.concatenate(period.lengths) if period.lengths else np.zeros(0, np.int64)
+        self._returns.extend(returns.tolist())
+        self._lengths.extend(lengths.tolist())
+        self._lifetime_episodes += len(returns)
+        window = np.array(self._returns)
+        nan = float("nan")
+        return {
+            "episode_return_mean": float(window.mean()) if len(window) else nan,
+            "episode_return_min": float(window.min()) if len(window) else nan,
+            "episode_return_max": float(window.max()) if len(window) else nan,
+            "episode_len_mean": float(np.mean(self._lengths)) if self._lengths else nan,
+            "num_episodes": len(returns),
+            "num_env_steps_sampled": period.steps,
+            "env_steps_per_s": period.steps / period.seconds if period.seconds > 0 else 0.0,
+            "num_episodes_dropped": period.dropped,
+            "num_env_steps_sampled_lifetime": self._lifetime_steps,
+            "num_episodes_lifetime": self._lifetime_episodes,
+            "num_env_restarts": self._env_restarts,
+            "weights_seq_no": self.policy.weights_seq_no,
+        }
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __enter__(self) -> EnvRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Period:
+    __slots__ = ("dropped", "lengths", "returns", "seconds", "steps")
+
+    def __init__(self) -> None:
+        self.returns: list[np.ndarray] = []  # one array per vector step with episode ends
+        self.lengths: list[np.ndarray] = []
+        self.steps = 0
+        self.seconds = 0.0
+        self.dropped = 0

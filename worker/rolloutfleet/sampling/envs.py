@@ -1,0 +1,223 @@
+"""Building environments from a spec: creators, seeds and the vector env.
+
+Three vectorizations (``spec.env.vectorization``):
+
+* ``vector`` — the env's own batched implementation (gymnasium ``vector_entry_point``,
+  e.g. CartPole's): fastest by far, one object for all sub-envs;
+* ``sync`` — :class:`ResilientSyncVectorEnv`, sub-envs stepped in this process; a
+  sub-env that raises is closed and recreated without disturbing the others;
+* ``async`` — gymnasium's ``AsyncVectorEnv``, one subprocess per sub-env, for heavy envs.
+
+Autoreset: ``sync`` uses gymnasium's SAME_STEP mode (the final observation of an ended
+episode is in ``info["final_obs"]``); ``vector`` and ``async`` keep whatever the env
+declares (NEXT_STEP for gymnasium's own). The sampler handles both.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+
+from rolloutfleet.spec.entry_points import load_entry_point
+from rolloutfleet.spec.job import EnvSpec, SpecError
+
+log = logging.getLogger(__name__)
+
+FAILED = "_rolloutfleet_env_failed"
+"""Info key of :class:`ResilientSyncVectorEnv`: boolean mask of sub-envs recreated this step."""
+
+
+class EnvContext(dict[str, Any]):
+    """The env config handed to an entry point, plus where the env lives (like RLlib's).
+
+    >>> ctx = EnvContext({"size": 3}, worker_index=1, vector_index=0, num_workers=2)
+    >>> ctx["size"], ctx.worker_index
+    (3, 1)
+    """
+
+    def __init__(self, config: dict[str, Any], worker_index: int, vector_index: int, num_workers: int) -> None:
+        super().__init__(config)
+        self.worker_index = worker_index
+        self.vector_index = vector_index
+        self.num_workers = num_workers
+
+
+def derive_seed(seed: int | None, *path: int) -> int | None:
+    """A seed for (worker, sub-env, ...) that differs for every path, or None when unseeded."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, *path]).generate_state(1)[0])
+
+
+def episode_id_base(worker_index: int) -> int:
+    """High bits of this worker's ``eps_id``s: the worker index and a random number, so ids
+    stay unique across workers and across restarts of the same worker (add a counter)."""
+    return (worker_index << 44) | (secrets.randbits(20) << 24)
+
+
+def env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[[int], gym.Env[Any, Any]]:
+    """A function building sub-env ``vector_index`` of this worker."""
+    if spec.entry_point is not None:
+        make = load_entry_point(spec.entry_point, "spec.env.entryPoint")
+
+        def create(vector_index: int) -> gym.Env[Any, Any]:
+            env = make(EnvContext(dict(spec.config), worker_index, vector_index, num_workers))
+            if not isinstance(env, gym.Env):
+                raise SpecError(
+                    f"spec.env.entryPoint: {spec.entry_point} returned a {type(env).__name__}, not a gymnasium.Env"
+                )
+            return env
+
+        return create
+    env_id = spec.id
+    assert env_id is not None  # guaranteed by EnvSpec's validator
+
+    def create_registered(vector_index: int) -> gym.Env[Any, Any]:
+        return gym.make(env_id, **spec.config)
+
+    return create_registered
+
+
+def has_vector_entry_point(env_id: str) -> bool:
+    try:
+        return gym.spec(env_id).vector_entry_point is not None
+    except gym.error.Error:
+        return False
+
+
+def choose_vectorization(spec: EnvSpec) -> str:
+    if spec.vectorization != "auto":
+        return spec.vectorization
+    if spec.id is not None and has_vector_entry_point(spec.id):
+        return "vector"
+    return "sync"
+
+
+def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> VectorEnv[Any, Any, Any]:
+    """Build the worker's vector env; every failure becomes a SpecError naming the field."""
+    mode = choose_vectorization(spec)
+    field = "spec.env.id" if spec.id is not None else "spec.env.entryPoint"
+    try:
+        if mode == "vector":
+            assert spec.id is not None
+            if not has_vector_entry_point(spec.id):
+                raise SpecError(f"spec.env.vectorization: {spec.id!r} has no vector entry point; use 'sync' or 'async'")
+            return gym.make_vec(spec.id, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config)
+        create = env_creator(spec, worker_index, num_workers)
+        if mode == "async":
+            thunks = [_Thunk(create, i) for i in range(spec.num_envs)]
+            return gym.vector.AsyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+        return ResilientSyncVectorEnv(create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs)
+    except SpecError:
+        raise
+    except gym.error.Error as exc:
+        raise SpecError(f"{field}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
+        raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
+
+
+class _Thunk:
+    """A picklable ``() -> Env`` for AsyncVectorEnv's subprocesses."""
+
+    def __init__(self, create: Callable[[int], gym.Env[Any, Any]], index: int) -> None:
+        self.create, self.index = create, index
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        return self.create(self.index)
+
+
+class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
+    """Sub-envs stepped one after another in this process, SAME_STEP autoreset.
+
+    Unlike gymnasium's ``SyncVectorEnv``, a sub-env whose ``step`` raises does not take the
+    others down: it is closed, rebuilt with the same creator and reset, and the step
+    reports it in ``info[FAILED]`` (its row is not a transition). RLlib calls this
+    ``restart_failed_sub_environments``.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, create: Callable[[int], gym.Env[Any, Any]], num_envs: int, restart_failed: bool = True) -> None:
+        self._create = create
+        self.restart_failed = restart_failed
+        self.envs = [create(i) for i in range(num_envs)]
+        self.num_envs = num_envs
+        first = self.envs[0]
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        for index, env in enumerate(self.envs[1:], start=1):
+            if env.observation_space != first.observation_space or env.action_space != first.action_space:
+                raise SpecError(f"spec.env: sub-env {index} has different spaces than sub-env 0")
+        self.observation_space = batch_space(first.observation_space, num_envs)
+        self.action_space = batch_space(first.action_space, num_envs)
+        self._obs: Any = create_empty_array(first.observation_space, num_envs)
+        self._seeds: list[int | None] = [None] * num_envs
+        self.restarts = 0
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        seeds = seed if isinstance(seed, list) else [None if seed is None else seed + i for i in range(self.num_envs)]
+        self._seeds = list(seeds)
+        observations = []
+        for env, env_seed in zip(self.envs, seeds, strict=True):
+            obs, _ = env.reset(seed=env_seed, options=options)
+            observations.append(obs)
+        self._obs = concatenate(self.single_observation_space, observations, self._obs)
+        return self._obs.copy(), {}
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        n = self.num_envs
+        rewards = np.zeros(n, np.float64)
+        terminateds = np.zeros(n, np.bool_)
+        truncateds = np.zeros(n, np.bool_)
+        failed = np.zeros(n, np.bool_)
+        final_obs: list[Any] = [None] * n
+        observations = []
+        for i, env in enumerate(self.envs):
+            try:
+                obs, reward, terminated, truncated, _ = env.step(actions[i])
+            except Exception as exc:
+                if not self.restart_failed:
+                    raise
+                log.warning("sub-env %d raised %s: %s; recreating it", i, type(exc).__name__, exc)
+                obs = self._recreate(i)
+                failed[i] = True
+                observations.append(obs)
+                continue
+            rewards[i], terminateds[i], truncateds[i] = reward, terminated, truncated
+            if terminated or truncated:
+                final_obs[i] = obs
+                obs, _ = env.reset()
+            observations.append(obs)
+        self._obs = concatenate(self.single_observation_space, observations, self._obs)
+        info: dict[str, Any] = {}
+        ended = terminateds | truncateds
+        if ended.any():
+            info["final_obs"] = np.array(final_obs, dtype=object)
+            info["_final_obs"] = ended
+        if failed.any():
+            info[FAILED] = failed
+        return self._obs.copy(), rewards, terminateds, truncateds, info
+
+    def _recreate(self, index: int) -> Any:
+        try:
+            self.envs[index].close()
+        except Exception:
+            log.debug("closing failed sub-env %d raised", index, exc_info=True)
+        self.restarts += 1
+        self.envs[index] = self._create(index)
+        seed = self._seeds[index]
+        obs, _ = self.envs[index].reset(seed=None if seed is None else seed + 7919 * self.restarts)
+        return obs
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,822 @@
+"""MultiAgentEnvRunner: several policies acting in multi-agent envs; one batch per policy.
+
+Per vector step: every agent that has an observation in any sub-env is mapped to its
+policy (``spec.multiAgent.policyMapping``, once per agent and episode), each policy acts
+for all of its agents of all sub-envs in one batched call (the same :class:`Policy` and
+numpy inference as single-agent sampling), then every sub-env steps with its dict of
+actions.
+
+Transitions are per agent. An agent's row is written when it acts (obs, action, model
+outputs) and completed when that agent next receives an observation: that observation is
+its ``new_obs``, the rewards it got in between are summed into ``rewards``, and its own
+``terminateds``/``truncateds`` are the flags. An agent that acted and is still waiting
+(turn-based envs) keeps its row open across steps; when the episode ends (``__all__``,
+or no PettingZoo agent left) open rows are closed with the agent's last observation as
+``new_obs`` and the episode's flags. So only agents with an observation act, agents may
+join and leave mid-episode, and no row pairs one episode's observation with the next's.
+
+Batches, like :class:`~rolloutfleet.sampling.env_runner.EnvRunner`'s: ``truncate_episodes`` returns
+every completed row once ``rolloutFragmentLength x numEnvs`` steps were taken (counted in
+env steps, or in agent steps with ``countStepsBy: agent_steps``); open rows continue in
+the next batch. ``complete_episodes`` returns rows of ended episodes only.
+
+>>> job = RolloutJob.from_file("examples/multiagent.yaml")   # doctest: +SKIP
+>>> runner = MultiAgentEnvRunner(job)                        # doctest: +SKIP
+>>> batch = runner.sample()                                  # doctest: +SKIP
+>>> sorted(batch), batch.env_steps()                         # doctest: +SKIP
+(['blue', 'red'], 800)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rolloutfleet.data import batch as sb
+from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.data.filters import MeanStdFilter
+from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
+from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
+from rolloutfleet.sampling.envs import derive_seed, episode_id_base
+from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
+from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
+from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecError
+
+log = logging.getLogger(__name__)
+
+_METRICS_WINDOW = 100
+_COMPLETE = "_complete"  # the row's next observation (or its episode's end) has arrived
+
+ActFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+def policy_seed_path(policy_id: str) -> int:
+    """A stable number per policy id, so each policy's seeds differ and do not depend on order."""
+    return zlib.crc32(policy_id.encode("utf-8"))
+
+
+def policy_specs(job: RolloutJob) -> dict[str, PolicySpec]:
+    """Policy id -> ``spec.policy`` with that policy's overrides applied."""
+    multi = _multi_agent(job)
+    return {policy_id: overrides.apply(job.spec.policy) for policy_id, overrides in multi.policies.items()}
+
+
+def _multi_agent(job: RolloutJob) -> MultiAgentSpec:
+    if job.spec.multi_agent is None:
+        raise SpecError(
+            "spec.multiAgent: not set; this job is single-agent (use rolloutfleet.sampling.env_runner.EnvRunner)"
+        )
+    return job.spec.multi_agent
+
+
+class _PolicyRows:
+    """One policy's agent steps: growable column buffers, rows appended as agents act.
+
+    Rows stay here until they are completed and cut into a batch; open rows (waiting for
+    the agent's next observation) are kept, and so are rows of episodes that
+    ``complete_episodes`` must not cut yet.
+    """
+
+    def __init__(
+        self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
+    ) -> None:
+        obs_shape, act_shape = obs_space.shape or (), act_space.shape or ()
+        obs_dtype = np.float32 if filtered else obs_space.dtype
+        self.specs: dict[str, tuple[tuple[int, ...], Any]] = {
+            sb.OBS: (obs_shape, obs_dtype),
+            sb.NEW_OBS: (obs_shape, obs_dtype),
+            sb.ACTIONS: (act_shape, act_space.dtype),
+            sb.REWARDS: ((), np.float32),
+            sb.TERMINATEDS: ((), np.bool_),
+            sb.TRUNCATEDS: ((), np.bool_),
+            sb.EPS_ID: ((), np.int64),
+            sb.ENV_ID: ((), np.int32),
+            sb.AGENT_INDEX: ((), np.int32),
+            sb.T: ((), np.int64),
+            sb.ACTION_LOGP: ((), np.float32),
+            sb.ACTION_DIST_INPUTS: ((policy.distribution.num_inputs,), np.float32),
+            sb.VF_PREDS: ((), np.float32),
+            sb.WEIGHTS_SEQ_NO: ((), np.int64),
+            _COMPLETE: ((), np.bool_),
+        }
+        self.size = 0
+        self.capacity = 0
+        self.columns: dict[str, np.ndarray] = {}
+        self._grow(256)
+
+    def _grow(self, capacity: int) -> None:
+        old = self.columns
+        self.columns = {name: np.empty((capacity, *shape), dtype) for name, (shape, dtype) in self.specs.items()}
+        for name, column in old.items():
+            self.columns[name][: self.size] = column[: self.size]
+        self.capacity = capacity
+        # Bound views for the step loop, refreshed whenever the buffers move.
+        c = self.columns
+        self.obs, self.new_obs, self.rewards = c[sb.OBS], c[sb.NEW_OBS], c[sb.REWARDS]
+        self.terminateds, self.truncateds, self.complete = c[sb.TERMINATEDS], c[sb.TRUNCATEDS], c[_COMPLETE]
+
+    def reserve(self, rows: int) -> int:
+        """Room for ``rows`` more rows; returns the first one's index."""
+        start = self.size
+        if start + rows > self.capacity:
+            self._grow(max(2 * self.capacity, start + rows))
+        self.size = start + rows
+        return start
+
+    def take(self, keep: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Cut the rows of mask ``keep`` out (returned, in row order); the others move to the
+        front. Also returns old row index -> new index for the rows that stay (-1: cut)."""
+        n = self.size
+        taken = {name: column[:n][keep] for name, column in self.columns.items() if name != _COMPLETE}
+        stay = ~keep
+        remap = np.full(n, -1, np.int64)
+        remaining = int(stay.sum())
+        remap[stay] = np.arange(remaining)
+        if remaining:
+            for column in self.columns.values():
+                column[:remaining] = column[:n][stay]
+        self.size = remaining
+        return taken, remap
+
+
+class _SubEnv:
+    """Bookkeeping of one sub-env's current episode."""
+
+    __slots__ = (
+        "agent_t",
+        "env",
+        "eps_id",
+        "length",
+        "mapping",
+        "obs",
+        "open",
+        "returns",
+        "rows",
+    )
+
+    def __init__(self, env: MultiAgentEnvAdapter) -> None:
+        self.env = env
+        self.obs: dict[Any, Any] = {}  # agents that act next -> their observation
+        self.open: dict[Any, tuple[str, int]] = {}  # agent -> (policy, row) waiting for its next obs
+        self.mapping: dict[Any, str] = {}  # agent -> policy, for this episode
+        self.agent_t: dict[Any, int] = {}
+        self.returns: dict[Any, float] = {}
+        self.eps_id = 0
+        self.length = 0  # env steps
+        self.rows = 0  # agent steps
+
+    def start(self, obs: dict[Any, Any], eps_id: int) -> None:
+        self.obs, self.eps_id = obs, eps_id
+        self.open, self.mapping, self.agent_t, self.returns = {}, {}, {}, {}
+        self.length = self.rows = 0
+
+
+class MultiAgentEnvRunner:
+    """Samples a multi-agent RolloutJob (``spec.multiAgent``) for one worker.
+
+    Policies are built from ``spec.policy`` with each policy's overrides, for the spaces of
+    the agents mapped to them (found through the env's ``possible_agents``; when no
+    possible agent maps to a policy and all agents share their spaces, those).
+    """
+
+    def __init__(
+        self,
+        job: RolloutJob,
+        worker_index: int = 0,
+        num_workers: int | None = None,
+        callbacks: Callbacks | None = None,
+    ) -> None:
+        spec = job.spec
+        self.job = job
+        self.multi_agent = _multi_agent(job)
+        self.worker_index = worker_index
+        self.num_workers = spec.replicas if num_workers is None else num_workers
+        self.sampling = spec.sampling
+        self.num_envs = spec.env.num_envs
+        self._seed = spec.sampling.seed
+        self._create = multiagent_env_creator(spec.env, worker_index, self.num_workers)
+        self.mapper = PolicyMapper(self.multi_agent)
+        self.policies_to_train = self.multi_agent.trained_policies
+        self.count_steps_by = self.multi_agent.count_steps_by
+        self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
+        self._call_start = overrides(self.callbacks, "on_episode_start")
+        self._call_step = overrides(self.callbacks, "on_episode_step")
+        self._call_end = overrides(self.callbacks, "on_episode_end")
+
+        self._eps_base = episode_id_base(worker_index)
+        self._eps_counter = 0
+        self._env_restarts = 0
+        self._episodes_dropped = 0
+        try:
+            envs = [self._create(j) for j in range(self.num_envs)]
+        except SpecError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
+            field = "spec.env.id" if spec.env.id is not None else "spec.env.entryPoint"
+            raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
+        self.subenvs = [_SubEnv(env) for env in envs]
+        self.agent_ids: list[str] = []
+        self._agent_index: dict[Any, int] = {}
+        for agent in envs[0].possible_agents:
+            self._index_of(agent)
+        self.policies: dict[str, Policy] = {}
+        self._rows: dict[str, _PolicyRows] = {}
+        self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._checked: set[tuple[Any, str]] = set()
+        self._build_policies(envs[0])
+        # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
+        self.filters: dict[str, MeanStdFilter] = {}
+        if self.sampling.observation_filter == "meanStd":
+            for policy_id, policy in self.policies.items():
+                space = policy.observation_space
+                if not isinstance(space, spaces.Box):
+                    raise SpecError(
+                        f"spec.sampling.observationFilter: meanStd needs Box observations, policy {policy_id!r} "
+                        f"has {space}"
+                    )
+                self.filters[policy_id] = MeanStdFilter(space.shape)
+        # Observations that arrived this step, per policy, to filter in one call each:
+        # (observation, row whose new_obs it is or -1, dict to store it in or None, agent).
+        self._arrivals: dict[str, list[tuple[Any, int, dict[Any, Any] | None, Any]]] = {}
+        self._started = False
+        self._ended: dict[int, tuple[int, int]] = {}  # eps_id -> (env steps, agent steps), not yet cut
+        self._env_steps_uncut = 0  # env steps since the last batch (truncate mode)
+        self._completed_uncut = 0  # completed rows not yet cut (truncate mode, agent_steps)
+        self._period = _Period()
+        self._returns: deque[float] = deque(maxlen=_METRICS_WINDOW)
+        self._lengths: deque[int] = deque(maxlen=_METRICS_WINDOW)
+        self._agent_returns: dict[str, deque[float]] = {}
+        self._policy_returns: dict[str, deque[float]] = {}
+        self._lifetime_env_steps = 0
+        self._lifetime_agent_steps = 0
+        self._lifetime_episodes = 0
+
+    # -- construction helpers -----------------------------------------------------------
+
+    def _index_of(self, agent: Any) -> int:
+        index = self._agent_index.get(agent)
+        if index is None:
+            index = self._agent_index[agent] = len(self.agent_ids)
+            self.agent_ids.append(str(agent))
+        return index
+
+    def _build_policies(self, env: MultiAgentEnvAdapter) -> None:
+        """One Policy per id, for the spaces of the agents mapped to it (a probe episode of sub-env 0)."""
+        probe = EpisodeInfo(env_index=0, eps_id=0, worker_index=self.worker_index)
+        found: dict[str, tuple[spaces.Space[Any], spaces.Space[Any]]] = {}
+        agent_spaces = []
+        for agent in env.possible_agents:
+            pair = (env.observation_space(agent), env.action_space(agent))
+            agent_spaces.append(pair)
+            found.setdefault(self.mapper(agent, probe), pair)
+        shared = agent_spaces[0] if agent_spaces and all(p == agent_spaces[0] for p in agent_spaces) else None
+        specs = policy_specs(self.job)
+        for policy_id, policy_spec in specs.items():
+            known = found.get(policy_id, shared)
+            if known is None:
+                raise SpecError(
+                    f"spec.multiAgent.policies.{policy_id}: no agent of the env maps to this policy "
+                    f"(possible agents: {', '.join(map(str, env.possible_agents)) or 'none declared'}), so its "
+                    "observation and action spaces are unknown; give the env possible_agents or fix the mapping"
+                )
+            pair = known
+            path = policy_seed_path(policy_id)
+            policy = Policy(
+                policy_spec,
+                pair[0],
+                pair[1],
+                seed=derive_seed(self._seed, self.worker_index, POLICY_SEED_PATH, path),
+                init_seed=derive_seed(self._seed, INIT_SEED_PATH, path),
+            )
+            self.policies[policy_id] = policy
+            filtered = self.sampling.observation_filter == "meanStd"
+            self._rows[policy_id] = _PolicyRows(policy, pair[0], pair[1], filtered)
+            box = isinstance(pair[1], spaces.Box) and self.sampling.clip_actions
+            self._clips[policy_id] = (pair[1].low, pair[1].high) if box else None  # type: ignore[attr-defined]
+
+    def _map(self, sub: _SubEnv, env_index: int, agent: Any) -> str:
+        """The agent's policy for this episode (the mapper's answer, checked once per agent and policy)."""
+        policy_id = self.mapper(agent, EpisodeInfo(env_index, sub.eps_id, self.worker_index))
+        if (agent, policy_id) not in self._checked:
+            policy = self.policies[policy_id]
+            obs_space, act_space = sub.env.observation_space(agent), sub.env.action_space(agent)
+            if obs_space != policy.observation_space or act_space != policy.action_space:
+                raise SpecError(
+                    f"spec.multiAgent.policyMapping: agent {agent!r} (observations {obs_space}, actions {act_space}) "
+                    f"is mapped to policy {policy_id!r}, built for observations {policy.observation_space} and "
+                    f"actions {policy.action_space}"
+                )
+            self._checked.add((agent, policy_id))
+        sub.mapping[agent] = policy_id
+        return policy_id
+
+    # -- episodes -------------------------------------------------------------------------
+
+    def _new_eps_id(self) -> int:
+        self._eps_counter += 1
+        return self._eps_base | self._eps_counter
+
+    def _reset(self, env_index: int, seed: int | None) -> None:
+        sub = self.subenvs[env_index]
+        obs = sub.env.reset(seed=seed)
+        sub.start(obs, self._new_eps_id())
+        if self.filters:
+            for agent, agent_obs in obs.items():
+                self._arrive(sub.mapping.get(agent) or self._map(sub, env_index, agent), agent_obs, -1, obs, agent)
+        if self._call_start:
+            self.callbacks.on_episode_start(runner=self, env_index=env_index, eps_id=sub.eps_id)
+
+    def _start(self) -> None:
+        for j in range(self.num_envs):
+            self._reset(j, derive_seed(self._seed, self.worker_index, j, self._env_restarts))
+        self._filter_arrivals()
+        self._started = True
+
+    def _arrive(self, policy_id: str, obs: Any, row: int, store: dict[Any, Any] | None, agent: Any) -> None:
+        self._arrivals.setdefault(policy_id, []).append((obs, row, store, agent))
+
+    def _filter_arrivals(self) -> None:
+        """Normalize this step's observations, one filter call per policy: each observation
+        updates its policy's statistics once and becomes, filtered, both the new_obs of the
+        agent's last row and the obs it acts on next (so new_obs[t] == obs[t + 1] still)."""
+        for policy_id, arrivals in self._arrivals.items():
+            if not arrivals:
+                continue
+            rows = self._rows[policy_id]
+            filtered = self.filters[policy_id](np.stack([np.asarray(a[0]) for a in arrivals]))
+            for k, (_, row, store, agent) in enumerate(arrivals):
+                if row >= 0:
+                    rows.new_obs[row] = filtered[k]
+                if store is not None:
+                    store[agent] = filtered[k]
+            arrivals.clear()
+
+    def _close_row(self, policy_id: str, row: int, new_obs: Any, terminated: bool, truncated: bool) -> None:
+        rows = self._rows[policy_id]
+        rows.new_obs[row] = new_obs
+        rows.terminateds[row] = terminated
+        rows.truncateds[row] = truncated
+        rows.complete[row] = True
+        self._completed_uncut += 1
+
+    def _episode_ended(self, env_index: int, sub: _SubEnv, terminated: bool, truncated: bool) -> None:
+        # Rows still open get the agent's last observation: there is no next one.
+        for policy_id, row in sub.open.values():
+            rows = self._rows[policy_id]
+            self._close_row(policy_id, row, rows.obs[row], terminated, truncated and not terminated)
+        sub.open = {}
+        self._ended[sub.eps_id] = (sub.length, sub.rows)
+        period = self._period
+        total = float(sum(sub.returns.values()))
+        period.returns.append(total)
+        period.lengths.append(sub.length)
+        for agent, value in sub.returns.items():
+            period.agent_returns.setdefault(str(agent), []).append(value)
+        per_policy: dict[str, float] = {}
+        for agent, policy_id in sub.mapping.items():
+            per_policy[policy_id] = per_policy.get(policy_id, 0.0) + sub.returns.get(agent, 0.0)
+        for policy_id, value in per_policy.items():
+            period.policy_returns.setdefault(policy_id, []).append(value)
+        if self._call_end:
+            self.callbacks.on_episode_end(
+                runner=self,
+                env_index=env_index,
+                eps_id=sub.eps_id,
+                episode_return=total,
+                episode_length=sub.length,
+                terminated=terminated,
+                truncated=truncated,
+            )
+        self._reset(env_index, None)
+
+    def _drop_episode(self, env_index: int, exc: Exception) -> None:
+        """The sub-env raised: forget its episode's rows, rebuild it (or re-raise, per spec)."""
+        if not self.job.spec.env.restart_failed_sub_envs:
+            raise exc
+        log.warning("sub-env %d raised %s: %s; recreating it", env_index, type(exc).__name__, exc)
+        sub = self.subenvs[env_index]
+        for policy_id, rows in self._rows.items():
+            n = rows.size
+            doomed = rows.columns[sb.EPS_ID][:n] == sub.eps_id
+            if doomed.any():
+                self._completed_uncut -= int((doomed & rows.complete[:n]).sum())
+                _, remap = rows.take(doomed)
+                self._remap_open(policy_id, remap)
+                self._arrivals[policy_id] = [
+                    (obs, int(remap[row]) if row >= 0 else -1, store, agent)
+                    for obs, row, store, agent in self._arrivals.get(policy_id, [])
+                ]
+        sub.open = {}
+        try:
+            sub.env.close()
+        except Exception:
+            log.debug("closing failed sub-env %d raised", env_index, exc_info=True)
+        self._env_restarts += 1
+        self._episodes_dropped += 1
+        self._period.dropped += 1
+        sub.env = self._create(env_index)
+        self._reset(env_index, derive_seed(self._seed, self.worker_index, env_index, self._env_restarts))
+
+    def _remap_open(self, policy_id: str, remap: np.ndarray) -> None:
+        for sub in self.subenvs:
+            for agent, (pid, row) in sub.open.items():
+                if pid == policy_id:
+                    sub.open[agent] = (pid, int(remap[row]))
+
+    # -- the step loop ----------------------------------------------------------------------
+
+    def _act_functions(self, explore: bool | None, random_actions: bool) -> dict[str, ActFn]:
+        acts: dict[str, ActFn] = {}
+        for policy_id, policy in self.policies.items():
+            if random_actions:
+                acts[policy_id] = lambda obs, p=policy: p.random_actions(len(obs))  # type: ignore[misc]
+            else:
+                acts[policy_id] = policy.act(policy.spec.explore if explore is None else explore)
+        return acts
+
+    def _step(self, acts: Mapping[str, ActFn]) -> None:
+        """One step of every sub-env: group acting agents by policy, act, step, record."""
+        subenvs, policy_rows = self.subenvs, self._rows
+        # 1. who acts, grouped by policy: (env index, agent, obs) in parallel lists
+        groups: dict[str, tuple[list[int], list[Any], list[Any]]] = {}
+        for j, sub in enumerate(subenvs):
+            mapping = sub.mapping
+            for agent, obs in sub.obs.items():
+                policy_id = mapping.get(agent)
+                if policy_id is None:
+                    policy_id = self._map(sub, j, agent)
+                group = groups.get(policy_id)
+                if group is None:
+                    group = groups[policy_id] = ([], [], [])
+                group[0].append(j)
+                group[1].append(agent)
+                group[2].append(obs)
+        # 2. one batched forward pass per policy, rows written as the agents act
+        actions: list[dict[Any, Any]] = [{} for _ in subenvs]
+        for policy_id, (envs, agents, obs_list) in groups.items():
+            rows = policy_rows[policy_id]
+            k = len(envs)
+            start = rows.reserve(k)
+            end = start + k
+            cols = rows.columns
+            obs = cols[sb.OBS][start:end]
+            try:
+                np.stack(obs_list, out=obs, casting="unsafe")
+            except ValueError as exc:
+                raise SpecError(
+                    f"spec.env: observations of policy {policy_id!r}'s agents {agents[:4]} do not fit its "
+                    f"observation space {self.policies[policy_id].observation_space}: {exc}"
+                ) from None
+            action, logp, dist_inputs, values = acts[policy_id](obs)
+            cols[sb.ACTIONS][start:end] = action
+            cols[sb.ACTION_LOGP][start:end] = logp
+            cols[sb.ACTION_DIST_INPUTS][start:end] = dist_inputs
+            cols[sb.VF_PREDS][start:end] = values
+            cols[sb.ENV_ID][start:end] = envs
+            cols[sb.REWARDS][start:end] = 0.0
+            cols[sb.TERMINATEDS][start:end] = False
+            cols[sb.TRUNCATEDS][start:end] = False
+            cols[_COMPLETE][start:end] = False
+            cols[sb.WEIGHTS_SEQ_NO][start:end] = self.policies[policy_id].weights_seq_no
+            eps_col, t_col, index_col = cols[sb.EPS_ID], cols[sb.T], cols[sb.AGENT_INDEX]
+            clip = self._clips[policy_id]
+            env_action = action if clip is None else np.clip(action, clip[0], clip[1])
+            agent_index = self._agent_index
+            for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
+                sub = subenvs[j]
+                row = start + offset
+                eps_col[row] = sub.eps_id
+                t_col[row] = sub.agent_t.get(agent, 0)
+                index = agent_index.get(agent)
+                index_col[row] = self._index_of(agent) if index is None else index
+                actions[j][agent] = env_action[offset]
+                sub.open[agent] = (policy_id, row)
+                sub.rows += 1
+        # 3. step every sub-env and close the rows whose agents got their next observation
+        clip_rewards = self.sampling.clip_rewards
+        for j, sub in enumerate(subenvs):
+            try:
+                result = sub.env.step(actions[j])
+            except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
+                self._drop_episode(j, exc)
+                continue
+            self._record(j, sub, result, clip_rewards, actions[j])
+        if self.filters:
+            self._filter_arrivals()
+        n = len(subenvs)
+        self._env_steps_uncut += n
+        self._period.env_steps += n
+        self._period.agent_steps += sum(len(group[0]) for group in groups.values())
+
+    def _record(
+        self,
+        env_index: int,
+        sub: _SubEnv,
+        result: MultiAgentStep,
+        clip_rewards: float | None,
+        actions: Mapping[Any, Any],
+    ) -> None:
+        obs, rewards, terminateds, truncateds, ended_term, ended_trunc = result
+        if self._call_step:
+            self.callbacks.on_episode_step(
+                runner=self, env_index=env_index, eps_id=sub.eps_id, action=actions, reward=rewards, new_obs=obs
+            )
+        sub.length += 1
+        open_rows, policy_rows, returns = sub.open, self._rows, sub.returns
+        for agent, reward in rewards.items():
+            returns[agent] = returns.get(agent, 0.0) + float(reward)
+            ref = open_rows.get(agent)
+            if ref is not None:
+                value = reward if clip_rewards is None else min(max(reward, -clip_rewards), clip_rewards)
+                policy_rows[ref[0]].rewards[ref[1]] += value
+        next_obs: dict[Any, Any] = {}
+        filters = self.filters
+        for agent, agent_obs in obs.items():
+            terminated = bool(terminateds.get(agent, False))
+            truncated = bool(truncateds.get(agent, False))
+            ref = open_rows.pop(agent, None)
+            if ref is not None:
+                self._close_row(ref[0], ref[1], agent_obs, terminated, truncated)
+                sub.agent_t[agent] = sub.agent_t.get(agent, 0) + 1
+            done = terminated or truncated
+            if not done:
+                next_obs[agent] = agent_obs
+            if filters:
+                policy_id = ref[0] if ref is not None else sub.mapping.get(agent) or self._map(sub, env_index, agent)
+                self._arrive(policy_id, agent_obs, -1 if ref is None else ref[1], None if done else next_obs, agent)
+        # Agents done without a last observation keep their own as new_obs.
+        for flags in (terminateds, truncateds):
+            for agent, done in flags.items():
+                if done and agent in open_rows:
+                    policy_id, row = open_rows.pop(agent)
+                    self._close_row(
+                        policy_id,
+                        row,
+                        policy_rows[policy_id].obs[row],
+                        bool(terminateds.get(agent, False)),
+                        bool(truncateds.get(agent, False)),
+                    )
+                    sub.agent_t[agent] = sub.agent_t.get(agent, 0) + 1
+        sub.obs = next_obs
+        if ended_term or ended_trunc:
+            self._episode_ended(env_index, sub, ended_term, ended_trunc)
+
+    # -- cutting batches ---------------------------------------------------------------------
+
+    def _cut(self, chosen: set[int] | None, env_steps: int) -> MultiAgentBatch:
+        """Every completed row (of the ``chosen`` episodes only, when given) as a batch."""
+        batches: dict[str, SampleBatch] = {}
+        agent_ids = np.asarray(self.agent_ids) if self.agent_ids else np.zeros(0, "<U1")
+        for policy_id, rows in self._rows.items():
+            n = rows.size
+            keep = rows.complete[:n].copy()
+            if chosen is not None:
+                keep &= np.isin(rows.columns[sb.EPS_ID][:n], np.fromiter(chosen, np.int64, len(chosen)))
+            self._completed_uncut -= int(keep.sum())
+            taken, remap = rows.take(keep)
+            self._remap_open(policy_id, remap)
+            # Trajectories contiguous: by sub-env, then agent; time order kept within (stable sort).
+            order = np.lexsort((taken[sb.AGENT_INDEX], taken[sb.ENV_ID]))
+            columns = {name: taken[name][order] for name in sb.COLUMNS}
+            columns[sb.AGENT_ID] = agent_ids[columns[sb.AGENT_INDEX]]
+            batches[policy_id] = SampleBatch(columns)
+        seq_nos = {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}
+        batch = MultiAgentBatch(batches, env_steps, self.agent_ids, seq_nos)
+        self._lifetime_env_steps += env_steps
+        self._lifetime_agent_steps += batch.agent_steps()
+        return batch
+
+    def sample(
+        self,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool | None = None,
+        random_actions: bool = False,
+    ) -> MultiAgentBatch:
+        """Step the envs and return one batch per policy (all policies, trained or not).
+
+        * ``truncate_episodes`` (default): ``numEnvs x rolloutFragmentLength`` steps (or
+          ``num_timesteps``), counted per ``countStepsBy``; every completed row;
+        * ``complete_episodes``: whole episodes, until they hold at least that many steps;
+        * ``num_episodes``: exactly this many complete episodes (the first to end).
+
+        ``explore`` overrides every policy's ``explore``; ``random_actions`` acts uniformly.
+        """
+        if num_timesteps is not None and num_episodes is not None:
+            raise ValueError("give num_timesteps or num_episodes, not both")
+        if (num_timesteps is not None and num_timesteps < 1) or (num_episodes is not None and num_episodes < 1):
+            raise ValueError("num_timesteps and num_episodes must be at least 1")
+        started = time.perf_counter()
+        if not self._started:
+            self._start()
+        acts = self._act_functions(explore, random_actions)
+        target = num_timesteps if num_timesteps is not None else self.sampling.rollout_fragment_length * self.num_envs
+        by_env = self.count_steps_by == "env_steps"
+        if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
+            while True:
+                if num_episodes is not None:
+                    if len(self._ended) >= num_episodes:
+                        chosen = list(self._ended)[:num_episodes]
+                        break
+                else:
+                    counted = sum(steps[0] if by_env else steps[1] for steps in self._ended.values())
+                    if counted >= target and self._ended:
+                        chosen = list(self._ended)
+                        break
+                self._step(acts)
+            env_steps = sum(self._ended[eps][0] for eps in chosen)
+            for eps in chosen:
+                del self._ended[eps]
+            batch = self._cut(set(chosen), env_steps)
+        else:
+            if by_env:
+                for _ in range(-(-max(0, target - self._env_steps_uncut) // self.num_envs)):
+                    self._step(acts)
+            else:
+                while self._completed_uncut < target:
+                    self._step(acts)
+            env_steps, self._env_steps_uncut = self._env_steps_uncut, 0
+            self._ended.clear()
+            batch = self._cut(None, env_steps)
+        self._period.seconds += time.perf_counter() - started
+        self.callbacks.on_sample_end(runner=self, batch=batch)
+        return batch
+
+    # -- weights, state, metrics ----------------------------------------------------------
+
+    @property
+    def weights_seq_nos(self) -> dict[str, int]:
+        """Policy id -> the version of its weights being sampled with."""
+        return {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}
+
+    @property
+    def weights_seq_no(self) -> int:
+        """The newest version among the policies (one number for gauges and heartbeats)."""
+        return max(self.weights_seq_nos.values(), default=0)
+
+    def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Policy id -> its model's state dict as numpy (copies), for ``policies`` or all."""
+        return {policy_id: self._policy(policy_id).get_weights() for policy_id in policies or self.policies}
+
+    def set_weights(
+        self, weights: Mapping[str, Mapping[str, Any]], seq_nos: Mapping[str, int] | None = None
+    ) -> dict[str, bool]:
+        """Load each given policy's weights, unless its ``seq_nos`` entry is not newer than the
+        loaded version; the other policies keep theirs. Returns policy id -> whether loaded."""
+        return {
+            policy_id: self.set_policy_weights(policy_id, state, None if seq_nos is None else seq_nos.get(policy_id))
+            for policy_id, state in weights.items()
+        }
+
+    def set_policy_weights(self, policy_id: str, weights: Mapping[str, Any], seq_no: int | None = None) -> bool:
+        return self._policy(policy_id).set_weights(weights, seq_no)
+
+    def _policy(self, policy_id: str) -> Policy:
+        policy = self.policies.get(policy_id)
+        if policy is None:
+            raise KeyError(f"no policy {policy_id!r}; this job has {', '.join(self.policies)}")
+        return policy
+
+    def get_filters(self, flush_after: bool = False) -> dict[str, MeanStdFilter]:
+        """Copies of the observation filters, keyed by policy id (empty without meanStd)."""
+        copies = {policy_id: filt.copy() for policy_id, filt in self.filters.items()}
+        if flush_after:
+            for filt in self.filters.values():
+                filt.flush()
+        return copies
+
+    def sync_filters(self, filters: Mapping[str, MeanStdFilter]) -> None:
+        """Adopt merged statistics per policy (keeping what was seen since the last flush)."""
+        for policy_id, central in filters.items():
+            if policy_id in self.filters:
+                self.filters[policy_id].sync(central)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "weights": self.get_weights(),
+            "weights_seq_nos": self.weights_seq_nos,
+            "filters": {policy_id: filt.get_state() for policy_id, filt in self.filters.items()},
+            "num_env_steps_sampled_lifetime": self._lifetime_env_steps,
+            "num_agent_steps_sampled_lifetime": self._lifetime_agent_steps,
+            "num_episodes_lifetime": self._lifetime_episodes + len(self._period.returns),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        seq_nos = state.get("weights_seq_nos", {})
+        for policy_id, weights in state.get("weights", {}).items():
+            policy = self._policy(policy_id)
+            policy.set_weights(weights)
+            policy.weights_seq_no = int(seq_nos.get(policy_id, policy.weights_seq_no))
+        for policy_id, filter_state in state.get("filters", {}).items():
+            if policy_id in self.filters:
+                self.filters[policy_id].set_state(filter_state)
+        self._lifetime_env_steps = int(state.get("num_env_steps_sampled_lifetime", self._lifetime_env_steps))
+        self._lifetime_agent_steps = int(state.get("num_agent_steps_sampled_lifetime", self._lifetime_agent_steps))
+        self._lifetime_episodes = int(state.get("num_episodes_lifetime", self._lifetime_episodes))
+
+    def get_metrics(self) -> dict[str, float | int]:
+        """Like :meth:`EnvRunner.get_metrics` (returns summed over agents, lengths in env steps),
+        plus agent steps and ``agent/<id>/episode_return_mean``, ``policy/<id>/episode_return_mean``
+        and ``policy/<id>/weights_seq_no`` over the last 100 episodes."""
+        period, self._period = self._period, _Period()
+        self._returns.extend(period.returns)
+        self._lengths.extend(period.lengths)
+        self._lifetime_episodes += len(period.returns)
+        nan = float("nan")
+        window = np.array(self._returns)
+        metrics: dict[str, float | int] = {
+            "episode_return_mean": float(window.mean()) if len(window) else nan,
+            "episode_return_min": float(window.min()) if len(window) else nan,
+            "episode_return_max": float(window.max()) if len(window) else nan,
+            "episode_len_mean": float(np.mean(self._lengths)) if self._lengths else nan,
+            "num_episodes": len(period.returns),
+            "num_env_steps_sampled": period.env_steps,
+            "num_agent_steps_sampled": period.agent_steps,
+            "env_steps_per_s": period.env_steps / period.seconds if period.seconds > 0 else 0.0,
+            "agent_steps_per_s": period.agent_steps / period.seconds if period.seconds > 0 else 0.0,
+            "num_episodes_dropped": period.dropped,
+            "num_env_steps_sampled_lifetime": self._lifetime_env_steps,
+            "num_agent_steps_sampled_lifetime": self._lifetime_agent_steps,
+            "num_episodes_lifetime": self._lifetime_episodes,
+            "num_env_restarts": self._env_restarts,
+            "weights_seq_no": self.weights_seq_no,
+        }
+        for kind, source, windows in (
+            ("agent", period.agent_returns, self._agent_returns),
+            ("policy", period.policy_returns, self._policy_returns),
+        ):
+            for key, values in source.items():
+                windows.setdefault(key, deque(maxlen=_METRICS_WINDOW)).extend(values)
+            for key, values_window in windows.items():
+                metrics[f"{kind}/{key}/episode_return_mean"] = float(np.mean(values_window))
+        for policy_id, seq_no in self.weights_seq_nos.items():
+            metrics[f"policy/{policy_id}/weights_seq_no"] = seq_no
+        return metrics
+
+    def close(self) -> None:
+        for sub in self.subenvs:
+            sub.env.close()
+
+    def __enter__(self) -> MultiAgentEnvRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build_policy_models(job: RolloutJob) -> dict[str, Any]:
+    """Policy id -> its torch model with the weights every worker starts from (for a learner).
+
+    >>> models = build_policy_models(RolloutJob.from_file("examples/multiagent.yaml"))  # doctest: +SKIP
+    """
+    cpu = job.model_copy(
+        update={
+            "spec": job.spec.model_copy(
+                update={
+                    "env": job.spec.env.model_copy(update={"num_envs": 1}),
+                    "policy": job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None}),
+                    "multi_agent": _multi_agent(job).model_copy(
+                        update={
+                            "policies": {
+                                policy_id: overrides.model_copy(update={"device": "cpu", "num_threads": None})
+                                for policy_id, overrides in _multi_agent(job).policies.items()
+                            }
+                        }
+                    ),
+                }
+            )
+        }
+    )
+    with MultiAgentEnvRunner(cpu) as runner:
+        return {policy_id: policy.model for policy_id, policy in runner.policies.items()}
+
+
+class _Period:
+    __slots__ = (
+        "agent_returns",
+        "agent_steps",
+        "dropped",
+        "env_steps",
+        "lengths",
+        "policy_returns",
+        "returns",
+        "seconds",
+    )
+
+    def __init__(self) -> None:
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.agent_returns: dict[str, list[float]] = {}
+        self.policy_returns: dict[str, list[float]] = {}
+        self.env_steps = 0
+        self.agent_steps = 0
+        self.seconds = 0.0
+        self.dropped = 0

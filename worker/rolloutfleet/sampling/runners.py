@@ -1,0 +1,51 @@
+"""Pick the runner a job needs: :class:`EnvRunner` (single-agent) or
+:class:`MultiAgentEnvRunner` (``spec.multiAgent``). Both have ``sample()``, ``get_metrics()``,
+``weights_seq_no``, ``close()``; their batches are :class:`SampleBatch` and
+:class:`MultiAgentBatch`::
+
+    with make_env_runner(job, worker_index=0) as runner:
+        batch = runner.sample()
+
+:func:`build_model` gives a learner the model every worker starts from.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
+from rolloutfleet.sampling.callbacks import Callbacks
+from rolloutfleet.sampling.env_runner import EnvRunner
+from rolloutfleet.sampling.envs import derive_seed, env_creator
+from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.spec.job import RolloutJob
+
+AnyEnvRunner = EnvRunner | MultiAgentEnvRunner
+
+
+def make_env_runner(
+    job: RolloutJob, worker_index: int = 0, num_workers: int | None = None, callbacks: Callbacks | None = None
+) -> AnyEnvRunner:
+    """The runner for ``job``: multi-agent when ``spec.multiAgent`` is set."""
+    if job.spec.multi_agent is not None:
+        return MultiAgentEnvRunner(job, worker_index, num_workers, callbacks)
+    return EnvRunner(job, worker_index, num_workers, callbacks)
+
+
+def build_model(job: RolloutJob) -> nn.Module:
+    """The job's policy model with the weights every worker starts from (for a learner).
+
+    Builds one sub-environment to learn the spaces, then the model exactly as workers do
+    (same seed, same initial weights), on the CPU.
+
+    >>> model = build_model(RolloutJob.from_file("examples/cartpole.yaml"))  # doctest: +SKIP
+    """
+    env = env_creator(job.spec.env, worker_index=0, num_workers=job.spec.replicas)(0)
+    try:
+        spec = job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None})
+        policy = Policy(
+            spec, env.observation_space, env.action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH)
+        )
+    finally:
+        env.close()
+    return policy.model

@@ -1,0 +1,457 @@
+"""The RolloutJob manifest: one typed model shared by the worker, the CLI and the operator.
+
+This module imports neither torch nor gymnasium (nor any client library), so the
+operator's image can validate manifests without them. Field names follow the
+Kubernetes convention (camelCase in YAML, snake_case in Python)::
+
+    job = RolloutJob.from_file("examples/cartpole.yaml")
+    job.spec.env.num_envs          # 8
+    job.spec.sampling.batch_mode   # "truncate_episodes"
+
+Anything wrong raises one :class:`SpecError` whose message names the field, e.g.
+``spec.sampling.batchMode: must be one of 'truncate_episodes', 'complete_episodes'``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "rolloutfleet.io/v1alpha1"
+KIND = "RolloutJob"
+
+# "package.module:attribute" — the attribute part may be dotted (Class.factory).
+_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+# RFC 1123 label: what Kubernetes accepts as a name we later embed in pod names.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+# Policy ids are parts of Redis keys and .npz member names: no braces, slashes or colons.
+_POLICY_ID = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
+
+
+class SpecError(ValueError):
+    """A manifest is invalid. The message names every offending field."""
+
+
+class _SubfieldError(ValueError):
+    """Raised by a model validator about one of its fields: the error names that field's path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+def _check_entry_point(value: str | None) -> str | None:
+    if value is not None and not _ENTRY_POINT.match(value):
+        raise ValueError(f"must look like 'package.module:name', got {value!r}")
+    return value
+
+
+def _check_layers(value: list[int]) -> list[int]:
+    if not value or any(size < 1 for size in value):
+        raise ValueError(f"must be a non-empty list of positive layer sizes, got {value}")
+    return value
+
+
+def _check_device(value: str) -> str:
+    if not _DEVICE.match(value):
+        raise ValueError(f"must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+    return value
+
+
+class EnvSpec(_Model):
+    """What to step: a gymnasium id or an entry point, and how many sub-environments."""
+
+    id: str | None = None
+    """A registered gymnasium id, e.g. ``CartPole-v1``; ``config`` is passed as keyword arguments."""
+    entry_point: str | None = None
+    """``pkg.module:make_env``: a callable taking an :class:`~rolloutfleet.sampling.envs.EnvContext`."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Handed to the env creator (with worker_index / vector_index / num_workers for entry points)."""
+    num_envs: int = Field(default=1, ge=1, le=65536)
+    """Sub-environments per worker, stepped together with one batched policy call."""
+    vectorization: Literal["auto", "sync", "async", "vector"] = "auto"
+    """``vector`` uses the env's own vectorized implementation (gymnasium ``vector_entry_point``),
+    ``sync`` steps sub-envs in this process, ``async`` one subprocess each (heavy envs).
+    ``auto`` picks ``vector`` when the id has one, else ``sync``."""
+    restart_failed_sub_envs: bool = True
+    """Recreate a sub-environment that raises, dropping its episode (counted in metrics)."""
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return _check_entry_point(value)
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> EnvSpec:
+        if (self.id is None) == (self.entry_point is None):
+            raise ValueError("give exactly one of 'id' (a gymnasium id) or 'entryPoint' (pkg.module:callable)")
+        if self.entry_point is not None and self.vectorization == "vector":
+            raise ValueError("vectorization 'vector' needs a gymnasium 'id' with a vector entry point")
+        return self
+
+
+class PolicySpec(_Model):
+    """Which torch model acts, and where it runs."""
+
+    hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the default MLP (used for flat observations)."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    vf_share_layers: bool = True
+    """The value head reads the policy's hidden layers (RLlib's DefaultModelConfig default), or
+    has an MLP of its own (False): twice the inference cost per step."""
+    entry_point: str | None = None
+    """``pkg.module:MyPolicy``: an ``nn.Module`` class built as ``MyPolicy(obs_space, act_space, **config)``."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for a custom policy class."""
+    device: str = "auto"
+    """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``."""
+    explore: bool = True
+    """Sample actions from the distribution (True) or take the most likely one (False)."""
+    inference: Literal["auto", "torch"] = "auto"
+    """``auto`` runs the default MLP's forward pass through a numpy mirror of its weights on the
+    CPU (several times faster for per-step batches); ``torch`` always calls the module."""
+    num_threads: int | None = Field(default=1, ge=1)
+    """torch intra-op threads for CPU inference; 1 is fastest for small models (null: torch's default)."""
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return _check_entry_point(value)
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive_layers(cls, value: list[int]) -> list[int]:
+        return _check_layers(value)
+
+    @field_validator("device")
+    @classmethod
+    def _device_syntax(cls, value: str) -> str:
+        return _check_device(value)
+
+
+class PolicyOverrides(_Model):
+    """One policy of a multi-agent job: any field of ``spec.policy``, overriding it for this policy."""
+
+    hidden: list[int] | None = None
+    activation: Literal["tanh", "relu"] | None = None
+    vf_share_layers: bool | None = None
+    entry_point: str | None = None
+    config: dict[str, Any] | None = None
+    device: str | None = None
+    explore: bool | None = None
+    inference: Literal["auto", "torch"] | None = None
+    num_threads: int | None = Field(default=None, ge=1)
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return _check_entry_point(value)
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive_layers(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else _check_layers(value)
+
+    @field_validator("device")
+    @classmethod
+    def _device_syntax(cls, value: str | None) -> str | None:
+        return None if value is None else _check_device(value)
+
+    def apply(self, base: PolicySpec) -> PolicySpec:
+        """``base`` with the fields given here replaced; a field left out (or null) keeps ``base``'s value."""
+        update = {name: value for name in type(self).model_fields if (value := getattr(self, name)) is not None}
+        return base.model_copy(update=update)
+
+
+class MappingRule(_Model):
+    """Agents whose id starts with ``prefix`` (or fully matches ``regex``) act with ``policy``."""
+
+    prefix: str | None = None
+    regex: str | None = None
+    policy: str
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_pattern(self) -> MappingRule:
+        if (self.prefix is None) == (self.regex is None):
+            raise ValueError("give exactly one of 'prefix' or 'regex'")
+        return self
+
+
+class PolicyMappingSpec(_Model):
+    """Which policy acts for an agent: a function, or a rule table that needs no code."""
+
+    entry_point: str | None = None
+    """``pkg.module:fn``, called as ``fn(agent_id, episode) -> policy_id`` once per agent and episode."""
+    rules: list[MappingRule] | None = None
+    """Tried in order; the first rule matching the agent id wins."""
+    default: str | None = None
+    """Policy for agents no rule matches (rules only); without it such an agent is an error."""
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return _check_entry_point(value)
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> PolicyMappingSpec:
+        if (self.entry_point is None) == (self.rules is None):
+            raise ValueError("give exactly one of 'entryPoint' (pkg.module:fn) or 'rules'")
+        if self.entry_point is not None and self.default is not None:
+            raise _SubfieldError("default", "only applies to 'rules'; an entryPoint function decides alone")
+        if self.rules is not None and not self.rules:
+            raise _SubfieldError("rules", "must hold at least one rule")
+        return self
+
+
+class MultiAgentSpec(_Model):
+    """Several policies acting in one multi-agent env (PettingZoo Parallel API or RLlib-style dicts)."""
+
+    policies: dict[str, PolicyOverrides]
+    """Policy id -> overrides of ``spec.policy`` (``{}``: the defaults). Ids become Redis key parts."""
+    policy_mapping: PolicyMappingSpec
+    policies_to_train: list[str] | None = None
+    """Policies whose experience is published (default: all); the others act but are not published."""
+    count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"
+    """What ``rolloutFragmentLength`` counts: env steps, or agent steps (one per acting agent)."""
+
+    @field_validator("policies")
+    @classmethod
+    def _policy_ids(cls, value: dict[str, PolicyOverrides]) -> dict[str, PolicyOverrides]:
+        if not value:
+            raise ValueError("must name at least one policy")
+        for policy_id in value:
+            if not _POLICY_ID.match(policy_id):
+                raise ValueError(
+                    f"policy id {policy_id!r} must start with a letter and hold only letters, digits, '-', '_' "
+                    "or '.' (at most 64 characters): it becomes part of Redis key names"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _known_policy_ids(self) -> MultiAgentSpec:
+        known = ", ".join(self.policies)
+
+        def check(path: str, policy_id: str) -> None:
+            if policy_id not in self.policies:
+                raise _SubfieldError(path, f"unknown policy id {policy_id!r}; spec.multiAgent.policies has {known}")
+
+        for index, rule in enumerate(self.policy_mapping.rules or []):
+            check(f"policyMapping.rules[{index}].policy", rule.policy)
+        if self.policy_mapping.default is not None:
+            check("policyMapping.default", self.policy_mapping.default)
+        for index, policy_id in enumerate(self.policies_to_train or []):
+            check(f"policiesToTrain[{index}]", policy_id)
+        return self
+
+    @property
+    def trained_policies(self) -> list[str]:
+        """The ids in ``policiesToTrain``, or every policy id."""
+        return list(self.policies) if self.policies_to_train is None else list(dict.fromkeys(self.policies_to_train))
+
+
+class SamplingSpec(_Model):
+    """How experience is cut into batches and preprocessed."""
+
+    rollout_fragment_length: int = Field(default=200, ge=1)
+    """Env steps per sub-environment per batch (truncate_episodes)."""
+    batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
+    observation_filter: Literal["none", "meanStd"] = "none"
+    clip_rewards: float | None = Field(default=None, gt=0)
+    """Clip rewards stored in batches to [-bound, bound]; episode metrics use raw rewards."""
+    clip_actions: bool = False
+    """Clip continuous actions to the space's bounds before the env sees them (batches keep the sample)."""
+    seed: int | None = Field(default=None, ge=0)
+    """Base seed: worker i, sub-env j get distinct seeds derived from (seed, i, j)."""
+    callbacks: str | None = None
+    """``pkg.module:MyCallbacks``: a :class:`rolloutfleet.sampling.callbacks.Callbacks` subclass."""
+
+    @field_validator("callbacks")
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return _check_entry_point(value)
+
+
+class PasswordSecretRef(_Model):
+    name: str
+    key: str = "password"
+
+
+class RedisSpec(_Model):
+    """Where batches and weights meet the learner."""
+
+    url: str = "redis://localhost:6379/0"
+    """``redis://`` or ``rediss://`` (TLS). Never put a password here: use passwordSecret."""
+    password_secret: PasswordSecretRef | None = None
+    """Kubernetes Secret holding the password; workers read it from ROLLOUTFLEET_REDIS_PASSWORD."""
+    max_len: int = Field(default=1000, ge=1)
+    """Upper bound on entries kept in the job's batch stream."""
+    backpressure: Literal["block", "dropOldest"] = "block"
+    """When the stream is full: block the worker (with a timeout) or trim the oldest entries (counted)."""
+    block_timeout_seconds: float = Field(default=60.0, gt=0)
+    compression: Literal["none", "lz4", "zstd"] = "none"
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"must start with redis://, rediss:// or unix://, got {value!r}")
+        if re.match(r"^rediss?://[^@/]*:[^@/]+@", value):
+            raise ValueError("must not contain a password; use passwordSecret")
+        return value
+
+
+class RestartPolicySpec(_Model):
+    """How failed workers are replaced (the operator and the local fleet share these semantics)."""
+
+    max_restarts: int = Field(default=1000, ge=0)
+    backoff_seconds: float = Field(default=1.0, ge=0)
+    backoff_limit_seconds: float = Field(default=60.0, ge=0)
+
+
+class ResourcesSpec(_Model):
+    """Container resources; ``gpu`` becomes ``nvidia.com/gpu``."""
+
+    cpu: str | None = None
+    memory: str | None = None
+    gpu: int = Field(default=0, ge=0)
+
+
+class RolloutJobSpec(_Model):
+    replicas: int = Field(default=1, ge=0)
+    env: EnvSpec
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    multi_agent: MultiAgentSpec | None = None
+    """Several policies and a mapping of agents to them; absent for single-agent envs."""
+    redis: RedisSpec = Field(default_factory=RedisSpec)
+    restart_policy: RestartPolicySpec = Field(default_factory=RestartPolicySpec)
+    suspend: bool = False
+    # Pod placement; passed through by the operator, ignored by a local run.
+    image: str | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    affinity: dict[str, Any] | None = None
+    priority_class_name: str | None = None
+    service_account_name: str | None = None
+    env_vars: list[dict[str, Any]] = Field(default_factory=list, alias="extraEnv")
+
+
+class ObjectMeta(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    name: str
+    namespace: str = "default"
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if len(value) > 50 or not _DNS_LABEL.match(value):
+            raise ValueError(f"must be a lowercase DNS label (a-z, 0-9, '-'), at most 50 characters, got {value!r}")
+        return value
+
+
+class RolloutJob(_Model):
+    """A whole manifest: ``apiVersion``, ``kind``, ``metadata``, ``spec``.
+
+    >>> job = RolloutJob.from_dict({"metadata": {"name": "cp"}, "spec": {"env": {"id": "CartPole-v1"}}})
+    >>> job.spec.env.num_envs
+    1
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    api_version: Literal["rolloutfleet.io/v1alpha1"] = "rolloutfleet.io/v1alpha1"
+    kind: Literal["RolloutJob"] = "RolloutJob"
+    metadata: ObjectMeta
+    spec: RolloutJobSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RolloutJob:
+        """Validate a parsed manifest; raises :class:`SpecError` naming each bad field."""
+        if not isinstance(data, Mapping):
+            raise SpecError(f"a RolloutJob manifest must be a mapping, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(_describe(exc)) from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> RolloutJob:
+        """Read and validate a YAML (or JSON) manifest holding one RolloutJob."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise SpecError(f"{path}: cannot read manifest: {exc.strerror}") from None
+        try:
+            documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        jobs = [doc for doc in documents if isinstance(doc, Mapping) and doc.get("kind", KIND) == KIND]
+        if len(jobs) != 1:
+            raise SpecError(f"{path}: expected exactly one RolloutJob document, found {len(jobs)}")
+        try:
+            return cls.from_dict(jobs[0])
+        except SpecError as exc:
+            raise SpecError(f"{path}: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as Kubernetes would store it (camelCase keys, defaults filled in)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        location = ".".join(_camel(part) for part in error["loc"]).replace(".[", "[")
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, _SubfieldError):
+            location = f"{location}.{cause.path}" if location else cause.path
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "literal_error":
+            message = "must be one of " + error["ctx"]["expected"]
+            message += f" (got {error['input']!r})"
+        elif error["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling against the RolloutJob reference)"
+        problems.append(f"{location or 'manifest'}: {message}")
+    return "; ".join(problems)
+
+
+def _camel(part: int | str) -> str:
+    return f"[{part}]" if isinstance(part, int) else to_camel(part) if "_" in part else part

@@ -1,0 +1,434 @@
+"""Learner side: read a job's batches with consumer-group semantics (at-least-once).
+
+Message by message::
+
+    consumer = BatchConsumer("redis://127.0.0.1:6379/0", "cartpole")      # doctest: +SKIP
+    for message in consumer:                                               # doctest: +SKIP
+        train(message.batch, version=message.metadata.weights_seq_no)
+        message.ack()
+
+Or as one training batch of at least ``min_steps`` rows::
+
+    batch = consumer.get(min_steps=4096, timeout=10.0)                     # doctest: +SKIP
+    tensors = consumer.get(min_steps=4096, as_torch=True, device="cuda")   # doctest: +SKIP
+
+**Ack after use.** A message is acked by ``message.ack()``; ``get()`` acks the messages
+behind the batch it returned when it is called the next time (or on :meth:`commit`), so a
+learner that dies while training on a batch leaves it pending, and another consumer of the
+group reclaims it. ``get()`` returns ``None`` on timeout; rows read so far are kept for
+the next call, not lost.
+
+**Reclaiming.** Every ``reclaim_idle_s / 2`` the consumer runs XAUTOCLAIM: entries
+delivered to any consumer of the group (a crashed learner) and not acked for
+``reclaim_idle_s`` are delivered to this one. So ``reclaim_idle_s`` must exceed the
+longest time a learner holds a message before acking it.
+
+**Poison entries.** An entry whose payload or metadata cannot be decoded stays pending
+(another consumer, e.g. one with the compression library installed, may succeed); once it
+has been delivered ``max_deliveries`` times it is moved, with the reason, to the job's
+dead-letter stream and acked.
+
+**Duplicates and staleness.** A batch re-sent by a publisher after a lost reply carries
+the same (producer, seq) and is dropped (acked, counted). With ``max_policy_lag=k``,
+rows sampled with weights older than ``policy_version - k`` are dropped, judged row by
+row from the batch's ``weights_seq_no`` column (a fragment can hold rows carried over
+from before a weights update, older than the rest): the other rows of the batch are
+delivered, and a batch with no row left is dropped whole (acked). Both are counted
+(:attr:`ConsumerStats.stale_rows`, :attr:`ConsumerStats.stale`). ``policy_version`` is
+the job's published weights version unless the learner sets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import redis
+
+from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
+from rolloutfleet.data.codec import DecodeError
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.learners import LEARNERS_TTL_MS, READING_SCRIPT
+from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, job_keys
+from rolloutfleet.transport.connection import RetryLoop, connect
+from rolloutfleet.transport.entries import (
+    Message,
+    check_versions,
+    concat_messages,
+    decode_entry,
+    fresh_rows,
+)
+from rolloutfleet.transport.stream_status import as_text, read_stream_status, weights_version
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEAD_LETTER_MAX_LEN = 10_000
+_SEEN_CAPACITY = 1 << 16
+
+
+@dataclass
+class ConsumerStats:
+    """Counters since the consumer was made."""
+
+    delivered: int = 0
+    reclaimed: int = 0
+    """Entries taken over from idle consumers (XAUTOCLAIM)."""
+    acked: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    """Batches dropped whole by ``max_policy_lag`` (no row recent enough)."""
+    stale_rows: int = 0
+    """Rows dropped by ``max_policy_lag``: those of the batches in ``stale``, and those cut
+    from batches whose other rows were delivered."""
+    decode_failures: int = 0
+    dead_lettered: int = 0
+    retries: int = 0
+
+
+@dataclass(frozen=True)
+class ConsumerLag:
+    """How far this consumer's group is behind."""
+
+    pending: int
+    undelivered: int | None
+    oldest_pending_age_s: float | None
+    policy_lag: int | None
+    """Published weights version minus the oldest version among the last rows delivered."""
+
+
+class BatchConsumer:
+    """Reads batches of job ``namespace/job`` (or of a :class:`RolloutJob`) as consumer
+    ``consumer`` of group ``group``; see the module doc for the delivery semantics.
+
+    >>> consumer = BatchConsumer(url, "cartpole", reclaim_idle_s=60, max_policy_lag=4)  # doctest: +SKIP
+    >>> batch = consumer.get(min_steps=2048, timeout=5.0)                               # doctest: +SKIP
+    >>> consumer.lag()                                                                   # doctest: +SKIP
+    ConsumerLag(pending=3, undelivered=0, oldest_pending_age_s=0.02, policy_lag=1)
+
+    ``start``: where a newly created group begins, ``"0"`` (everything still in the
+    stream) or ``"$"`` (only new entries).
+
+    ``policy``: read one policy's stream of a multi-agent job (one consumer per policy; a
+    learner of several policies makes several). Its batches get an ``agent_id`` column
+    (text, from the entry's ``agent_ids``) beside ``agent_index``, and ``max_policy_lag``
+    compares with that policy's weights version.
+
+    >>> red = BatchConsumer(url, "tag", policy="red")                 # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        group: str = DEFAULT_GROUP,
+        consumer: str | None = None,
+        reclaim_idle_s: float = 30.0,
+        *,
+        password: str | None = None,
+        max_deliveries: int = 3,
+        max_policy_lag: int | None = None,
+        read_count: int = 16,
+        block_s: float = 1.0,
+        start: str = "0",
+        reconnect_timeout_s: float = 30.0,
+        policy: str | None = None,
+    ) -> None:
+        if isinstance(job, RolloutJob):
+            namespace, job = job.namespace, job.name
+        self.keys = job_keys(namespace, job, policy)
+        self.policy = policy
+        self.group = group
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        if reclaim_idle_s <= 0:
+            raise ValueError(f"reclaim_idle_s must be > 0, got {reclaim_idle_s}")
+        if max_deliveries < 1:
+            raise ValueError(f"max_deliveries must be >= 1, got {max_deliveries}")
+        self.reclaim_idle_s = reclaim_idle_s
+        self.max_deliveries = max_deliveries
+        self.max_policy_lag = max_policy_lag
+        self.policy_version: int | None = None
+        """The learner's current weights version; None: read the job's published version."""
+        self.read_count = read_count
+        self.block_s = block_s
+        self.start = start
+        self.stats = ConsumerStats()
+        self.client = connect(redis_url, password, socket_timeout=max(30.0, block_s + 20.0))
+        self._reading = self.client.register_script(READING_SCRIPT)
+        self._retry = RetryLoop(reconnect_timeout_s)
+        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._in_flight: set[str] = set()
+        self._carry: list[Message] = []
+        self._uncommitted: list[Message] = []
+        self._next_reclaim = 0.0
+        self._next_reading = 0.0
+        self._reclaim_cursor = "0-0"
+        self._last_min_seq_no: int | None = None
+        self._call(self._create_group)
+
+    # -- Redis calls ---------------------------------------------------------------------
+
+    def _create_group(self) -> None:
+        try:
+            self.client.xgroup_create(self.keys.batches, self.group, id=self.start, mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        """``operation`` with reconnect/backoff, re-creating the group if Redis lost it."""
+
+        def attempt() -> T:
+            try:
+                return operation()
+            except redis.ResponseError as exc:
+                # A restarted Redis without persistence has no stream and no group.
+                if "NOGROUP" not in str(exc):
+                    raise
+                log.warning("group %s of %s is gone (Redis restarted?); re-creating it", self.group, self.keys.batches)
+                self._create_group()
+                return operation()
+
+        def count_retry(exc: Exception) -> None:
+            self.stats.retries += 1
+            log.warning("redis unavailable for %s (%s); retrying", self.keys.batches, exc)
+
+        return self._retry.call(attempt, on_retry=count_retry)
+
+    def _read_entries(self, count: int, block_ms: int) -> tuple[list[tuple[bytes, Any]], bool]:
+        now = time.monotonic()
+        if now >= self._next_reclaim:
+            self._next_reclaim = now + self.reclaim_idle_s / 2
+            entries = self._reclaim(count)
+            if entries:
+                return entries, True
+
+        def read() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            if now >= self._next_reading:
+                # Said on reads with entries or without: the fleet's backpressure waits only
+                # for groups seen reading (rolloutfleet.spec.learners), and a learner that has
+                # caught up must not look gone. Twice a second is precise enough, and spares
+                # the pipeline's script check on most reads.
+                self._next_reading = now + 0.5
+                self._reading(keys=[self.keys.learners], args=[self.group, LEARNERS_TTL_MS], client=pipe)
+            pipe.xreadgroup(self.group, self.consumer, {self.keys.batches: ">"}, count=count, block=max(block_ms, 1))
+            return pipe.execute()[-1]
+
+        reply = self._call(read)
+        if not reply:
+            return [], False
+        return [entry for _, entries in cast(Any, reply) for entry in entries], False  # RESP2: [[stream, entries]]
+
+    def _reclaim(self, count: int) -> list[tuple[bytes, Any]]:
+        reply = self._call(
+            lambda: self.client.xautoclaim(
+                self.keys.batches,
+                self.group,
+                self.consumer,
+                min_idle_time=int(self.reclaim_idle_s * 1000),
+                start_id=self._reclaim_cursor,
+                count=count,
+            )
+        )
+        cursor, entries = reply[0], reply[1]
+        self._reclaim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        if self._reclaim_cursor != "0-0":
+            self._next_reclaim = 0.0  # more idle entries wait: keep claiming on the next read
+        # Our own messages still in the learner's hands are not redeliveries.
+        fresh = [(i, f) for i, f in entries if as_text(i) not in self._in_flight]
+        if fresh:
+            self.stats.reclaimed += len(fresh)
+            log.info("reclaimed %d idle entries of %s", len(fresh), self.keys.batches)
+        return fresh
+
+    def _current_policy_version(self) -> int | None:
+        if self.policy_version is not None:
+            return self.policy_version
+        return weights_version(self._call(lambda: self.client.get(self.keys.weights_version)))
+
+    # -- turning entries into messages ------------------------------------------------
+
+    def _fetch(self, count: int, block_ms: int) -> list[Message]:
+        entries, _ = self._read_entries(count, block_ms)
+        if not entries:
+            return []
+        newest = self._current_policy_version() if self.max_policy_lag is not None else None
+        messages: list[Message] = []
+        versions: list[int] = []  # the oldest weights version of each message's rows
+        drop: list[str] = []
+        for raw_id, fields in entries:
+            entry_id = as_text(raw_id)
+            if fields is None:  # deleted (trimmed) while pending
+                drop.append(entry_id)
+                continue
+            try:
+                batch, metadata = decode_entry(fields, self.policy)
+                if newest is not None:
+                    # Here, not where rows are judged: an entry that fails must not be
+                    # remembered as seen, or its next delivery would pass for a duplicate.
+                    check_versions(batch)
+            except DecodeError as exc:
+                self._poisoned(entry_id, fields, str(exc))
+                continue
+            key = (metadata.producer, metadata.seq)
+            if metadata.producer and key in self._seen:
+                self.stats.duplicates += 1
+                drop.append(entry_id)
+                continue
+            if metadata.producer:
+                self._seen[key] = None
+                if len(self._seen) > _SEEN_CAPACITY:
+                    self._seen.popitem(last=False)
+            oldest = metadata.weights_seq_no_min
+            if newest is not None and self.max_policy_lag is not None:
+                batch, stale_rows = fresh_rows(batch, metadata, newest - self.max_policy_lag)
+                self.stats.stale_rows += stale_rows
+                if not len(batch) and stale_rows:
+                    self.stats.stale += 1
+                    drop.append(entry_id)
+                    continue
+                if stale_rows:
+                    oldest = int(batch[WEIGHTS_SEQ_NO].min())
+            self._in_flight.add(entry_id)
+            messages.append(Message(entry_id, batch, metadata, self))
+            versions.append(cast(int, oldest))
+        if drop:
+            self._ack_ids(drop)
+        self.stats.delivered += len(messages)
+        if versions:
+            self._last_min_seq_no = min(versions)
+        return messages
+
+    def _poisoned(self, entry_id: str, fields: Mapping[bytes, bytes], reason: str) -> None:
+        self.stats.decode_failures += 1
+        detail = self._call(lambda: self.client.xpending_range(self.keys.batches, self.group, entry_id, entry_id, 1))
+        deliveries = int(detail[0]["times_delivered"]) if detail else self.max_deliveries
+        if deliveries < self.max_deliveries:
+            log.warning("entry %s of %s: %s (delivery %d of %d; left pending for another try)",
+                        entry_id, self.keys.batches, reason, deliveries, self.max_deliveries)  # fmt: skip
+            return
+        log.error("entry %s of %s: %s; moved to %s", entry_id, self.keys.batches, reason, self.keys.dead_letters)
+        letter: dict[bytes | str, bytes | str | int] = {
+            **{k: v for k, v in fields.items() if isinstance(k, bytes)},
+            "dead_letter_reason": reason,
+            "dead_letter_id": entry_id,
+            "dead_letter_stream": self.keys.batches,
+            "dead_letter_consumer": self.consumer,
+            "dead_letter_deliveries": deliveries,
+        }
+
+        def move() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xadd(self.keys.dead_letters, letter, maxlen=DEAD_LETTER_MAX_LEN, approximate=True)  # type: ignore[arg-type]
+            pipe.xack(self.keys.batches, self.group, entry_id)
+            pipe.execute()
+
+        self._call(move)
+        self.stats.dead_lettered += 1
+
+    # -- public API -------------------------------------------------------------------
+
+    def read(self, count: int | None = None, timeout: float | None = None) -> list[Message]:
+        """Up to ``count`` messages, waiting at most ``timeout`` seconds for the first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
+            messages = self._fetch(count or self.read_count, int(max(remaining, 0.001) * 1000))
+            if messages or (deadline is not None and time.monotonic() >= deadline):
+                return messages
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages forever (break out of the loop to stop); ack each one."""
+        while True:
+            yield from self.read()
+
+    def ack(self, messages: Sequence[Message]) -> None:
+        """Ack several messages in one round trip."""
+        ids = [m.id for m in messages if not m.acked]
+        if ids:
+            self._ack_ids(ids)
+        for message in messages:
+            message.acked = True
+            self._in_flight.discard(message.id)
+
+    def _ack_ids(self, ids: list[str]) -> None:
+        self._call(lambda: self.client.xack(self.keys.batches, self.group, *ids))
+        self.stats.acked += len(ids)
+
+    def commit(self) -> None:
+        """Ack the messages behind the last batch :meth:`get` returned."""
+        uncommitted, self._uncommitted = self._uncommitted, []
+        self.ack(uncommitted)
+
+    def get(
+        self,
+        min_steps: int = 1,
+        timeout: float | None = None,
+        as_torch: bool = False,
+        device: str | torch.device | None = None,
+        pin_memory: bool = False,
+    ) -> Any:
+        """One batch of at least ``min_steps`` rows, concatenated from whole messages.
+
+        Returns a :class:`SampleBatch` (numpy, writable), or with ``as_torch`` a dict of
+        column -> tensor on ``device`` (through pinned memory if ``pin_memory``), or
+        ``None`` when ``timeout`` passes first. A ``weights_seq_no`` column is added from
+        the metadata when the batch lacks one. Acks the previous ``get``'s messages.
+        """
+        self.commit()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while sum(len(m.batch) for m in self._carry) < min_steps:
+            remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
+            if remaining <= 0:
+                return None
+            self._carry.extend(self._fetch(self.read_count, int(max(remaining, 0.001) * 1000)))
+        messages, self._carry = self._carry, []
+        self._uncommitted = messages
+        columns = concat_messages(messages)
+        if not as_torch:
+            return SampleBatch(columns)
+        import torch
+
+        tensors = {}
+        for name, array in columns.items():
+            if array.dtype.kind == "U":  # agent ids: text has no tensor; agent_index is its number
+                continue
+            tensor = torch.from_numpy(array)
+            if pin_memory:
+                tensor = tensor.pin_memory()
+            tensors[name] = tensor.to(device, non_blocking=pin_memory) if device is not None else tensor
+        return tensors
+
+    def lag(self) -> ConsumerLag:
+        """Pending and undelivered entries of this group, the oldest pending one's age,
+        and the policy-version lag of the rows last returned."""
+        status = self._call(lambda: read_stream_status(self.client, self.keys))
+        group = next((g for g in status.groups if g.name == self.group), None)
+        newest = self.policy_version if self.policy_version is not None else status.weights_seq_no
+        policy_lag = None if newest is None or self._last_min_seq_no is None else newest - self._last_min_seq_no
+        if group is None:
+            return ConsumerLag(0, status.length, None, policy_lag)
+        return ConsumerLag(group.pending, group.undelivered, group.oldest_pending_age_s, policy_lag)
+
+    def close(self) -> None:
+        """Close the connection; un-acked messages stay pending (and will be reclaimed)."""
+        self.client.close()
+
+    def __enter__(self) -> BatchConsumer:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.commit()
+        self.close()

@@ -1,0 +1,183 @@
+"""One stream entry as a learner sees it: the publisher's :class:`BatchMetadata`, the
+decoded batch (:func:`decode_entry`), the rows recent enough for a policy-lag bound
+(:func:`fresh_rows`) and many entries' rows in one batch (:func:`concat_messages`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from rolloutfleet.data.batch import AGENT_ID, AGENT_INDEX, WEIGHTS_SEQ_NO, SampleBatch
+from rolloutfleet.data.codec import DecodeError, decode, decode_multi
+
+
+class _Acker(Protocol):
+    def ack(self, messages: Sequence[Message]) -> None: ...
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    """What the publisher wrote beside the payload."""
+
+    worker_index: int
+    weights_seq_no: int
+    """The newest weights version among the batch's rows (its ``weights_seq_no`` column)."""
+    env_steps: int
+    created_at: float
+    producer: str = ""
+    seq: int = -1
+    policy: str | None = None
+    """The policy of a multi-agent job whose batch this is (None: single-agent)."""
+    agent_ids: tuple[str, ...] = ()
+    """Multi-agent: agent id of each ``agent_index`` in the batch."""
+    weights_seq_no_min: int | None = None
+    """The oldest weights version among the batch's rows (None: ``weights_seq_no``)."""
+
+    def __post_init__(self) -> None:
+        if self.weights_seq_no_min is None:
+            # Entries of publishers older than the field: they wrote one version per batch.
+            object.__setattr__(self, "weights_seq_no_min", self.weights_seq_no)
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[bytes, bytes]) -> BatchMetadata:
+        def number(name: bytes, kind: Callable[[str], Any]) -> Any:
+            raw = fields.get(name)
+            if raw is None:
+                raise DecodeError(f"entry has no {name.decode()!r} field")
+            try:
+                return kind(raw.decode())
+            except (ValueError, UnicodeDecodeError):
+                raise DecodeError(f"field {name.decode()!r} is not a number: {raw[:40]!r}") from None
+
+        return cls(
+            worker_index=number(b"worker_index", int),
+            weights_seq_no=number(b"weights_seq_no", int),
+            env_steps=number(b"env_steps", int),
+            created_at=number(b"created_at", float),
+            producer=fields.get(b"producer", b"").decode("utf-8", "replace"),
+            seq=int(fields[b"seq"]) if fields.get(b"seq", b"").isdigit() else -1,
+            policy=fields[b"policy"].decode("utf-8", "replace") if b"policy" in fields else None,
+            agent_ids=_agent_ids(fields.get(b"agent_ids")),
+            weights_seq_no_min=number(b"weights_seq_no_min", int) if b"weights_seq_no_min" in fields else None,
+        )
+
+
+def _agent_ids(raw: bytes | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    try:
+        ids = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise DecodeError(f"field 'agent_ids' is not JSON: {raw[:40]!r}") from None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise DecodeError("field 'agent_ids' must be a JSON list of strings")
+    return tuple(ids)
+
+
+class Message:
+    """One stream entry: ``batch`` (read-only zero-copy views), ``metadata``, ``ack()``."""
+
+    __slots__ = ("_consumer", "acked", "batch", "id", "metadata")
+
+    def __init__(self, entry_id: str, batch: SampleBatch, metadata: BatchMetadata, consumer: _Acker | None) -> None:
+        self.id = entry_id
+        self.batch = batch
+        self.metadata = metadata
+        self.acked = consumer is None  # read without a group: there is nothing to acknowledge
+        self._consumer = consumer
+
+    def ack(self) -> None:
+        """Tell the group this entry is done; it will not be delivered again."""
+        if self._consumer is not None:
+            self._consumer.ack([self])
+
+    def __repr__(self) -> str:
+        return f"Message({self.id}, {len(self.batch)} rows, {self.metadata})"
+
+
+def decode_entry(fields: Mapping[bytes, bytes], policy: str | None = None) -> tuple[SampleBatch, BatchMetadata]:
+    """The batch and metadata of one stream entry (of ``policy``'s stream of a multi-agent
+    job); raises :class:`DecodeError` saying what is wrong with it."""
+    metadata = BatchMetadata.from_fields(fields)
+    payload = fields.get(b"payload")
+    if payload is None:
+        raise DecodeError("entry has no 'payload' field")
+    if policy is None:
+        return decode(payload), metadata
+    groups = decode_multi(payload)
+    batch = groups.get(policy)
+    if len(groups) != 1 or batch is None:
+        raise DecodeError(f"payload holds policies {sorted(groups)}, expected exactly {policy!r}")
+    if AGENT_INDEX not in batch or not metadata.agent_ids:
+        return batch, metadata
+    index = batch[AGENT_INDEX]
+    if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(metadata.agent_ids)):
+        raise DecodeError(f"agent_index out of range of the entry's {len(metadata.agent_ids)} agent_ids")
+    return SampleBatch({**batch, AGENT_ID: np.asarray(metadata.agent_ids)[index]}), metadata
+
+
+def fresh_rows(batch: SampleBatch, metadata: BatchMetadata, oldest_allowed: int) -> tuple[SampleBatch, int]:
+    """The rows of ``batch`` sampled with weights version ``oldest_allowed`` or newer, and
+    how many rows were dropped.
+
+    Judged row by row from the ``weights_seq_no`` column: rows carried over from an earlier
+    fragment can be older than the rest, so neither end of the batch speaks for all of it.
+    A batch without the column (built by hand) has one version, its metadata's. Returns
+    ``batch`` itself when every row is recent enough (the common case: one pass, no copy).
+    """
+    column = batch.get(WEIGHTS_SEQ_NO)
+    if column is None:
+        if metadata.weights_seq_no >= oldest_allowed:
+            return batch, 0
+        return batch.rows(slice(0, 0)), len(batch)
+    check_versions(batch)
+    if not len(column) or int(column.min()) >= oldest_allowed:
+        return batch, 0
+    fresh = column >= oldest_allowed
+    return batch.rows(fresh), len(batch) - int(np.count_nonzero(fresh))
+
+
+def check_versions(batch: SampleBatch) -> None:
+    column = batch.get(WEIGHTS_SEQ_NO)
+    if column is not None and (column.ndim != 1 or column.dtype.kind not in "iu"):
+        raise DecodeError(
+            f"column {WEIGHTS_SEQ_NO!r} must be one integer per row, got {column.dtype} of shape {column.shape}"
+        )
+
+
+def concat_messages(
+    messages: Sequence[Message], extra: Mapping[str, Callable[[BatchMetadata], int]] | None = None
+) -> dict[str, np.ndarray]:
+    """Columns of all ``messages`` row-wise in one writable copy, plus per-row columns
+    made from the metadata (``weights_seq_no`` unless the batches carry it, and ``extra``)."""
+    if not messages:
+        return {}
+    names = list(messages[0].batch)
+    for message in messages[1:]:
+        if list(message.batch) != names and set(message.batch) != set(names):
+            raise ValueError(f"entry {message.id} has columns {sorted(message.batch)}, expected {sorted(names)}")
+    per_row: dict[str, Callable[[BatchMetadata], int]] = dict(extra or {})
+    if WEIGHTS_SEQ_NO not in names:
+        per_row.setdefault(WEIGHTS_SEQ_NO, lambda meta: meta.weights_seq_no)
+    total = sum(len(m.batch) for m in messages)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        first = messages[0].batch[name]
+        # Text columns (agent ids) differ in width from entry to entry: take the widest.
+        dtype = np.result_type(*(m.batch[name] for m in messages)) if first.dtype.kind == "U" else first.dtype
+        column = np.empty((total, *first.shape[1:]), dtype)
+        start = 0
+        for message in messages:
+            part = message.batch[name]
+            column[start : start + len(part)] = part
+            start += len(part)
+        out[name] = column
+    for name, value_of in per_row.items():
+        out[name] = np.repeat(
+            np.array([value_of(m.metadata) for m in messages], np.int64), [len(m.batch) for m in messages]
+        )
+    return out

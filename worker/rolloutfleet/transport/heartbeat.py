@@ -1,0 +1,95 @@
+"""Worker heartbeats: what each worker writes after a fragment, and what the operator's job
+status and ``rolloutfleet fleet`` read back.
+
+One Redis hash per job (:attr:`rolloutfleet.spec.redis_keys.JobKeys.heartbeats`): worker index
+-> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
+``weights_seq_no`` and ``time`` (unix seconds). The hash expires when no worker has
+written it for :data:`HEARTBEAT_TTL_S`::
+
+    write_heartbeat(client, keys, worker_index=3, stats=runner.get_metrics())   # doctest: +SKIP
+    read_heartbeats("redis://redis:6379/0", job)                                # doctest: +SKIP
+    {3: {'env_steps': 1200.0, 'steps_per_s': 5400.0, ...}}
+
+This module imports no sampling code (no torch, no gymnasium) and nothing of the batch
+transport: the operator reads heartbeats through it alone. :func:`beat` and
+:func:`parse_heartbeats` are pure; the rest is one Redis call each.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from rolloutfleet.spec.redis_keys import JobKeys, job_keys
+from rolloutfleet.transport.connection import RETRYABLE, connect
+
+if TYPE_CHECKING:
+    import redis
+
+    from rolloutfleet.spec.job import RolloutJob
+
+HEARTBEAT_TTL_S = 300
+"""The hash outlives its last write by this long (then a finished job leaves nothing behind)."""
+
+Heartbeat = dict[str, float]
+
+
+def beat(stats: Mapping[str, float | int], now: float | None = None) -> str:
+    """The JSON one worker writes, from its runner's metrics (``get_metrics()``).
+
+    >>> beat({"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 12.5, "weights_seq_no": 2}, now=10.0)
+    '{"env_steps": 300, "steps_per_s": 12.5, "episode_return_mean": NaN, "weights_seq_no": 2, "time": 10.0}'
+    """
+    return json.dumps(
+        {
+            "env_steps": stats.get("num_env_steps_sampled_lifetime", 0),
+            "steps_per_s": stats.get("env_steps_per_s", 0.0),
+            "episode_return_mean": stats.get("episode_return_mean", float("nan")),
+            "weights_seq_no": stats.get("weights_seq_no", 0),
+            "time": time.time() if now is None else now,
+        }
+    )
+
+
+def parse_heartbeats(raw: Mapping[bytes | str, bytes | str]) -> dict[int, Heartbeat]:
+    """Worker index -> its heartbeat, from the hash as Redis returns it.
+
+    Entries that are not a worker index and a JSON object of numbers are skipped: a
+    foreign or half-upgraded entry is not worth failing a status table for.
+
+    >>> parse_heartbeats({b"0": b'{"env_steps": 5, "time": 1.5}', b"x": b"{}", b"1": b"[1]"})
+    {0: {'env_steps': 5.0, 'time': 1.5}}
+    """
+    beats: dict[int, Heartbeat] = {}
+    for index, value in raw.items():
+        try:
+            beats[int(index)] = {str(k): float(v) for k, v in json.loads(value).items()}
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return beats
+
+
+def write_heartbeat(
+    client: redis.Redis, keys: JobKeys, worker_index: int, stats: Mapping[str, float | int], now: float | None = None
+) -> None:
+    """Write worker ``worker_index``'s heartbeat and push the hash's expiry back (one round trip)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hset(keys.heartbeats, str(worker_index), beat(stats, now))
+    pipe.expire(keys.heartbeats, HEARTBEAT_TTL_S)
+    pipe.execute()
+
+
+def read_heartbeats(redis_url: str, job: RolloutJob, password: str | None = None) -> dict[int, Heartbeat]:
+    """Worker index -> its last heartbeat; empty when Redis cannot be reached (a status
+    display must keep going while Redis restarts)."""
+    keys = job_keys(job.namespace, job.name)
+    client = connect(redis_url, password, socket_timeout=2.0, connect_timeout=1.0)
+    try:
+        raw = client.hgetall(keys.heartbeats)
+    except RETRYABLE:
+        return {}
+    finally:
+        client.close()
+    return parse_heartbeats(raw)

@@ -1,0 +1,452 @@
+"""Worker side: put encoded batches on the job's Redis stream.
+
+    >>> publisher = BatchPublisher("redis://127.0.0.1:6379/0", "cartpole")   # doctest: +SKIP
+    >>> publisher.publish(runner.sample(), worker_index=0)  # doctest: +SKIP
+    '1732262400000-0'
+
+Each batch is one XADD (atomic: an entry is there whole or not at all) with the payload
+and its metadata as fields:
+
+| field | meaning |
+| --- | --- |
+| ``payload`` | :func:`rolloutfleet.data.codec.encode` of the batch |
+| ``worker_index``, ``env_steps`` | who produced it, how many rows |
+| ``weights_seq_no``, ``weights_seq_no_min`` | the newest and the oldest weights version among its rows |
+| ``created_at`` | unix seconds when it was published |
+| ``producer``, ``seq`` | a random id of this publisher and a per-publisher counter: a batch re-sent after a
+  lost reply carries the same pair, and consumers drop the duplicate |
+
+**Backpressure** (``spec.redis.backpressure``), judged by the entries the slowest *learner*
+group has not finished (undelivered + pending). A consumer group is a learner's while it
+reads: within ``learner_idle_s`` (default 120 s; workers:
+``$ROLLOUTFLEET_LEARNER_IDLE_SECONDS``) a :class:`~rolloutfleet.transport.consumer.BatchConsumer`
+of it has asked for entries, or entries were delivered to one of its consumers
+(:mod:`rolloutfleet.spec.learners`). A group left behind by an inspection or by a learner that
+is gone stops holding the fleet back once it has been idle that long. While no group is
+a learner's, the whole stream counts: the fleet waits, ``max_len`` entries ahead, for a
+learner to come (back).
+
+* ``block``: once ``max_len`` entries are unconsumed, ``publish`` waits (polling every few
+  ms) until the learner catches up, for at most ``block_timeout_s``, then raises
+  :class:`BackpressureTimeout`. A wait longer than a second is written to the job's
+  ``backpressure`` hash (the group holding the fleet back, since when, the groups left
+  out), which ``rolloutfleet streams`` shows. The measurement rides in the same round trip as an XADD
+  and decides whether the *next* publish waits; while the stream is less than half full
+  it is repeated only every few publishes (spaced by the number of producers, at most
+  16). So concurrent producers can overshoot ``max_len`` by about one entry each; the
+  stream is trimmed at ``max_len + trim_headroom`` entries so that this overshoot never
+  trims an unconsumed entry, while consumed entries are freed.
+* ``dropOldest``: XADD trims to about ``max_len`` entries (approximate trimming: whole
+  radix-tree nodes, far cheaper than exact), and the number of trimmed entries that no
+  group had been given yet is counted in :attr:`PublisherStats.dropped`.
+
+**Size limit**: a payload above ``max_payload_bytes`` (default 32 MiB) is rejected with
+:class:`PayloadTooLarge` rather than split: Redis serves one client at a time, so 8 MB+
+entries already stall every worker and learner (measured), and chunked batches would need
+reassembly state in every consumer. Sample smaller fragments or compress instead.
+
+**Weights versions** come from the batch itself: its ``weights_seq_no`` column says, row
+by row, which weights sampled it (a fragment can hold rows carried over from before the
+last weights update). The metadata fields are the column's max and min, for readers that
+want a summary without decoding; ``weights_seq_no`` stays the newest version, as it was
+before ``weights_seq_no_min`` existed, so older consumers read new entries unchanged. A
+batch without the column (one built by hand) is taken to be sampled, every row, with the
+``weights_seq_no`` passed to :meth:`BatchPublisher.publish` (default 0).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
+from rolloutfleet.data.codec import Compression, encode, encode_multi
+from rolloutfleet.spec.job import RedisSpec, RolloutJob
+from rolloutfleet.spec.learners import DEFAULT_LEARNER_IDLE_S, StreamLoad, group_idle_ms, stream_load
+from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.connection import RetryLoop, connect
+
+log = logging.getLogger(__name__)
+
+Backpressure = Literal["block", "dropOldest"]
+DEFAULT_MAX_PAYLOAD_BYTES = 32 << 20
+
+
+class PayloadTooLarge(ValueError):
+    """An encoded batch is larger than the publisher's ``max_payload_bytes``."""
+
+
+class BackpressureTimeout(TimeoutError):
+    """The stream stayed full (``block`` backpressure) for longer than ``block_timeout_s``."""
+
+
+class PublishInterrupted(RuntimeError):
+    """:meth:`BatchPublisher.interrupt` was called while ``publish`` waited for room."""
+
+
+@dataclass
+class PublisherStats:
+    """Counters since the publisher was made (export them as metrics)."""
+
+    published: int = 0
+    bytes: int = 0
+    blocked: int = 0
+    """Publishes that had to wait for room (``block``)."""
+    blocked_seconds: float = 0.0
+    block_timeouts: int = 0
+    dropped: int = 0
+    """Entries trimmed before any consumer group was given them (``dropOldest``)."""
+    retries: int = 0
+    """Redis calls that failed (connection lost, server loading) and were retried."""
+
+
+_HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
+_HOLD_RECORD_TTL_MS = 3000
+# "since" is Redis's clock (no host's): when the holder began to hold. A fresh record dates
+# from the start of the wait that writes it; a change of holder, from now; refreshes by
+# other waiting workers keep it.
+_HOLD_SCRIPT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local holder = redis.call('HGET', KEYS[1], 'group')
+if not holder then
+    redis.call('HSET', KEYS[1], 'since', string.format('%.0f', now_ms - tonumber(ARGV[2])))
+elseif holder ~= ARGV[1] then
+    redis.call('HSET', KEYS[1], 'since', string.format('%.0f', now_ms))
+end
+redis.call('HSET', KEYS[1], 'group', ARGV[1], 'unconsumed', ARGV[3], 'max_len', ARGV[4], 'ignored', ARGV[5],
+           'learner_idle_s', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+return 1
+"""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _undelivered(length: int, groups: Any) -> int:
+    if isinstance(groups, Exception) or not groups:
+        return length
+    return max(length if g.get("lag") is None else min(int(g["lag"]), length) for g in groups)
+
+
+def _options(job: str | RolloutJob, namespace: str) -> tuple[str, str, RedisSpec, int]:
+    if isinstance(job, RolloutJob):
+        return job.namespace, job.name, job.spec.redis, job.spec.replicas
+    return namespace, job, RedisSpec(), 0
+
+
+class BatchPublisher:
+    """Publishes batches of job ``namespace/job`` (or of a :class:`RolloutJob`, whose
+    ``spec.redis`` supplies the defaults for ``max_len``, ``backpressure``,
+    ``block_timeout_s`` and ``compression``).
+
+    >>> with BatchPublisher(url, "cartpole", max_len=100, backpressure="dropOldest") as pub:  # doctest: +SKIP
+    ...     entry_id = pub.publish(batch, worker_index=3)
+    ...     pub.stats.dropped
+    0
+
+    ``reconnect_timeout_s``: how long one ``publish`` keeps retrying (with backoff) while
+    Redis is unreachable before it re-raises the connection error.
+
+    ``learner_idle_s``: a consumer group whose consumers have not read for this long is
+    not a learner's and does not hold ``block`` backpressure (see the module doc); make
+    it longer than the learner's longest pause between reads.
+
+    ``policy``: publish to that policy's stream of a multi-agent job
+    (``rolloutfleet:{ns/job}:batches:<policy>``); each entry then also carries ``policy`` and
+    ``agent_ids`` (JSON list: ``agent_index`` -> agent id) fields, and ``agent_steps``.
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        *,
+        password: str | None = None,
+        max_len: int | None = None,
+        backpressure: Backpressure | None = None,
+        block_timeout_s: float | None = None,
+        compression: Compression | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        trim_headroom: int | None = None,
+        reconnect_timeout_s: float = 30.0,
+        policy: str | None = None,
+        learner_idle_s: float = DEFAULT_LEARNER_IDLE_S,
+    ) -> None:
+        namespace, name, spec, replicas = _options(job, namespace)
+        self.keys = job_keys(namespace, name, policy)
+        self.policy = policy
+        self.max_len = spec.max_len if max_len is None else max_len
+        self.backpressure: Backpressure = spec.backpressure if backpressure is None else backpressure
+        self.block_timeout_s = spec.block_timeout_seconds if block_timeout_s is None else block_timeout_s
+        self.compression: Compression = spec.compression if compression is None else compression
+        if self.max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
+        if self.backpressure not in ("block", "dropOldest"):
+            raise ValueError(f"backpressure must be 'block' or 'dropOldest', got {self.backpressure!r}")
+        if learner_idle_s <= 0:
+            raise ValueError(f"learner_idle_s must be > 0, got {learner_idle_s}")
+        self.learner_idle_s = learner_idle_s
+        self._groups: list[str] = []  # the stream's groups at the last measurement
+        self.max_payload_bytes = max_payload_bytes
+        # Room for each concurrent producer's one-entry overshoot (see the module doc).
+        self.trim_headroom = max(64, replicas) if trim_headroom is None else trim_headroom
+        self.stats = PublisherStats()
+        self.producer_id = uuid.uuid4().hex[:16]
+        self._seq = 0
+        # Unknown until the first round trip: a fresh publisher checks before its first XADD.
+        self._full = self.backpressure == "block"
+        self._until_check = 0
+        self.producers = max(1, replicas)
+        """How many publishers share the stream (the job's replicas), to space the checks."""
+        self._interrupted = threading.Event()
+        # interrupt() also ends a wait for a Redis that is away (a stopping worker drops the batch).
+        self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted)
+        self.client = connect(redis_url, password, socket_timeout=max(30.0, reconnect_timeout_s))
+        self._hold_script = self.client.register_script(_HOLD_SCRIPT)
+
+    def publish(
+        self,
+        batch: Mapping[str, Any],
+        weights_seq_no: int | None = None,
+        worker_index: int = 0,
+        env_steps: int | None = None,
+        agent_ids: Sequence[str] | None = None,
+    ) -> str:
+        """XADD one batch; returns its stream entry id.
+
+        The weights versions written beside it are those of its ``weights_seq_no`` column;
+        ``weights_seq_no`` is only for a batch without that column (the version of all its
+        rows, default 0): given with the column, it must agree with every row.
+
+        Raises :class:`PayloadTooLarge`, :class:`BackpressureTimeout` (``block``), or the
+        connection error once Redis stayed away for ``reconnect_timeout_s``.
+        """
+        oldest, newest = weights_versions(batch, weights_seq_no)
+        if self.policy is not None:
+            # One group named after the policy: the payload says whose it is on its own.
+            payload = encode_multi({self.policy: _wire_columns(batch)}, self.compression)
+        else:
+            payload = encode(batch, self.compression)
+        if len(payload) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"batch encodes to {len(payload):,} bytes, above max_payload_bytes={self.max_payload_bytes:,} "
+                f"for stream {self.keys.batches}: sample shorter fragments or enable compression"
+            )
+        if env_steps is None:
+            env_steps = _rows(batch)
+        fields: dict[Any, Any] = {
+            b"payload": payload,
+            b"worker_index": worker_index,
+            b"weights_seq_no": newest,
+            b"weights_seq_no_min": oldest,
+            b"env_steps": env_steps,
+            b"created_at": f"{time.time():.6f}",
+            b"producer": self.producer_id,
+            b"seq": self._seq,
+        }
+        if self.policy is not None:
+            fields[b"policy"] = self.policy
+            fields[b"agent_steps"] = _rows(batch)
+            fields[b"agent_ids"] = json.dumps(list(agent_ids or ()))
+        self._seq += 1
+
+        def count_retry(exc: Exception) -> None:
+            self.stats.retries += 1
+            log.warning("redis unavailable while publishing to %s (%s); retrying", self.keys.batches, exc)
+
+        entry_id = self._retry.call(lambda: self._add(fields), on_retry=count_retry)
+        self.stats.published += 1
+        self.stats.bytes += len(payload)
+        return entry_id
+
+    def _add(self, fields: dict[Any, Any]) -> str:
+        key = self.keys.batches
+        if self.backpressure == "block":
+            maxlen = self.max_len + self.trim_headroom
+            if self._full:
+                self._wait_for_room()
+            if self._until_check > 0:
+                # Far from full: a bare XADD. Measuring costs a third of a publish, and
+                # matters only near the limit (where the learner sets the pace anyway).
+                self._until_check -= 1
+                entry_id = self.client.xadd(key, fields, maxlen=maxlen, approximate=True)
+            else:
+                # One round trip: the XADD, and what it left behind (decides the next publishes).
+                pipe = self.client.pipeline(transaction=False)
+                pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
+                self._queue_measure(pipe)
+                entry_id, *replies = pipe.execute(raise_on_error=False)
+                if isinstance(entry_id, Exception):
+                    raise entry_id
+                unconsumed = self._load(replies).unconsumed
+                self._full = unconsumed >= self.max_len
+                # Skip checks while even every producer publishing that many times could
+                # not fill more than half of the stream (at most 16, to notice a stalled learner).
+                self._until_check = min(16, (self.max_len // 2 - unconsumed) // self.producers)
+        else:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xlen(key)
+            pipe.xinfo_groups(key)
+            pipe.xadd(key, fields, maxlen=self.max_len, approximate=True)
+            pipe.xlen(key)
+            before, groups, entry_id, after = pipe.execute(raise_on_error=False)
+            if isinstance(entry_id, Exception):
+                raise entry_id
+            trimmed = int(before) + 1 - int(after)
+            if trimmed > 0:
+                # The trim removes the oldest entries; the delivered ones come first.
+                delivered = int(before) - _undelivered(int(before), groups)
+                self.stats.dropped += max(0, trimmed - delivered)
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    def interrupt(self) -> None:
+        """Make a ``publish`` blocked on a full stream give up now (safe from a signal handler);
+        it raises :class:`PublishInterrupted` and the batch is not written. A ``publish``
+        retrying while Redis is away re-raises its connection error instead of retrying on.
+        Publishes that meet no full stream and no outage still go through."""
+        self._interrupted.set()
+
+    def unconsumed(self) -> int:
+        """Entries of this job's stream the slowest learner group has not finished."""
+        return self.load().unconsumed
+
+    def load(self) -> StreamLoad:
+        """The stream's load as ``block`` backpressure judges it (see the module doc)."""
+        pipe = self.client.pipeline(transaction=False)
+        self._queue_measure(pipe)
+        return self._load(pipe.execute(raise_on_error=False))
+
+    def _queue_measure(self, pipe: Any) -> None:
+        # Consumers of the groups seen last time ride in the same round trip; a new group
+        # costs one more (see _load).
+        pipe.xlen(self.keys.batches)
+        pipe.xinfo_groups(self.keys.batches)
+        pipe.hgetall(self.keys.learners)
+        pipe.time()
+        for name in self._groups:
+            pipe.xinfo_consumers(self.keys.batches, name)
+
+    def _load(self, replies: list[Any]) -> StreamLoad:
+        length, groups, reading, now, *consumers = replies
+        if isinstance(length, Exception):
+            raise length
+        names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
+        if names != self._groups:
+            self._groups = names
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.xinfo_consumers(self.keys.batches, name)
+            consumers = pipe.execute(raise_on_error=False) if names else []
+        idle = group_idle_ms(names, consumers, reading, now)
+        return stream_load(int(length), groups, idle, self.learner_idle_s)
+
+    def _record_hold(self, load: StreamLoad, waited_s: float) -> None:
+        """Say who holds the fleet back, for ``rolloutfleet streams``; the record expires once
+        no waiting worker refreshes it."""
+        self._hold_script(
+            keys=[self.keys.backpressure],
+            args=[
+                load.group or "",
+                int(waited_s * 1000),
+                load.unconsumed,
+                self.max_len,
+                ",".join(load.ignored),
+                f"{self.learner_idle_s:g}",
+                _HOLD_RECORD_TTL_MS,
+            ],
+        )
+
+    def _wait_for_room(self) -> None:
+        started = time.monotonic()
+        delay = 0.001
+        waited = False
+        next_record = started + _HOLD_RECORD_AFTER_S
+        while (load := self.load()).unconsumed >= self.max_len:
+            unconsumed = load.unconsumed
+            if self._interrupted.is_set():
+                raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
+            waited_s = time.monotonic() - started
+            if waited_s >= self.block_timeout_s:
+                self.stats.blocked_seconds += waited_s
+                self.stats.block_timeouts += 1
+                reason = (
+                    f"learner group {load.group!r} is not keeping up"
+                    if load.group is not None
+                    else f"no consumer group has read within {self.learner_idle_s:g} s: is the learner running?"
+                )
+                raise BackpressureTimeout(
+                    f"stream {self.keys.batches} has held {unconsumed} unconsumed entries (maxLen {self.max_len}) "
+                    f"for {waited_s:.1f} s (blockTimeoutSeconds {self.block_timeout_s:g}): {reason}"
+                )
+            if time.monotonic() >= next_record:
+                next_record = time.monotonic() + _HOLD_RECORD_AFTER_S
+                self._record_hold(load, time.monotonic() - started)
+            waited = True
+            self._interrupted.wait(min(delay, max(0.0, self.block_timeout_s - waited_s)))
+            delay = min(delay * 2, 0.05)
+        if waited:
+            self.stats.blocked += 1
+            self.stats.blocked_seconds += time.monotonic() - started
+        self._full = False
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> BatchPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _wire_columns(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns the wire carries: text columns (``agent_id``) travel as ``agent_ids`` metadata."""
+    return {
+        name: value for name, value in batch.items() if getattr(value, "dtype", None) is None or value.dtype.kind != "U"
+    }
+
+
+def _rows(batch: Mapping[str, Any]) -> int:
+    if isinstance(batch, SampleBatch):
+        return len(batch)
+    return next((len(value) for value in batch.values()), 0)
+
+
+def weights_versions(batch: Mapping[str, Any], default: int | None = None) -> tuple[int, int]:
+    """(oldest, newest) weights version among the rows of ``batch``, from its
+    ``weights_seq_no`` column; ``default`` (0 if None) for a batch without one.
+
+    >>> weights_versions({"weights_seq_no": np.array([7, 3, 7])})
+    (3, 7)
+    """
+    column = batch.get(WEIGHTS_SEQ_NO)
+    if column is None:
+        version = 0 if default is None else int(default)
+        return version, version
+    versions = np.asarray(column)
+    if versions.ndim != 1 or versions.dtype.kind not in "iu":
+        raise ValueError(
+            f"column {WEIGHTS_SEQ_NO!r} must be one integer per row, got {versions.dtype} of shape {versions.shape}"
+        )
+    if not len(versions):
+        version = 0 if default is None else int(default)
+        return version, version
+    oldest, newest = int(versions.min()), int(versions.max())
+    if default is not None and not oldest == newest == default:
+        raise ValueError(
+            f"weights_seq_no={default} passed with a batch whose {WEIGHTS_SEQ_NO!r} column holds versions "
+            f"{oldest}..{newest}: the column is what is published; leave the argument out"
+        )
+    return oldest, newest

@@ -1,0 +1,119 @@
+"""Look at a job's batches without consuming them: no consumer group, nothing acknowledged,
+nothing left behind in Redis, so looking never holds the fleet back.
+
+    reader = BatchReader("redis://127.0.0.1:6379/0", "cartpole")   # doctest: +SKIP
+    for message in reader.read(count=10, timeout=30.0):            # doctest: +SKIP
+        print(message.id, len(message.batch), message.metadata.weights_seq_no)
+
+Reading starts at the oldest entry still in the stream and goes on with new ones as
+workers publish them (XREAD). Under ``block`` backpressure the fleet does not run ahead
+of its learners: with no learner reading, the stream holds about ``maxLen`` entries and
+no more are published until one reads. An entry that cannot be decoded is skipped and
+counted (learners' consumers dead-letter it; a reader changes nothing); so is a second
+copy of a batch (same producer and seq).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from rolloutfleet.data.codec import DecodeError
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.connection import RetryLoop, connect
+from rolloutfleet.transport.entries import Message, decode_entry
+
+_SEEN_CAPACITY = 1 << 16
+
+
+@dataclass
+class ReaderStats:
+    delivered: int = 0
+    duplicates: int = 0
+    decode_failures: int = 0
+    """Entries skipped because they could not be decoded."""
+
+
+class BatchReader:
+    """Reads batches of job ``namespace/job`` (one policy's of a multi-agent job) without a
+    consumer group; see the module doc."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        *,
+        password: str | None = None,
+        policy: str | None = None,
+        block_s: float = 1.0,
+        reconnect_timeout_s: float = 30.0,
+    ) -> None:
+        if isinstance(job, RolloutJob):
+            namespace, job = job.namespace, job.name
+        self.keys = job_keys(namespace, job, policy)
+        self.policy = policy
+        self.block_s = block_s
+        self.stats = ReaderStats()
+        self.position = "0-0"
+        """The id of the last entry read: the next read returns what follows it."""
+        self.client = connect(redis_url, password, socket_timeout=max(30.0, block_s + 20.0))
+        self._retry = RetryLoop(reconnect_timeout_s)
+        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+
+    def read(self, count: int = 16, timeout: float | None = None) -> list[Message]:
+        """Up to ``count`` messages, waiting at most ``timeout`` seconds for the first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
+            messages = self._fetch(count, int(max(remaining, 0.001) * 1000))
+            if messages or (deadline is not None and time.monotonic() >= deadline):
+                return messages
+
+    def _fetch(self, count: int, block_ms: int) -> list[Message]:
+        reply: Any = self._retry.call(
+            lambda: self.client.xread({self.keys.batches: self.position}, count=count, block=max(block_ms, 1))
+        )
+        messages = []
+        for _, entries in reply or []:  # RESP2: [[stream, entries]]
+            for raw_id, fields in entries:
+                entry_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+                self.position = entry_id
+                try:
+                    batch, metadata = decode_entry(cast(dict[bytes, bytes], fields), self.policy)
+                except DecodeError:
+                    self.stats.decode_failures += 1
+                    continue
+                key = (metadata.producer, metadata.seq)
+                if metadata.producer and key in self._seen:
+                    self.stats.duplicates += 1
+                    continue
+                if metadata.producer:
+                    self._seen[key] = None
+                    if len(self._seen) > _SEEN_CAPACITY:
+                        self._seen.popitem(last=False)
+                messages.append(Message(entry_id, batch, metadata, None))
+        self.stats.delivered += len(messages)
+        return messages
+
+    def groups(self) -> list[str]:
+        """The stream's consumer groups (a reader never makes one)."""
+        try:
+            groups = self.client.xinfo_groups(self.keys.batches)
+        except redis.ResponseError:  # no stream yet
+            return []
+        return [g["name"].decode() if isinstance(g["name"], bytes) else str(g["name"]) for g in groups]
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> BatchReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,239 @@
+"""Policy weights through Redis: the learner publishes versions, workers poll for newer ones.
+
+    >>> publisher = WeightPublisher("redis://127.0.0.1:6379/0", "cartpole")   # doctest: +SKIP
+    >>> publisher.publish(model)                                               # doctest: +SKIP
+    1
+    >>> subscriber = WeightSubscriber("redis://127.0.0.1:6379/0", "cartpole")  # doctest: +SKIP
+    >>> update = subscriber.poll()              # None until a newer version exists  # doctest: +SKIP
+    >>> runner.set_weights(update.weights, update.seq_no)                      # doctest: +SKIP
+
+How a version is published, so that a reader never sees a mix of two versions:
+
+1. ``INCR weights:counter`` hands out the sequence number (monotonic, even with two
+   publishers);
+2. the weights, encoded with :func:`rolloutfleet.data.codec.encode_tensors` (no pickle), are
+   written as immutable chunks ``weights:<seq>:<i>`` of at most ``chunk_bytes`` (Redis
+   refuses values above ``proto-max-bulk-len``, 512 MB by default; and small chunks keep
+   the server responsive), each with a provisional expiry in case the publisher dies here;
+3. one Lua script, atomically: unless a newer version is already current, point
+   ``weights:version`` at ``"<seq> <chunks> <bytes>"``, make the new chunks permanent,
+   and let the replaced version's chunks expire after ``grace_s`` (readers still
+   downloading it finish; a reader that loses the race just polls again).
+
+A poll is one GET of the small version key; the chunks are fetched only when it names a
+newer version.
+
+Multi-agent jobs: ``policy="red"`` on both sides publishes and polls that policy's weights
+under its own keys (``weights:red:version``...), with a sequence of its own::
+
+    WeightPublisher(url, job, policy="red").publish(red_model)    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, encode_tensors
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.connection import RetryLoop, connect
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+UPLOAD_TTL_S = 600
+"""Chunks of a version that never became current (its publisher died) vanish after this."""
+
+# KEYS: version key, new chunks..., ARGV: seq, "seq chunks bytes", grace seconds, tag prefix.
+_PUBLISH_LUA = """
+local current = redis.call('GET', KEYS[1])
+local seq = tonumber(ARGV[1])
+if current then
+  local old_seq, old_chunks = string.match(current, '^(%d+) (%d+)')
+  old_seq = tonumber(old_seq)
+  if old_seq >= seq then
+    return 0
+  end
+  for i = 0, tonumber(old_chunks) - 1 do
+    redis.call('EXPIRE', ARGV[4] .. old_seq .. ':' .. i, tonumber(ARGV[3]))
+  end
+end
+for i = 2, #KEYS do
+  redis.call('PERSIST', KEYS[i])
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class WeightsUpdate:
+    """A version of the weights: name -> writable numpy array."""
+
+    seq_no: int
+    weights: dict[str, np.ndarray]
+
+
+def to_numpy_state(weights: Any) -> dict[str, np.ndarray]:
+    """A ``torch.nn.Module``'s state dict or a mapping of name -> tensor/array, as numpy."""
+    if hasattr(weights, "state_dict") and callable(weights.state_dict):
+        weights = weights.state_dict()
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"weights must be a torch module or a mapping of name -> tensor, got {type(weights).__name__}")
+    out = {}
+    for name, value in weights.items():
+        if hasattr(value, "detach"):  # a torch tensor, without importing torch here
+            value = value.detach().cpu()
+            if str(value.dtype) == "torch.bfloat16":
+                raise TypeError(f"weight {name!r} is bfloat16, which numpy (and the wire format) cannot carry")
+            value = value.numpy()
+        out[str(name)] = np.asarray(value)
+    return out
+
+
+def _parse_version(raw: Any) -> tuple[int, int, int] | None:
+    if raw is None:
+        return None
+    try:
+        seq, chunks, size = (int(part) for part in raw.split())
+    except ValueError:
+        raise DecodeError(f"weights version key holds {raw[:60]!r}, expected '<seq> <chunks> <bytes>'") from None
+    return seq, chunks, size
+
+
+class WeightPublisher:
+    """Learner side: :meth:`publish` a new version of the weights of job ``namespace/job``.
+
+    >>> WeightPublisher(url, "cartpole").publish({"pi.weight": torch.zeros(2, 4)})  # doctest: +SKIP
+    1
+
+    ``policy``: the policy of a multi-agent job whose weights these are.
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        *,
+        password: str | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        grace_s: int = 30,
+        compression: Compression = "none",
+        reconnect_timeout_s: float = 30.0,
+        policy: str | None = None,
+    ) -> None:
+        if isinstance(job, RolloutJob):
+            namespace, job = job.namespace, job.name
+        if not 1 <= chunk_bytes <= 512 << 20:
+            raise ValueError(f"chunk_bytes must be within 1 byte and 512 MiB (Redis' bulk limit), got {chunk_bytes}")
+        self.keys = job_keys(namespace, job, policy)
+        self.chunk_bytes = chunk_bytes
+        self.grace_s = grace_s
+        self.compression: Compression = compression
+        self.client = connect(redis_url, password, socket_timeout=120.0)
+        self._script = self.client.register_script(_PUBLISH_LUA)
+        self._retry = RetryLoop(reconnect_timeout_s)
+
+    def publish(self, weights: Any) -> int:
+        """Publish ``weights`` (module, state dict, or name -> array); returns its seq no.
+
+        Atomic: readers see the previous version until this one is complete.
+        """
+        payload = memoryview(encode_tensors(to_numpy_state(weights), self.compression))
+        seq = int(self._retry.call(lambda: self.client.incr(self.keys.weights_counter)))
+        chunks = [payload[i : i + self.chunk_bytes] for i in range(0, len(payload), self.chunk_bytes)] or [payload]
+        names = [self.keys.weights_chunk(seq, i) for i in range(len(chunks))]
+
+        def upload() -> int:
+            pipe = self.client.pipeline(transaction=False)
+            for name, chunk in zip(names, chunks, strict=True):
+                pipe.set(name, chunk, ex=UPLOAD_TTL_S)  # type: ignore[arg-type]
+            pipe.execute()
+            return int(
+                self._script(
+                    keys=[self.keys.weights_version, *names],
+                    args=[seq, f"{seq} {len(chunks)} {len(payload)}", self.grace_s, self.keys.weights_prefix],
+                    client=self.client,
+                )
+            )
+
+        if not self._retry.call(upload):
+            log.warning("weights version %d was not made current: a newer version was published meanwhile", seq)
+        return seq
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> WeightPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class WeightSubscriber:
+    """Worker side: :meth:`poll` returns the weights when a newer version than the one
+    last returned (or ``seq_no``) is current, else ``None``.
+
+    >>> subscriber = WeightSubscriber(url, "cartpole")   # doctest: +SKIP
+    >>> if (update := subscriber.poll()) is not None:    # doctest: +SKIP
+    ...     runner.set_weights(update.weights, update.seq_no)
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        *,
+        password: str | None = None,
+        seq_no: int = 0,
+        policy: str | None = None,
+    ) -> None:
+        if isinstance(job, RolloutJob):
+            namespace, job = job.namespace, job.name
+        self.keys = job_keys(namespace, job, policy)
+        self.seq_no = seq_no
+        self.client = connect(redis_url, password, socket_timeout=120.0)
+
+    def current_seq_no(self) -> int | None:
+        """The published version (one GET), or None if none was published."""
+        version = _parse_version(self.client.get(self.keys.weights_version))
+        return None if version is None else version[0]
+
+    def poll(self) -> WeightsUpdate | None:
+        """One GET; the download only when that names a version newer than ``seq_no``."""
+        for _ in range(8):
+            version = _parse_version(self.client.get(self.keys.weights_version))
+            if version is None or version[0] <= self.seq_no:
+                return None
+            seq, count, size = version
+            pipe = self.client.pipeline(transaction=False)
+            for index in range(count):
+                pipe.get(self.keys.weights_chunk(seq, index))
+            parts = pipe.execute()
+            if any(part is None for part in parts):
+                continue  # replaced and expired while we looked: read the version again
+            if sum(len(part) for part in parts) != size:
+                raise DecodeError(f"weights version {seq}: chunks hold {sum(map(len, parts))} bytes, expected {size}")
+            # One copy into a writable buffer: torch warns on (and must not write to) read-only arrays.
+            buffer = bytearray(size)
+            offset = 0
+            for part in parts:
+                buffer[offset : offset + len(part)] = part
+                offset += len(part)
+            del parts
+            weights = decode_tensors(buffer)
+            self.seq_no = seq
+            return WeightsUpdate(seq, weights)
+        log.warning("weights kept changing while downloading %s; trying again next poll", self.keys.weights_version)
+        return None
+
+    def close(self) -> None:
+        self.client.close()
