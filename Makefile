@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-peer demo lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer demo lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -65,6 +65,10 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, mea
 	$(BIN)/python -m bench.bench_operator
 
 PEER_VENV ?= .venv-peer
+bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
+	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }
+	$(BIN)/python -m bench.compare $(REF)
+
 bench-peer: ## the sampling bench with RLlib measured in the same run (own venv: RLlib pins gymnasium 1.2.2; ~6 GB)
 	[ -x $(PEER_VENV)/bin/python ] || $(PYTHON) -m venv $(PEER_VENV)
 	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-peer.txt

@@ -28,10 +28,10 @@ def config(url: str, index: int = 1, **redis: object) -> WorkerConfig:
 
 def test_publish_poll_weights_and_heartbeat(redis_url: str) -> None:
     transport = WorkerTransport(config(redis_url))
-    assert transport.poll_weights() is None
+    assert transport.poll_weights() == {}
     WeightPublisher(redis_url, "cartpole", "team").publish({"w": np.ones(2)})
-    update = transport.poll_weights()
-    assert update is not None and update.seq_no == 1
+    updates = transport.poll_weights()
+    assert updates.keys() == {"default"} and updates["default"].seq_no == 1
     transport.publish(SampleBatch({"obs": np.zeros((3, 4), np.float32), "weights_seq_no": np.ones(3, np.int64)}))
     [message] = BatchConsumer(redis_url, "cartpole", "team").read(timeout=5)
     assert (message.metadata.worker_index, message.metadata.weights_seq_no, message.metadata.env_steps) == (1, 1, 3)

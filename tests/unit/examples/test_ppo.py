@@ -27,7 +27,7 @@ def test_ppo_improves_cartpole_within_a_step_budget() -> None:
     runner = EnvRunner(job)
     model = build_model(job)
     # The learner's model starts from the workers' weights.
-    for name, value in runner.get_weights().items():
+    for name, value in runner.get_weights()["default"].items():
         np.testing.assert_array_equal(model.state_dict()[name].numpy(), value)
     ppo = PPO(model, gym.spaces.Discrete(2))
     returns = EpisodeReturns()
@@ -37,7 +37,7 @@ def test_ppo_improves_cartpole_within_a_step_budget() -> None:
         batch = runner.sample()
         returns.add(batch)
         ppo.update(batch)
-        runner.set_weights({k: v.numpy() for k, v in model.state_dict().items()}, seq_no=version)
+        runner.set_weights("default", {k: v.numpy() for k, v in model.state_dict().items()}, seq_no=version)
     assert initial < 40  # a random policy keeps CartPole up for ~20 steps
     assert returns.mean > 200, returns.mean
 

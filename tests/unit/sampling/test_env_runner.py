@@ -218,23 +218,27 @@ def test_explore_false_takes_the_most_likely_action_and_random_actions_skip_the_
 def test_weights_round_trip_and_stale_seq_numbers_are_ignored() -> None:
     spec = job({"id": "CartPole-v1", "numEnvs": 2}, {"rolloutFragmentLength": 5})
     runner, other = EnvRunner(spec), EnvRunner(spec)
-    weights = {k: v + 0.5 for k, v in runner.get_weights().items()}
-    assert other.set_weights(weights, seq_no=3)
-    assert not other.set_weights(runner.get_weights(), seq_no=3)  # not newer: ignored
-    assert not other.set_weights(runner.get_weights(), seq_no=2)
-    for name, value in other.get_weights().items():
+    assert runner.get_weights().keys() == {"default"}  # a single-agent job is one policy, "default"
+    weights = {k: v + 0.5 for k, v in runner.get_weights()["default"].items()}
+    assert other.set_weights("default", weights, seq_no=3)
+    assert not other.set_weights("default", runner.get_weights()["default"], seq_no=3)  # not newer: ignored
+    assert not other.set_weights("default", runner.get_weights()["default"], seq_no=2)
+    assert other.weights_seq_nos == {"default": 3}
+    for name, value in other.get_weights()["default"].items():
         np.testing.assert_array_equal(value, weights[name])
     batch = other.sample()
     assert (batch["weights_seq_no"] == 3).all()
     # Acting uses the loaded weights: a batch's logits are the new model's output.
     probe = EnvRunner(spec, worker_index=5)
-    probe.set_weights(weights, seq_no=1)
+    probe.set_weights("default", weights, seq_no=1)
     greedy = other.sample(explore=False)
     np.testing.assert_allclose(
         probe.policy.forward(greedy["obs"])[0], greedy["action_dist_inputs"], rtol=1e-5, atol=1e-6
     )
     with pytest.raises(ValueError, match="missing"):
-        other.set_weights({"nope": np.zeros(1)}, seq_no=9)
+        other.set_weights("default", {"nope": np.zeros(1)}, seq_no=9)
+    with pytest.raises(KeyError, match="no policy 'red'"):
+        other.set_weights("red", weights, seq_no=9)
 
 
 def test_state_round_trip_includes_filters() -> None:
@@ -300,9 +304,9 @@ def test_clipping_rewards_and_actions() -> None:
             {"hidden": [8]})
     )  # fmt: skip
     # A wide Gaussian: many sampled actions fall outside [-1, 1].
-    weights = runner.get_weights()
+    weights = runner.get_weights()["default"]
     weights["log_std"] = np.full_like(weights["log_std"], 1.0)
-    runner.set_weights(weights)
+    runner.set_weights("default", weights)
     batch = runner.sample()
     assert (batch["rewards"] == 2.5).all()
     assert runner.get_metrics()["num_env_steps_sampled"] == 400

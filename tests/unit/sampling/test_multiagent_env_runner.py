@@ -267,9 +267,9 @@ def test_per_policy_weights_update_independently() -> None:
     runner = MultiAgentEnvRunner(job())
     before = runner.get_weights()
     zeros = {name: np.zeros_like(value) for name, value in before["odd"].items()}
-    assert runner.set_weights({"odd": zeros}, {"odd": 4}) == {"odd": True}
+    assert runner.set_weights("odd", zeros, 4)
     assert runner.weights_seq_nos == {"even": 0, "odd": 4}
-    assert not runner.set_policy_weights("odd", before["odd"], seq_no=3), "an older version is not loaded"
+    assert not runner.set_weights("odd", before["odd"], seq_no=3), "an older version is not loaded"
     after = runner.get_weights()
     for name, value in before["even"].items():
         np.testing.assert_array_equal(after["even"][name], value)

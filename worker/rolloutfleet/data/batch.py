@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+DEFAULT_POLICY = "default"
+"""The policy id of a single-agent job: outside the samplers it is a job with this one policy."""
+
 OBS = "obs"
 NEW_OBS = "new_obs"
 ACTIONS = "actions"
@@ -95,8 +98,15 @@ class SampleBatch(Mapping[str, np.ndarray]):
     def columns(self) -> dict[str, np.ndarray]:
         return dict(self._columns)
 
+    agent_ids: tuple[str, ...] = ()
+    """No agent ids: a single-agent batch (a :class:`MultiAgentBatch` names its agents)."""
+
     def env_steps(self) -> int:
         return self._rows
+
+    def by_policy(self) -> dict[str, SampleBatch]:
+        """``{"default": self}``: the one policy's part, as :meth:`MultiAgentBatch.by_policy` gives each policy's."""
+        return {DEFAULT_POLICY: self}
 
     def rows(self, index: Any) -> SampleBatch:
         """A batch of the selected rows (a slice, a boolean mask or indices)."""

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
 
 MAGIC = b"RFLT"
 VERSION = 1
@@ -48,7 +48,6 @@ FLAG_ZSTD = 0x02
 FLAG_TENSORS = 0x04
 _KNOWN_FLAGS = FLAG_LZ4 | FLAG_ZSTD | FLAG_TENSORS
 
-DEFAULT_POLICY_ID = "default"
 
 Compression = Literal["none", "lz4", "zstd"]
 
@@ -232,7 +231,7 @@ def encode(batch: Mapping[str, Any], compression: Compression = "none", level: i
     >>> decode(payload)["obs"].shape
     (4, 2)
     """
-    return _encode_groups({DEFAULT_POLICY_ID: batch}, compression, tensors=False, level=level)
+    return _encode_groups({DEFAULT_POLICY: batch}, compression, tensors=False, level=level)
 
 
 def encode_multi(
@@ -253,7 +252,7 @@ def encode_tensors(tensors: Mapping[str, Any], compression: Compression = "none"
     >>> decode_tensors(encode_tensors({"step": np.int64(7)}))["step"]
     array(7)
     """
-    return _encode_groups({DEFAULT_POLICY_ID: tensors}, compression, tensors=True, level=level)
+    return _encode_groups({DEFAULT_POLICY: tensors}, compression, tensors=True, level=level)
 
 
 class _Reader:

@@ -61,6 +61,10 @@ class MultiAgentBatch(Mapping[str, SampleBatch]):
         parts = ", ".join(f"{policy}: {len(batch)} rows" for policy, batch in self.policy_batches.items())
         return f"MultiAgentBatch({self._env_steps} env steps; {parts})"
 
+    def by_policy(self) -> dict[str, SampleBatch]:
+        """Policy id -> its part (all policies, trained or not)."""
+        return dict(self.policy_batches)
+
     def env_steps(self) -> int:
         """Env steps behind this batch (each sub-env step counts once, however many agents acted)."""
         return self._env_steps

@@ -2,14 +2,16 @@
 write a heartbeat. :mod:`rolloutfleet.fleet.worker` drives it and owns the retry loop::
 
     transport = WorkerTransport(config)
-    update = transport.poll_weights()           # None unless newer weights exist
+    loaded = transport.load_weights(runner)     # newer weights of any policy, if any
     transport.publish(batch)                    # weights versions: the batch's own column
     transport.heartbeat(runner.get_metrics())
 
-A multi-agent job (``spec.multiAgent``) gets one publisher per trained policy, each on its
-policy's stream, and one weights subscriber per policy (independent seq numbers);
-``publish`` sends each trained policy's part of a :class:`MultiAgentBatch` (policies not
-to train are sampled but never published). A publish interrupted by a Redis outage is
+Everything is keyed by policy id, as the runners are (:mod:`rolloutfleet.sampling.runner`):
+a single-agent job is the one policy ``"default"`` on the job's own stream; a multi-agent
+job (``spec.multiAgent``) gets one publisher per trained policy, each on its policy's
+stream, and one weights subscriber per policy (independent seq numbers); ``publish`` sends
+each trained policy's part of the batch (policies not to train are sampled but never
+published). A publish interrupted by a Redis outage is
 retried by the worker with the same batch, and the policies already sent are skipped.
 
 A job with ``observationFilter: meanStd`` shares its filter statistics (one set per policy
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from rolloutfleet.data.batch import DEFAULT_POLICY
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.connection import RETRYABLE
@@ -62,31 +65,30 @@ class WorkerTransport:
         options: dict[str, Any] = {"password": password, "reconnect_timeout_s": 2.0}
         if config.learner_idle_s is not None:
             options["learner_idle_s"] = config.learner_idle_s
-        self.publishers: dict[str | None, BatchPublisher]
-        self.subscribers: dict[str | None, WeightSubscriber]
+        # Keyed by policy id, "default" for a single-agent job (whose Redis keys carry no policy).
+        self._redis_policy: dict[str, str | None]
         if multi is None:
-            self.publishers = {None: BatchPublisher(url, job, **options)}
-            self.subscribers = {None: WeightSubscriber(url, job, password=password)}
+            self._redis_policy = {DEFAULT_POLICY: None}
+            trained: tuple[str, ...] = (DEFAULT_POLICY,)
         else:
-            self.publishers = {
-                policy: BatchPublisher(url, job, policy=policy, **options) for policy in multi.trained_policies
-            }
-            self.subscribers = {
-                policy: WeightSubscriber(url, job, password=password, policy=policy) for policy in multi.policies
-            }
+            self._redis_policy = {policy: policy for policy in multi.policies}
+            trained = tuple(multi.trained_policies)
+        self.publishers = {
+            policy: BatchPublisher(url, job, policy=self._redis_policy[policy], **options) for policy in trained
+        }
+        self.subscribers = {
+            policy: WeightSubscriber(url, job, password=password, policy=redis_policy)
+            for policy, redis_policy in self._redis_policy.items()
+        }
         self.publisher = next(iter(self.publishers.values()))
         self.weights = next(iter(self.subscribers.values()))
         self.client = self.publisher.client
         self._sent: tuple[int, set[str]] = (0, set())  # (id of the batch being published, policies done)
-        self._filter_syncs: dict[str | None, FilterSync] = {}
+        self._filter_syncs: dict[str, FilterSync] = {}
 
-    def poll_weights(self) -> WeightsUpdate | None:
-        """Single-agent: the newer weights, if any."""
-        return self.weights.poll()
-
-    def poll_policy_weights(self) -> dict[str | None, WeightsUpdate]:
-        """Each policy's newer weights (key None for a single-agent job); absent when not newer."""
-        updates: dict[str | None, WeightsUpdate] = {}
+    def poll_weights(self) -> dict[str, WeightsUpdate]:
+        """Each policy's newer weights (``"default"`` for a single-agent job); absent when not newer."""
+        updates: dict[str, WeightsUpdate] = {}
         for policy, subscriber in self.subscribers.items():
             update = subscriber.poll()
             if update is not None:
@@ -95,64 +97,46 @@ class WorkerTransport:
 
     def load_weights(self, runner: AnyEnvRunner) -> int | None:
         """Poll and load newer weights into ``runner``; returns the newest seq no loaded, if any."""
-        from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
-
         loaded = None
-        for policy, update in self.poll_policy_weights().items():
-            if isinstance(runner, MultiAgentEnvRunner):
-                assert policy is not None
-                done = runner.set_policy_weights(policy, update.weights, update.seq_no)
-            else:
-                done = runner.set_weights(update.weights, update.seq_no)
-            if done:
+        for policy, update in self.poll_weights().items():
+            if runner.set_weights(policy, update.weights, update.seq_no):
                 loaded = max(loaded or 0, update.seq_no)
         return loaded
 
     def publish(self, batch: SampleBatch | MultiAgentBatch) -> None:
-        """XADD the batch: a single-agent batch to the job's stream; each trained policy's part of
-        a multi-agent batch to its policy's stream. The weights versions go with the rows
-        (their ``weights_seq_no`` column), not beside them."""
-        from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-
-        if not isinstance(batch, MultiAgentBatch):
-            self.publisher.publish(batch, worker_index=self.worker_index)
-            return
+        """XADD each trained policy's part of the batch to its policy's stream (a single-agent
+        batch: the job's stream). The weights versions go with the rows (their
+        ``weights_seq_no`` column), not beside them. A retry with the same batch after an
+        interrupted publish skips the parts already sent."""
         if self._sent[0] != id(batch):
             self._sent = (id(batch), set())
         done = self._sent[1]
+        parts = batch.by_policy()
         for policy, publisher in self.publishers.items():
-            assert policy is not None
-            part = batch.get(policy)
+            part = parts.get(policy)
             if policy in done or part is None or len(part) == 0:
                 continue
             publisher.publish(
-                part,
-                worker_index=self.worker_index,
-                env_steps=batch.env_steps(),
-                agent_ids=batch.agent_ids,
+                part, worker_index=self.worker_index, env_steps=batch.env_steps(), agent_ids=batch.agent_ids
             )
             done.add(policy)
 
-    def _filters(self, runner: AnyEnvRunner) -> dict[str | None, tuple[MeanStdFilter, FilterSync]]:
-        """The runner's observation filters (one, or one per policy) with their syncs."""
-        single = getattr(runner, "filter", None)
-        filters: dict[str | None, MeanStdFilter] = (
-            {None: single} if single is not None else dict(getattr(runner, "filters", None) or {})
-        )
-        for policy in filters:
+    def _filters(self, runner: AnyEnvRunner) -> list[tuple[MeanStdFilter, FilterSync]]:
+        """The runner's observation filters (one per policy) with their syncs."""
+        for policy in runner.filters:
             if policy not in self._filter_syncs:
-                keys = job_keys(self.keys.namespace, self.keys.job, policy)
+                keys = job_keys(self.keys.namespace, self.keys.job, self._redis_policy[policy])
                 self._filter_syncs[policy] = FilterSync(self.client, keys)
-        return {policy: (filt, self._filter_syncs[policy]) for policy, filt in filters.items()}
+        return [(filt, self._filter_syncs[policy]) for policy, filt in runner.filters.items()]
 
     def pull_filters(self, runner: AnyEnvRunner) -> bool:
         """Start from the fleet's observation-filter statistics (meanStd jobs); whether there were any."""
-        pulled = [sync.pull(filt) for filt, sync in self._filters(runner).values()]
+        pulled = [sync.pull(filt) for filt, sync in self._filters(runner)]
         return any(pulled)
 
     def sync_filters(self, runner: AnyEnvRunner) -> None:
         """Merge what this worker's observation filters saw into the fleet's, and adopt the result."""
-        for filt, sync in self._filters(runner).values():
+        for filt, sync in self._filters(runner):
             sync.push(filt)
 
     def interrupt(self) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,20 +36,20 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from rolloutfleet.data import batch as sb
-from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import FAILED, choose_vectorization, derive_seed, episode_id_base, make_vector_env
+from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.grid import OBS_BUF, RAW_REWARDS, SEQ_NO, TICK, VALID, ColumnSpecs, Grid, Layout
+from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
 
-_METRICS_WINDOW = 100
 
-
-class EnvRunner:
+class EnvRunner(Runner[SampleBatch]):
     """Samples experience for one worker of a RolloutJob.
 
     ``worker_index`` (0-based) and ``num_workers`` (default ``spec.replicas``) go into
@@ -93,6 +92,8 @@ class EnvRunner:
             init_seed=derive_seed(self._seed, INIT_SEED_PATH),
         )
         self.filter = self._build_filter()
+        self.policies = {DEFAULT_POLICY: self.policy}
+        self.filters = {DEFAULT_POLICY: self.filter} if self.filter is not None else {}
         self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
         self._call_step = overrides(self.callbacks, "on_episode_step")
         self._call_start = overrides(self.callbacks, "on_episode_start")
@@ -113,13 +114,7 @@ class EnvRunner:
         self._eps_base = episode_id_base(worker_index)
         self._eps_counter = 0
         self._tick = 0
-        self._env_restarts = 0
-        self._episodes_dropped = 0
-        self._returns: deque[float] = deque(maxlen=_METRICS_WINDOW)
-        self._lengths: deque[int] = deque(maxlen=_METRICS_WINDOW)
-        self._period = _Period()
-        self._lifetime_steps = 0
-        self._lifetime_episodes = 0
+        self.stats = EpisodeStats()
 
     # -- construction helpers ---------------------------------------------------------
 
@@ -160,7 +155,7 @@ class EnvRunner:
     # -- episodes ---------------------------------------------------------------------
 
     def _reset_envs(self) -> None:
-        restarts = self._env_restarts
+        restarts = self.stats.env_restarts
         if self.vectorization == "vector":
             seed: Any = derive_seed(self._seed, self.worker_index, restarts)
         else:
@@ -187,8 +182,7 @@ class EnvRunner:
             eps = self._eps_id[i]
             cols[VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
             if self._t[i] > 0:  # an episode that had no transition yet loses nothing
-                self._episodes_dropped += 1
-                self._period.dropped += 1
+                self.stats.period.dropped += 1
         self._start_episodes(np.asarray(env_indices))
 
     def _filter(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
@@ -259,7 +253,7 @@ class EnvRunner:
                 if failed is not None:
                     self._account(accounted, s + 1, failed)
                     accounted = s + 1
-                    self._env_restarts += int(failed.sum())
+                    self.stats.env_restarts += int(failed.sum())
                     self._drop_episodes(failed.nonzero()[0], s)
             if per_step:
                 self._account(accounted, s + 1)
@@ -312,8 +306,8 @@ class EnvRunner:
             valid[-1] &= ~failed
             done[-1] &= ~failed
         transitions = int(np.count_nonzero(valid))
-        self._lifetime_steps += transitions
-        self._period.steps += transitions
+        self.stats.lifetime_env_steps += transitions
+        self.stats.period.env_steps += transitions
 
         # Per sub-env, episode q of this chunk (0: the one running at row a) starts after
         # the q-th end. Tables indexed [env, q] give its eps_id, t offset and return offset.
@@ -357,9 +351,7 @@ class EnvRunner:
             self._t[pending] = 0
         if failed is not None:
             pending &= ~failed
-        if len(rows):
-            self._period.returns.append(returns)
-            self._period.lengths.append(lengths)
+        self.stats.episodes(returns, lengths)
         if self._per_step:
             self._episode_callbacks(a, valid, rows, envs, new_ids, returns, lengths)
 
@@ -414,7 +406,7 @@ class EnvRunner:
             self.env.close()
         except Exception:
             log.debug("closing the failed vector env raised", exc_info=True)
-        self._env_restarts += 1
+        self.stats.env_restarts += 1
         self.env = make_vector_env(self.job.spec.env, self.worker_index, self.num_workers)
         self._drop_episodes(np.arange(self.num_envs), step)
         obs, _ = self.env.reset(seed=self._reset_seed())
@@ -424,8 +416,8 @@ class EnvRunner:
 
     def _reset_seed(self) -> Any:
         if self.vectorization == "vector":
-            return derive_seed(self._seed, self.worker_index, self._env_restarts)
-        return [derive_seed(self._seed, self.worker_index, j, self._env_restarts) for j in range(self.num_envs)]
+            return derive_seed(self._seed, self.worker_index, self.stats.env_restarts)
+        return [derive_seed(self._seed, self.worker_index, j, self.stats.env_restarts) for j in range(self.num_envs)]
 
     # -- assembling batches: the grid's valid rows, env-major (rolloutfleet.sampling.grid) ---------
 
@@ -471,10 +463,7 @@ class EnvRunner:
 
         Episodes that are still running continue in the next call, with the same ``eps_id``.
         """
-        if num_timesteps is not None and num_episodes is not None:
-            raise ValueError("give num_timesteps or num_episodes, not both")
-        if (num_timesteps is not None and num_timesteps < 1) or (num_episodes is not None and num_episodes < 1):
-            raise ValueError("num_timesteps and num_episodes must be at least 1")
+        self.check_sample_args(num_timesteps, num_episodes)
         explore = self.explore if explore is None else explore
         started = time.perf_counter()
         fragment = self.sampling.rollout_fragment_length
@@ -511,98 +500,9 @@ class EnvRunner:
             layout = grid.layout()
             keep = layout.flat <= valid[target - 1]
         batch = self._assemble(layout, keep)
-        self._period.seconds += time.perf_counter() - started
+        self.stats.period.seconds += time.perf_counter() - started
         self.callbacks.on_sample_end(runner=self, batch=batch)
         return batch
 
-    # weights, filters, state ---------------------------------------------------------
-
-    @property
-    def weights_seq_no(self) -> int:
-        return self.policy.weights_seq_no
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.get_weights()
-
-    def set_weights(self, weights: Mapping[str, Any], seq_no: int | None = None) -> bool:
-        """Load weights unless ``seq_no`` is not newer than the loaded one; returns whether loaded."""
-        return self.policy.set_weights(weights, seq_no)
-
-    def get_filters(self, flush_after: bool = False) -> dict[str, MeanStdFilter]:
-        """Copies of the observation filters, keyed by policy id (``"default"``)."""
-        if self.filter is None:
-            return {}
-        copy = self.filter.copy()
-        if flush_after:
-            self.filter.flush()
-        return {"default": copy}
-
-    def sync_filters(self, filters: Mapping[str, MeanStdFilter]) -> None:
-        """Adopt merged filter statistics (keeping what this runner saw since its last flush)."""
-        if self.filter is not None and "default" in filters:
-            self.filter.sync(filters["default"])
-
-    def get_state(self) -> dict[str, Any]:
-        """Weights, their seq no, filter state and lifetime counters: plain dicts and arrays."""
-        return {
-            "weights": self.get_weights(),
-            "weights_seq_no": self.policy.weights_seq_no,
-            "filters": {"default": self.filter.get_state()} if self.filter is not None else {},
-            "num_env_steps_sampled_lifetime": self._lifetime_steps,
-            "num_episodes_lifetime": self._lifetime_episodes + sum(len(r) for r in self._period.returns),
-        }
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        if "weights" in state:
-            self.policy.set_weights(state["weights"])
-            self.policy.weights_seq_no = int(state.get("weights_seq_no", self.policy.weights_seq_no))
-        filters = state.get("filters", {})
-        if self.filter is not None and "default" in filters:
-            self.filter.set_state(filters["default"])
-        self._lifetime_steps = int(state.get("num_env_steps_sampled_lifetime", self._lifetime_steps))
-        self._lifetime_episodes = int(state.get("num_episodes_lifetime", self._lifetime_episodes))
-
-    def get_metrics(self) -> dict[str, float | int]:
-        """Episode statistics over the last 100 episodes, and counters since the previous call."""
-        period, self._period = self._period, _Period()
-        returns = np.concatenate(period.returns) if period.returns else np.zeros(0)
-        lengths = np.concatenate(period.lengths) if period.lengths else np.zeros(0, np.int64)
-        self._returns.extend(returns.tolist())
-        self._lengths.extend(lengths.tolist())
-        self._lifetime_episodes += len(returns)
-        window = np.array(self._returns)
-        nan = float("nan")
-        return {
-            "episode_return_mean": float(window.mean()) if len(window) else nan,
-            "episode_return_min": float(window.min()) if len(window) else nan,
-            "episode_return_max": float(window.max()) if len(window) else nan,
-            "episode_len_mean": float(np.mean(self._lengths)) if self._lengths else nan,
-            "num_episodes": len(returns),
-            "num_env_steps_sampled": period.steps,
-            "env_steps_per_s": period.steps / period.seconds if period.seconds > 0 else 0.0,
-            "num_episodes_dropped": period.dropped,
-            "num_env_steps_sampled_lifetime": self._lifetime_steps,
-            "num_episodes_lifetime": self._lifetime_episodes,
-            "num_env_restarts": self._env_restarts,
-            "weights_seq_no": self.policy.weights_seq_no,
-        }
-
     def close(self) -> None:
         self.env.close()
-
-    def __enter__(self) -> EnvRunner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _Period:
-    __slots__ = ("dropped", "lengths", "returns", "seconds", "steps")
-
-    def __init__(self) -> None:
-        self.returns: list[np.ndarray] = []  # one array per vector step with episode ends
-        self.lengths: list[np.ndarray] = []
-        self.steps = 0
-        self.seconds = 0.0
-        self.dropped = 0

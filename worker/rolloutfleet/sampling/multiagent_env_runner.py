@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,13 +45,14 @@ from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import derive_seed, episode_id_base
+from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
 from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
+from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
 
-_METRICS_WINDOW = 100
 _COMPLETE = "_complete"  # the row's next observation (or its episode's end) has arrived
 
 ActFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -179,7 +179,7 @@ class _SubEnv:
         self.length = self.rows = 0
 
 
-class MultiAgentEnvRunner:
+class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     """Samples a multi-agent RolloutJob (``spec.multiAgent``) for one worker.
 
     Policies are built from ``spec.policy`` with each policy's overrides, for the spaces of
@@ -213,8 +213,7 @@ class MultiAgentEnvRunner:
 
         self._eps_base = episode_id_base(worker_index)
         self._eps_counter = 0
-        self._env_restarts = 0
-        self._episodes_dropped = 0
+        self.stats = EpisodeStats(agent_steps=True)
         try:
             envs = [self._create(j) for j in range(self.num_envs)]
         except SpecError:
@@ -227,13 +226,13 @@ class MultiAgentEnvRunner:
         self._agent_index: dict[Any, int] = {}
         for agent in envs[0].possible_agents:
             self._index_of(agent)
-        self.policies: dict[str, Policy] = {}
+        self.policies = {}
         self._rows: dict[str, _PolicyRows] = {}
         self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._checked: set[tuple[Any, str]] = set()
         self._build_policies(envs[0])
         # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
-        self.filters: dict[str, MeanStdFilter] = {}
+        self.filters = {}
         if self.sampling.observation_filter == "meanStd":
             for policy_id, policy in self.policies.items():
                 space = policy.observation_space
@@ -250,14 +249,6 @@ class MultiAgentEnvRunner:
         self._ended: dict[int, tuple[int, int]] = {}  # eps_id -> (env steps, agent steps), not yet cut
         self._env_steps_uncut = 0  # env steps since the last batch (truncate mode)
         self._completed_uncut = 0  # completed rows not yet cut (truncate mode, agent_steps)
-        self._period = _Period()
-        self._returns: deque[float] = deque(maxlen=_METRICS_WINDOW)
-        self._lengths: deque[int] = deque(maxlen=_METRICS_WINDOW)
-        self._agent_returns: dict[str, deque[float]] = {}
-        self._policy_returns: dict[str, deque[float]] = {}
-        self._lifetime_env_steps = 0
-        self._lifetime_agent_steps = 0
-        self._lifetime_episodes = 0
 
     # -- construction helpers -----------------------------------------------------------
 
@@ -336,7 +327,7 @@ class MultiAgentEnvRunner:
 
     def _start(self) -> None:
         for j in range(self.num_envs):
-            self._reset(j, derive_seed(self._seed, self.worker_index, j, self._env_restarts))
+            self._reset(j, derive_seed(self._seed, self.worker_index, j, self.stats.env_restarts))
         self._filter_arrivals()
         self._started = True
 
@@ -374,17 +365,12 @@ class MultiAgentEnvRunner:
             self._close_row(policy_id, row, rows.obs[row], terminated, truncated and not terminated)
         sub.open = {}
         self._ended[sub.eps_id] = (sub.length, sub.rows)
-        period = self._period
         total = float(sum(sub.returns.values()))
-        period.returns.append(total)
-        period.lengths.append(sub.length)
-        for agent, value in sub.returns.items():
-            period.agent_returns.setdefault(str(agent), []).append(value)
         per_policy: dict[str, float] = {}
         for agent, policy_id in sub.mapping.items():
             per_policy[policy_id] = per_policy.get(policy_id, 0.0) + sub.returns.get(agent, 0.0)
-        for policy_id, value in per_policy.items():
-            period.policy_returns.setdefault(policy_id, []).append(value)
+        per_agent = {str(agent): value for agent, value in sub.returns.items()}
+        self.stats.episode(total, sub.length, {"agent": per_agent, "policy": per_policy})
         if self._call_end:
             self.callbacks.on_episode_end(
                 runner=self,
@@ -419,11 +405,10 @@ class MultiAgentEnvRunner:
             sub.env.close()
         except Exception:
             log.debug("closing failed sub-env %d raised", env_index, exc_info=True)
-        self._env_restarts += 1
-        self._episodes_dropped += 1
-        self._period.dropped += 1
+        self.stats.env_restarts += 1
+        self.stats.period.dropped += 1
         sub.env = self._create(env_index)
-        self._reset(env_index, derive_seed(self._seed, self.worker_index, env_index, self._env_restarts))
+        self._reset(env_index, derive_seed(self._seed, self.worker_index, env_index, self.stats.env_restarts))
 
     def _remap_open(self, policy_id: str, remap: np.ndarray) -> None:
         for sub in self.subenvs:
@@ -513,8 +498,8 @@ class MultiAgentEnvRunner:
             self._filter_arrivals()
         n = len(subenvs)
         self._env_steps_uncut += n
-        self._period.env_steps += n
-        self._period.agent_steps += sum(len(group[0]) for group in groups.values())
+        self.stats.period.env_steps += n
+        self.stats.period.agent_steps += sum(len(group[0]) for group in groups.values())
 
     def _record(
         self,
@@ -590,8 +575,8 @@ class MultiAgentEnvRunner:
             batches[policy_id] = SampleBatch(columns)
         seq_nos = {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}
         batch = MultiAgentBatch(batches, env_steps, self.agent_ids, seq_nos)
-        self._lifetime_env_steps += env_steps
-        self._lifetime_agent_steps += batch.agent_steps()
+        self.stats.lifetime_env_steps += env_steps
+        self.stats.lifetime_agent_steps += batch.agent_steps()
         return batch
 
     def sample(
@@ -610,10 +595,7 @@ class MultiAgentEnvRunner:
 
         ``explore`` overrides every policy's ``explore``; ``random_actions`` acts uniformly.
         """
-        if num_timesteps is not None and num_episodes is not None:
-            raise ValueError("give num_timesteps or num_episodes, not both")
-        if (num_timesteps is not None and num_timesteps < 1) or (num_episodes is not None and num_episodes < 1):
-            raise ValueError("num_timesteps and num_episodes must be at least 1")
+        self.check_sample_args(num_timesteps, num_episodes)
         started = time.perf_counter()
         if not self._started:
             self._start()
@@ -646,130 +628,13 @@ class MultiAgentEnvRunner:
             env_steps, self._env_steps_uncut = self._env_steps_uncut, 0
             self._ended.clear()
             batch = self._cut(None, env_steps)
-        self._period.seconds += time.perf_counter() - started
+        self.stats.period.seconds += time.perf_counter() - started
         self.callbacks.on_sample_end(runner=self, batch=batch)
         return batch
-
-    # -- weights, state, metrics ----------------------------------------------------------
-
-    @property
-    def weights_seq_nos(self) -> dict[str, int]:
-        """Policy id -> the version of its weights being sampled with."""
-        return {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}
-
-    @property
-    def weights_seq_no(self) -> int:
-        """The newest version among the policies (one number for gauges and heartbeats)."""
-        return max(self.weights_seq_nos.values(), default=0)
-
-    def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
-        """Policy id -> its model's state dict as numpy (copies), for ``policies`` or all."""
-        return {policy_id: self._policy(policy_id).get_weights() for policy_id in policies or self.policies}
-
-    def set_weights(
-        self, weights: Mapping[str, Mapping[str, Any]], seq_nos: Mapping[str, int] | None = None
-    ) -> dict[str, bool]:
-        """Load each given policy's weights, unless its ``seq_nos`` entry is not newer than the
-        loaded version; the other policies keep theirs. Returns policy id -> whether loaded."""
-        return {
-            policy_id: self.set_policy_weights(policy_id, state, None if seq_nos is None else seq_nos.get(policy_id))
-            for policy_id, state in weights.items()
-        }
-
-    def set_policy_weights(self, policy_id: str, weights: Mapping[str, Any], seq_no: int | None = None) -> bool:
-        return self._policy(policy_id).set_weights(weights, seq_no)
-
-    def _policy(self, policy_id: str) -> Policy:
-        policy = self.policies.get(policy_id)
-        if policy is None:
-            raise KeyError(f"no policy {policy_id!r}; this job has {', '.join(self.policies)}")
-        return policy
-
-    def get_filters(self, flush_after: bool = False) -> dict[str, MeanStdFilter]:
-        """Copies of the observation filters, keyed by policy id (empty without meanStd)."""
-        copies = {policy_id: filt.copy() for policy_id, filt in self.filters.items()}
-        if flush_after:
-            for filt in self.filters.values():
-                filt.flush()
-        return copies
-
-    def sync_filters(self, filters: Mapping[str, MeanStdFilter]) -> None:
-        """Adopt merged statistics per policy (keeping what was seen since the last flush)."""
-        for policy_id, central in filters.items():
-            if policy_id in self.filters:
-                self.filters[policy_id].sync(central)
-
-    def get_state(self) -> dict[str, Any]:
-        return {
-            "weights": self.get_weights(),
-            "weights_seq_nos": self.weights_seq_nos,
-            "filters": {policy_id: filt.get_state() for policy_id, filt in self.filters.items()},
-            "num_env_steps_sampled_lifetime": self._lifetime_env_steps,
-            "num_agent_steps_sampled_lifetime": self._lifetime_agent_steps,
-            "num_episodes_lifetime": self._lifetime_episodes + len(self._period.returns),
-        }
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        seq_nos = state.get("weights_seq_nos", {})
-        for policy_id, weights in state.get("weights", {}).items():
-            policy = self._policy(policy_id)
-            policy.set_weights(weights)
-            policy.weights_seq_no = int(seq_nos.get(policy_id, policy.weights_seq_no))
-        for policy_id, filter_state in state.get("filters", {}).items():
-            if policy_id in self.filters:
-                self.filters[policy_id].set_state(filter_state)
-        self._lifetime_env_steps = int(state.get("num_env_steps_sampled_lifetime", self._lifetime_env_steps))
-        self._lifetime_agent_steps = int(state.get("num_agent_steps_sampled_lifetime", self._lifetime_agent_steps))
-        self._lifetime_episodes = int(state.get("num_episodes_lifetime", self._lifetime_episodes))
-
-    def get_metrics(self) -> dict[str, float | int]:
-        """Like :meth:`EnvRunner.get_metrics` (returns summed over agents, lengths in env steps),
-        plus agent steps and ``agent/<id>/episode_return_mean``, ``policy/<id>/episode_return_mean``
-        and ``policy/<id>/weights_seq_no`` over the last 100 episodes."""
-        period, self._period = self._period, _Period()
-        self._returns.extend(period.returns)
-        self._lengths.extend(period.lengths)
-        self._lifetime_episodes += len(period.returns)
-        nan = float("nan")
-        window = np.array(self._returns)
-        metrics: dict[str, float | int] = {
-            "episode_return_mean": float(window.mean()) if len(window) else nan,
-            "episode_return_min": float(window.min()) if len(window) else nan,
-            "episode_return_max": float(window.max()) if len(window) else nan,
-            "episode_len_mean": float(np.mean(self._lengths)) if self._lengths else nan,
-            "num_episodes": len(period.returns),
-            "num_env_steps_sampled": period.env_steps,
-            "num_agent_steps_sampled": period.agent_steps,
-            "env_steps_per_s": period.env_steps / period.seconds if period.seconds > 0 else 0.0,
-            "agent_steps_per_s": period.agent_steps / period.seconds if period.seconds > 0 else 0.0,
-            "num_episodes_dropped": period.dropped,
-            "num_env_steps_sampled_lifetime": self._lifetime_env_steps,
-            "num_agent_steps_sampled_lifetime": self._lifetime_agent_steps,
-            "num_episodes_lifetime": self._lifetime_episodes,
-            "num_env_restarts": self._env_restarts,
-            "weights_seq_no": self.weights_seq_no,
-        }
-        for kind, source, windows in (
-            ("agent", period.agent_returns, self._agent_returns),
-            ("policy", period.policy_returns, self._policy_returns),
-        ):
-            for key, values in source.items():
-                windows.setdefault(key, deque(maxlen=_METRICS_WINDOW)).extend(values)
-            for key, values_window in windows.items():
-                metrics[f"{kind}/{key}/episode_return_mean"] = float(np.mean(values_window))
-        for policy_id, seq_no in self.weights_seq_nos.items():
-            metrics[f"policy/{policy_id}/weights_seq_no"] = seq_no
-        return metrics
 
     def close(self) -> None:
         for sub in self.subenvs:
             sub.env.close()
-
-    def __enter__(self) -> MultiAgentEnvRunner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def build_policy_models(job: RolloutJob) -> dict[str, Any]:
@@ -797,26 +662,3 @@ def build_policy_models(job: RolloutJob) -> dict[str, Any]:
     )
     with MultiAgentEnvRunner(cpu) as runner:
         return {policy_id: policy.model for policy_id, policy in runner.policies.items()}
-
-
-class _Period:
-    __slots__ = (
-        "agent_returns",
-        "agent_steps",
-        "dropped",
-        "env_steps",
-        "lengths",
-        "policy_returns",
-        "returns",
-        "seconds",
-    )
-
-    def __init__(self) -> None:
-        self.returns: list[float] = []
-        self.lengths: list[int] = []
-        self.agent_returns: dict[str, list[float]] = {}
-        self.policy_returns: dict[str, list[float]] = {}
-        self.env_steps = 0
-        self.agent_steps = 0
-        self.seconds = 0.0
-        self.dropped = 0
