@@ -48,8 +48,10 @@ def main() -> None:
     parser.add_argument("ref", help="the commit to compare with (e.g. main~3, a tag, a sha)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bench", nargs="+", default=["bench_sampling", "bench_multiagent"])
-    parser.add_argument("args", nargs="*", help="arguments for each bench (after --)")
-    opts = parser.parse_args()
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts = parser.parse_args(argv[:split])
+    opts.args = argv[split + 1 :]  # for each bench
     sha = subprocess.run(["git", "rev-parse", "--short", opts.ref], cwd=REPO, capture_output=True, text=True)
     if sha.returncode != 0:
         parser.error(f"ref {opts.ref!r}: {sha.stderr.strip()}")
