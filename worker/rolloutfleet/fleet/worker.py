@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
 
+from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.worker_config import WorkerConfig
@@ -66,6 +67,13 @@ class WorkerMetrics:
         self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
         self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
         self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
+        self.nonfinite_obs = counter(
+            "rolloutfleet_nonfinite_observation_rows", "Published rows whose obs or new_obs hold a NaN or an infinity"
+        )
+        self.nonfinite_rewards = counter("rolloutfleet_nonfinite_reward_rows", "Published rows with a NaN/inf reward")
+        self.filter_quarantined = counter(
+            "rolloutfleet_filter_quarantined_observations", "NaN/inf observations kept out of the filter statistics"
+        )
         self.redis_errors = counter("rolloutfleet_redis_errors", "Failed Redis operations (retried)")
         self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
         self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
@@ -90,6 +98,7 @@ class Worker:
 
         self.probes = Probes()
         self.transport: WorkerTransport | None = None
+        self.nonfinite = NonFiniteTally()
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
@@ -128,8 +137,10 @@ class Worker:
                     if loaded is not None:
                         self.metrics.weights_seq_no.set(runner.weights_seq_no)
                     pending = runner.sample()
-                    stats = runner.get_metrics()
-                    self._record(stats, restarts_seen)
+                    quarantined = sum(f.quarantined for f in runner.get_filters().values())
+                    news = self.nonfinite.observe(pending, quarantined)
+                    stats = {**runner.get_metrics(), **self.nonfinite.lifetime()}
+                    self._record(stats, restarts_seen, news)
                     restarts_seen = int(stats["num_env_restarts"])
                 started = time.perf_counter()
                 transport.publish(pending)
@@ -167,8 +178,13 @@ class Worker:
         log.info("stopped cleanly")
         return 0
 
-    def _record(self, stats: Mapping[str, float | int], restarts_seen: int) -> None:
+    def _record(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:
         m = self.metrics
+        if news:
+            log.warning("%s", NonFiniteTally.describe(news))
+            m.nonfinite_obs.inc(news.obs_rows)
+            m.nonfinite_rewards.inc(news.reward_rows)
+            m.filter_quarantined.inc(news.quarantined)
         m.env_steps.inc(stats["num_env_steps_sampled"])
         m.episodes.inc(stats["num_episodes"])
         m.steps_per_s.set(stats["env_steps_per_s"])
