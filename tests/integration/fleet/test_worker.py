@@ -194,3 +194,50 @@ def test_nan_from_the_env_is_counted_in_metrics_and_heartbeat_not_in_the_filter(
     assert "env produced non-finite values" in (tmp_path / "stderr").read_text()
     fleet = read_filter(redis_url, job)
     assert fleet is not None and fleet.stats.is_finite() and fleet.stats.count > 0
+
+
+FAILING_ENV = "tests.unit.sampling.poison_envs:make_failing_env"
+
+
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        ({"fail": "step"}, "RuntimeError: physics blew up"),
+        ({"fail": "reset"}, "ConnectionError: simulator at 10.0.0.9:7000 refused the connection"),
+    ],
+)
+def test_an_env_that_keeps_failing_ends_the_worker_with_one_line(
+    redis_url: str, tmp_path: Path, config: dict[str, str], error: str
+) -> None:
+    spec = {"env": {"entryPoint": FAILING_ENV, "numEnvs": 2, "config": config}}
+    worker = start_worker(redis_url, 0, tmp_path, ROLLOUTFLEET_SPEC=json.dumps(spec))
+    _, stderr = worker.communicate(timeout=90)
+    assert worker.returncode == 3, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
+    assert len(lines) == 1 and FAILING_ENV in lines[0] and error in lines[0], stderr
+    assert "Traceback" not in stderr
+    # maxConsecutiveFailures 3 (the default): each of the 2 sub-envs recreated twice, then the end.
+    assert stderr.count("recreating it") == (4 if config["fail"] == "step" else 0)
+    termination = (tmp_path / "termination").read_text()
+    assert FAILING_ENV in termination and error in termination
+    assert redis_url and not BatchConsumer(redis_url, "w", group="test").read(timeout=0.5)  # nothing published
+
+
+def test_sigterm_stops_a_worker_whose_env_keeps_failing(redis_url: str, tmp_path: Path) -> None:
+    spec = {
+        "env": {"entryPoint": FAILING_ENV, "numEnvs": 1, "maxConsecutiveFailures": 1000, "config": {"delay": 0.2}},
+    }
+    log_path = tmp_path / "stderr"
+    with log_path.open("w") as stderr:
+        worker = start_worker(redis_url, 0, tmp_path, stderr=stderr, ROLLOUTFLEET_SPEC=json.dumps(spec))
+        try:
+            deadline = time.monotonic() + 90
+            while "recreating it" not in log_path.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "recreating it" in log_path.read_text()
+            worker.send_signal(signal.SIGTERM)
+            # 1000 failures of 0.2 s each would take minutes: the stop ends it at the next one.
+            assert worker.wait(30) == 0
+        finally:
+            worker.kill()
+    assert "the fragment being sampled is dropped" in log_path.read_text()

@@ -78,3 +78,14 @@ class FailingEnv(gym.Env[np.ndarray, np.int64]):
 
 def make_failing_env(ctx: Any) -> FailingEnv:
     return FailingEnv(ctx)
+
+
+class WrongShapeEnv(FailingEnv):
+    """Resets fine; ``step`` returns an observation of shape (5,) in a (2,) space."""
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        return np.zeros(5, np.float32), 1.0, False, False, {}
+
+
+def make_wrong_shape_env(ctx: Any) -> WrongShapeEnv:
+    return WrongShapeEnv({**ctx, "fail_env": 0})

@@ -11,8 +11,11 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
   crash-loop because the learner's Redis restarts);
 * started by ``rolloutfleet run`` (``ROLLOUTFLEET_PARENT_PID`` set): the same stop once
   the supervisor is gone, even by SIGKILL (:mod:`rolloutfleet.fleet.parent_watch`);
-* env or policy cannot be built: one line on stderr (and in the pod's termination
-  message), exit code 3, so the operator can show why.
+* env or policy cannot be built, an env's ``reset`` raises, or a sub-env fails
+  ``spec.env.maxConsecutiveFailures`` times in a row: one line on stderr naming the env and
+  the error (and in the pod's termination message), exit code 3, so the operator can show
+  why; a stop signal while an env keeps failing ends sampling at the next failure, exit 0;
+* NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -99,10 +102,13 @@ class Worker:
         self.probes = Probes()
         self.transport: WorkerTransport | None = None
         self.nonfinite = NonFiniteTally()
+        self._interrupt_envs: Callable[[], None] | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
         self.stopping = True
+        if self._interrupt_envs is not None:
+            self._interrupt_envs()  # an env failing over and over is not recreated again
         if self.transport is not None:
             # A publish waiting on a full stream (no learner reading) must not outlast the grace period.
             self.transport.interrupt()
@@ -110,6 +116,7 @@ class Worker:
     def run(self) -> int:
         from rolloutfleet.fleet.probes import serve
         from rolloutfleet.fleet.worker_transport import WorkerTransport
+        from rolloutfleet.sampling.envs import EnvInterrupted, interrupt_failing_envs
         from rolloutfleet.sampling.runners import make_env_runner
 
         config = self.config
@@ -118,8 +125,10 @@ class Worker:
                  config.job.name, server.server_port)  # fmt: skip
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         transport = self.transport = WorkerTransport(config)
+        self._interrupt_envs = interrupt_failing_envs
         if self.stopping:
             transport.interrupt()
+            interrupt_failing_envs()
         backoff = 0.5
         pending: SampleBatch | MultiAgentBatch | None = None
         stats: Mapping[str, float | int] = {}
@@ -153,6 +162,9 @@ class Worker:
                 backoff = 0.5
             except PublishInterrupted:
                 log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
+                pending = None
+            except EnvInterrupted as exc:
+                log.warning("stopping: %s; the fragment being sampled is dropped", exc)
                 pending = None
             except transport.retryable as exc:
                 self.metrics.redis_errors.inc()

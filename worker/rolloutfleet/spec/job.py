@@ -91,6 +91,9 @@ class EnvSpec(_Model):
     ``auto`` picks ``vector`` when the id has one, else ``sync``."""
     restart_failed_sub_envs: bool = True
     """Recreate a sub-environment that raises, dropping its episode (counted in metrics)."""
+    max_consecutive_failures: int = Field(default=3, ge=1, le=1000)
+    """A sub-env (the vector env, for ``vector``/``async``) failing this many times in a row
+    without a successful step ends the worker: exit 3, one line naming the env and the error."""
 
     @field_validator("entry_point")
     @classmethod
