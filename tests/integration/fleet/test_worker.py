@@ -241,3 +241,14 @@ def test_sigterm_stops_a_worker_whose_env_keeps_failing(redis_url: str, tmp_path
         finally:
             worker.kill()
     assert "the fragment being sampled is dropped" in log_path.read_text()
+
+
+def test_a_fragment_above_the_payload_cap_is_refused_before_sampling(redis_url: str, tmp_path: Path) -> None:
+    """It used to be found only after sampling it: exit 1 and a restart loop."""
+    spec = {"env": {"id": "CartPole-v1", "numEnvs": 64}, "sampling": {"rolloutFragmentLength": 20000}}
+    worker = start_worker(redis_url, 0, tmp_path, ROLLOUTFLEET_SPEC=json.dumps(spec))
+    _, stderr = worker.communicate(timeout=90)
+    assert worker.returncode == 3, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
+    assert len(lines) == 1 and "spec.sampling.rolloutFragmentLength" in lines[0] and "32.0 MiB" in lines[0]
+    assert "spec.sampling.rolloutFragmentLength" in (tmp_path / "termination").read_text()

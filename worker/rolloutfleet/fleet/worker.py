@@ -118,11 +118,15 @@ class Worker:
         from rolloutfleet.fleet.worker_transport import WorkerTransport
         from rolloutfleet.sampling.envs import EnvInterrupted, interrupt_failing_envs
         from rolloutfleet.sampling.runners import make_env_runner
+        from rolloutfleet.sampling.sizes import check_sizes
 
         config = self.config
         server = serve(self.probes, self.metrics.registry, config.metrics_port)
         log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
                  config.job.name, server.server_port)  # fmt: skip
+        size = check_sizes(config.job)  # before the model and the first fragment are allocated
+        if size is not None:
+            log.info("sizes: %s", size.describe())
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         transport = self.transport = WorkerTransport(config)
         self._interrupt_envs = interrupt_failing_envs
