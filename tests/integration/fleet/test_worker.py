@@ -154,3 +154,101 @@ def test_an_unbuildable_env_or_policy_exits_with_one_line(
     lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
     assert len(lines) == 1 and field in lines[0], stderr
     assert field in (tmp_path / "termination").read_text()
+
+
+def test_nan_from_the_env_is_counted_in_metrics_and_heartbeat_not_in_the_filter(redis_url: str, tmp_path: Path) -> None:
+    from rolloutfleet.data.batch import nonfinite_rows
+    from rolloutfleet.spec.job import RolloutJob
+    from rolloutfleet.transport.filter_sync import read_filter
+    from rolloutfleet.transport.heartbeat import read_heartbeats
+    from rolloutfleet.transport.reader import BatchReader
+
+    spec = {
+        "env": {"entryPoint": "tests.unit.sampling.poison_envs:make_nan_env", "numEnvs": 2,
+                "config": {"nan_every": 5, "nan_reward": True}},
+        "sampling": {"rolloutFragmentLength": 50, "observationFilter": "meanStd", "seed": 0},
+        "redis": {"maxLen": 10000},
+    }  # fmt: skip
+    port = free_port()
+    with (tmp_path / "stderr").open("w") as stderr:
+        worker = start_worker(redis_url, port, tmp_path, stderr=stderr, ROLLOUTFLEET_SPEC=json.dumps(spec))
+        try:
+            consumer = BatchConsumer(redis_url, "w", group="test")
+            read_until(consumer, lambda ms: len(ms) >= 3, timeout=90)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                metrics = response.read().decode()
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(30) == 0
+        finally:
+            worker.kill()
+    job = RolloutJob.from_dict({"metadata": {"name": "w"}, "spec": spec})
+    reader, published = BatchReader(redis_url, job), []
+    while messages := reader.read(count=100, timeout=1.0):
+        published += [nonfinite_rows(m.batch) for m in messages]
+    beat = read_heartbeats(redis_url, job)[0]
+    # The heartbeat's lifetime counts are the published batches' own, row for row.
+    assert beat["nonfinite_obs"] == sum(p[0] for p in published) > 0
+    assert beat["nonfinite_rewards"] == sum(p[1] for p in published) > 0
+    assert beat["filter_quarantined"] > 0
+    assert "rolloutfleet_nonfinite_observation_rows_total" in metrics
+    assert "env produced non-finite values" in (tmp_path / "stderr").read_text()
+    fleet = read_filter(redis_url, job)
+    assert fleet is not None and fleet.stats.is_finite() and fleet.stats.count > 0
+
+
+FAILING_ENV = "tests.unit.sampling.poison_envs:make_failing_env"
+
+
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        ({"fail": "step"}, "RuntimeError: physics blew up"),
+        ({"fail": "reset"}, "ConnectionError: simulator at 10.0.0.9:7000 refused the connection"),
+    ],
+)
+def test_an_env_that_keeps_failing_ends_the_worker_with_one_line(
+    redis_url: str, tmp_path: Path, config: dict[str, str], error: str
+) -> None:
+    spec = {"env": {"entryPoint": FAILING_ENV, "numEnvs": 2, "config": config}}
+    worker = start_worker(redis_url, 0, tmp_path, ROLLOUTFLEET_SPEC=json.dumps(spec))
+    _, stderr = worker.communicate(timeout=90)
+    assert worker.returncode == 3, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
+    assert len(lines) == 1 and FAILING_ENV in lines[0] and error in lines[0], stderr
+    assert "Traceback" not in stderr
+    # maxConsecutiveFailures 3 (the default): each of the 2 sub-envs recreated twice, then the end.
+    assert stderr.count("recreating it") == (4 if config["fail"] == "step" else 0)
+    termination = (tmp_path / "termination").read_text()
+    assert FAILING_ENV in termination and error in termination
+    assert redis_url and not BatchConsumer(redis_url, "w", group="test").read(timeout=0.5)  # nothing published
+
+
+def test_sigterm_stops_a_worker_whose_env_keeps_failing(redis_url: str, tmp_path: Path) -> None:
+    spec = {
+        "env": {"entryPoint": FAILING_ENV, "numEnvs": 1, "maxConsecutiveFailures": 1000, "config": {"delay": 0.2}},
+    }
+    log_path = tmp_path / "stderr"
+    with log_path.open("w") as stderr:
+        worker = start_worker(redis_url, 0, tmp_path, stderr=stderr, ROLLOUTFLEET_SPEC=json.dumps(spec))
+        try:
+            deadline = time.monotonic() + 90
+            while "recreating it" not in log_path.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "recreating it" in log_path.read_text()
+            worker.send_signal(signal.SIGTERM)
+            # 1000 failures of 0.2 s each would take minutes: the stop ends it at the next one.
+            assert worker.wait(30) == 0
+        finally:
+            worker.kill()
+    assert "the fragment being sampled is dropped" in log_path.read_text()
+
+
+def test_a_fragment_above_the_payload_cap_is_refused_before_sampling(redis_url: str, tmp_path: Path) -> None:
+    """It used to be found only after sampling it: exit 1 and a restart loop."""
+    spec = {"env": {"id": "CartPole-v1", "numEnvs": 64}, "sampling": {"rolloutFragmentLength": 20000}}
+    worker = start_worker(redis_url, 0, tmp_path, ROLLOUTFLEET_SPEC=json.dumps(spec))
+    _, stderr = worker.communicate(timeout=90)
+    assert worker.returncode == 3, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
+    assert len(lines) == 1 and "spec.sampling.rolloutFragmentLength" in lines[0] and "32.0 MiB" in lines[0]
+    assert "spec.sampling.rolloutFragmentLength" in (tmp_path / "termination").read_text()

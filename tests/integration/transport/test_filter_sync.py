@@ -152,3 +152,98 @@ def test_statistics_lost_by_redis_are_seeded_again_from_a_worker(redis_url: str)
     learner = read_filter(redis_url, JOB)
     assert learner is not None
     assert_describes(learner, everything)
+
+
+def test_a_nan_observation_of_one_worker_does_not_reach_the_fleet(redis_url: str) -> None:
+    rng = np.random.default_rng(4)
+    a, b = MeanStdFilter((3,)), MeanStdFilter((3,))
+    seen_by_a = rng.normal(0.0, 1.0, (50, 3))
+    poisoned = seen_by_a.copy()
+    poisoned[7, 2] = np.nan
+    a(poisoned)
+    sync(redis_url).push(a)
+    seen_by_b = rng.normal(3.0, 1.0, (50, 3))
+    out = b(seen_by_b)
+    sync(redis_url).push(b)
+    assert np.isfinite(b(seen_by_b, update=False)).all() and np.isfinite(out).all()
+    kept = np.concatenate([np.delete(seen_by_a, 7, axis=0), seen_by_b])
+    learner = read_filter(redis_url, JOB)
+    assert learner is not None
+    assert_describes(learner, kept)
+    assert a.quarantined == 1 and b.quarantined == 0
+
+
+@pytest.mark.parametrize("bad", ["mean", "m2", "count"])
+def test_non_finite_statistics_in_redis_are_rebuilt_not_adopted(
+    redis_url: str, bad: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rolloutfleet.data.filters import RunningStat
+    from rolloutfleet.transport.filter_sync import encode_stat
+
+    # What an older version left behind after one NaN observation.
+    stat = RunningStat((3,), 10.0, np.zeros(3), np.ones(3))
+    if bad == "count":
+        stat.count = float("nan")
+    else:
+        getattr(stat, bad)[1] = np.nan
+    redis.Redis.from_url(redis_url).set(KEYS.filters, encode_stat(stat))
+    rng = np.random.default_rng(5)
+    fresh = MeanStdFilter((3,))
+    syncer = sync(redis_url)
+    assert not syncer.pull(fresh)  # not adopted
+    data = rng.normal(1.0, 2.0, (40, 3))
+    fresh(data)
+    syncer.push(fresh)
+    assert_describes(fresh, data)  # rebuilt from this worker's clean statistics
+    learner = read_filter(redis_url, JOB)
+    assert learner is not None
+    assert_describes(learner, data)
+    assert syncer.rebuilt == 1
+    assert "non-finite" in caplog.text
+
+
+def test_one_worker_with_nan_observations_leaves_the_other_workers_clean(redis_url: str) -> None:
+    """The issue's reproduction: with meanStd, one NaN from one sub-env of one worker used to
+    make almost every row of every worker NaN, and of any later fleet on the same Redis."""
+    from rolloutfleet.data.batch import nonfinite_rows
+    from rolloutfleet.fleet.worker_transport import WorkerTransport
+    from rolloutfleet.spec.worker_config import WorkerConfig
+
+    def manifest(nan_every: int) -> RolloutJob:
+        return RolloutJob.from_dict(
+            {
+                "metadata": {"name": "norm"},
+                "spec": {
+                    "env": {"entryPoint": "tests.unit.sampling.poison_envs:make_nan_env", "numEnvs": 2,
+                            "config": {"nan_every": nan_every}},
+                    "sampling": {"rolloutFragmentLength": 30, "observationFilter": "meanStd", "seed": 0},
+                },
+            }
+        )  # fmt: skip
+
+    job = manifest(nan_every=7)  # worker 0, sub-env 0: a NaN every 7th step
+    runners = [EnvRunner(job, worker_index=i, num_workers=2) for i in range(2)]
+    transports = [
+        WorkerTransport(WorkerConfig(job=job, worker_index=i, num_workers=2, redis_url=redis_url, metrics_port=0))
+        for i in range(2)
+    ]
+    bad_rows = [0, 0]
+    for _ in range(4):
+        for i, (runner, transport) in enumerate(zip(runners, transports, strict=True)):
+            batch = runner.sample()
+            bad_rows[i] += nonfinite_rows(batch)[0]
+            transport.sync_filters(runner)
+    assert bad_rows[1] == 0  # the clean worker's rows stay clean
+    quarantined = runners[0].filter.quarantined  # type: ignore[union-attr]
+    assert quarantined > 0 and bad_rows[0] > 0
+    # Only the poisoned sub-env's own rows carry its NaNs: obs or new_obs, at most 2 per NaN.
+    assert bad_rows[0] <= 2 * quarantined
+    fleet = read_filter(redis_url, job)
+    assert fleet is not None and fleet.stats.is_finite()
+    # A new fleet on the same Redis, with a clean env, samples clean rows.
+    later = EnvRunner(manifest(nan_every=10**9), worker_index=1, num_workers=1)
+    later_transport = WorkerTransport(
+        WorkerConfig(job=job, worker_index=1, num_workers=1, redis_url=redis_url, metrics_port=0)
+    )
+    assert later_transport.pull_filters(later)
+    assert nonfinite_rows(later.sample()) == (0, 0)

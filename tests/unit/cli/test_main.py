@@ -65,3 +65,27 @@ def test_a_bad_manifest_is_one_line_naming_the_field(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "spec.env.entryPoint" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def manifest(tmp_path: Path, spec: str) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"kind: RolloutJob\nmetadata: {{name: x}}\nspec: {spec}\n")
+    return str(path)
+
+
+def test_validate_estimates_sizes_and_refuses_what_cannot_work_naming_the_field(tmp_path: Path) -> None:
+    ok = run("validate", manifest(tmp_path, "{env: {id: CartPole-v1, numEnvs: 8}}"))
+    assert ok.returncode == 0, ok.stderr
+    assert "is valid (a model of 4,675 parameters, about" in ok.stdout
+    for spec, field in [
+        ("{env: {id: CartPole-v1}, policy: {hidden: [100000, 100000]}}", "spec.policy.hidden"),
+        ("{env: {id: CartPole-v1}, sampling: {rolloutFragmentLength: 1000000000}}", "spec.sampling.rolloutFragmentLength"),
+        ("{env: {id: CartPole-v1, numEnvs: 64}, sampling: {rolloutFragmentLength: 20000}}",
+         "spec.sampling.rolloutFragmentLength"),
+        ("{env: {id: CartPole-v1}, policy: {hidden: [4096, 4096]}, resources: {memory: 64Mi}}", "spec.resources.memory"),
+    ]:  # fmt: skip
+        refused = run("validate", manifest(tmp_path, spec))
+        assert refused.returncode == 2, refused.stdout
+        assert refused.stderr.count("\n") == 1 and f"job.yaml: {field}:" in refused.stderr, refused.stderr
+    spec_only = run("validate", "--spec-only", manifest(tmp_path, "{env: {entryPoint: 'nosuchmod:make'}}"))
+    assert spec_only.returncode == 0 and "sizes not checked" in spec_only.stdout

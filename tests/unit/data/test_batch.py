@@ -28,3 +28,18 @@ def test_concat_and_split_by_episode() -> None:
     with pytest.raises(ValueError, match="columns"):
         SampleBatch.concat([a, SampleBatch({"eps_id": np.array([1])})])
     assert len(SampleBatch.concat([])) == 0
+
+
+def test_nonfinite_rows_counts_rows_not_values() -> None:
+    from rolloutfleet.data.batch import nonfinite_rows
+
+    obs = np.zeros((5, 2, 3), np.float32)
+    obs[1, 0, 0] = obs[1, 1, 2] = np.nan  # two bad values, one row
+    new_obs = np.zeros((5, 2, 3), np.float32)
+    new_obs[1] = np.inf  # the same row again
+    new_obs[4, 1, 1] = -np.inf
+    rewards = np.array([0.0, np.inf, np.nan, 1.0, 2.0])
+    assert nonfinite_rows(SampleBatch({"obs": obs, "new_obs": new_obs, "rewards": rewards})) == (2, 2)
+    # Integer observations (Discrete spaces) are always finite.
+    ints = SampleBatch({"obs": np.arange(3), "new_obs": np.arange(3), "rewards": np.ones(3)})
+    assert nonfinite_rows(ints) == (0, 0)

@@ -46,3 +46,41 @@ def test_sync_keeps_the_unflushed_buffer_and_state_round_trips() -> None:
     clone.set_state(worker.get_state())
     assert clone.stats.count == 3
     assert clone.buffer.count == 1
+
+
+def test_non_finite_observations_stay_out_of_the_statistics() -> None:
+    rng = np.random.default_rng(3)
+    clean = rng.normal(2.0, 1.5, (64, 3))
+    poisoned = clean.copy()
+    poisoned[5, 1] = np.nan
+    poisoned[9, 0] = np.inf
+    poisoned[40, 2] = -np.inf
+    f = MeanStdFilter((3,))
+    out = f(poisoned)
+    kept = np.delete(clean, [5, 9, 40], axis=0)
+    assert f.stats.count == f.buffer.count == len(kept)
+    np.testing.assert_allclose(f.stats.mean, kept.mean(axis=0))
+    np.testing.assert_allclose(f.stats.var, kept.var(axis=0, ddof=1))
+    assert f.quarantined == 3
+    # The good rows are normalized with clean statistics; the bad row stays visibly bad.
+    assert np.isfinite(np.delete(out, 5, axis=0)).all()
+    assert np.isnan(out[5, 1])
+    assert f.stats.is_finite()
+
+
+def test_a_single_non_finite_observation_of_a_multi_dim_space_is_counted_once() -> None:
+    f = MeanStdFilter((2, 2))
+    obs = np.ones((3, 2, 2))
+    obs[1, 0, 1] = np.nan
+    obs[1, 1, 1] = np.nan
+    f(obs)
+    assert f.quarantined == 1 and f.stats.count == 2
+
+
+def test_non_finite_statistics_are_detected() -> None:
+    good = RunningStat((2,), 4.0, np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    assert good.is_finite()
+    assert not RunningStat((2,), 4.0, np.array([np.nan, 2.0]), np.array([3.0, 4.0])).is_finite()
+    assert not RunningStat((2,), 4.0, np.array([1.0, 2.0]), np.array([np.inf, 4.0])).is_finite()
+    assert not RunningStat((2,), float("nan"), np.array([1.0, 2.0]), np.array([3.0, 4.0])).is_finite()
+    assert not RunningStat((2,), -1.0, np.array([1.0, 2.0]), np.array([3.0, 4.0])).is_finite()

@@ -141,3 +141,33 @@ def test_the_chart_ships_the_same_crds_byte_for_byte() -> None:
     assert {p.name for p in (REPO / "charts/rolloutfleet/crds").glob("*.yaml")} == {
         p.name for p in (REPO / "crds").glob("*.yaml")
     }
+
+
+def _bounds(field: Any) -> dict[str, Any]:
+    """The CRD keywords a model field's ``ge``/``gt``/``le`` constraints stand for."""
+    bounds: dict[str, Any] = {}
+    for meta in field.metadata:
+        if getattr(meta, "ge", None) is not None:
+            bounds["minimum"] = meta.ge
+        if getattr(meta, "gt", None) is not None:
+            bounds["minimum"], bounds["exclusiveMinimum"] = meta.gt, True
+        if getattr(meta, "le", None) is not None:
+            bounds["maximum"] = meta.le
+    return bounds
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_crd_and_spec_model_have_the_same_bounds(section: str) -> None:
+    model, node = _section(section)
+    for name, field in _model_fields(model).items():
+        prop = node["properties"][name]
+        in_crd = {k: prop[k] for k in ("minimum", "exclusiveMinimum", "maximum") if k in prop}
+        assert in_crd == _bounds(field), f"spec.{section}.{name}: CRD {in_crd} != model {_bounds(field)}"
+
+
+def test_hidden_layers_have_the_model_s_limits_in_the_crd() -> None:
+    from rolloutfleet.spec.job import MAX_LAYER_WIDTH, MAX_LAYERS
+
+    for section in ("policy", "multiAgent.policies"):
+        hidden = _section(section)[1]["properties"]["hidden"]
+        assert hidden["maxItems"] == MAX_LAYERS and hidden["items"]["maximum"] == MAX_LAYER_WIDTH, section

@@ -150,3 +150,35 @@ def test_the_spec_imports_neither_torch_nor_gymnasium() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"env": {"id": "CartPole-v1", "numEnvs": 4097}}, "spec.env.numEnvs"),
+        ({"env": {"id": "CartPole-v1"}, "sampling": {"rolloutFragmentLength": 1_000_000_000}},
+         "spec.sampling.rolloutFragmentLength"),
+        ({"env": {"id": "CartPole-v1"}, "policy": {"hidden": [100000, 100000]}}, "spec.policy.hidden"),
+        ({"env": {"id": "CartPole-v1"}, "policy": {"hidden": [8] * 65}}, "spec.policy.hidden"),
+        ({"env": {"id": "CartPole-v1"}, "multiAgent": {"policies": {"a": {"hidden": [20000]}},
+          "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]}}}, "spec.multiAgent.policies.a.hidden"),
+        ({"env": {"id": "CartPole-v1"}, "resources": {"memory": "lots"}}, "spec.resources.memory"),
+        ({"env": {"id": "CartPole-v1", "maxConsecutiveFailures": 0}}, "spec.env.maxConsecutiveFailures"),
+    ],
+)  # fmt: skip
+def test_absurd_sizes_are_refused_naming_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        RolloutJob.from_dict({"metadata": {"name": "x"}, "spec": spec})
+    assert str(refused.value).startswith(field + ":"), str(refused.value)
+
+
+def test_kubernetes_quantities() -> None:
+    from rolloutfleet.spec.job import parse_quantity
+
+    assert parse_quantity("512Mi") == 512 * 2**20
+    assert parse_quantity("2G") == 2e9
+    assert parse_quantity("1500m") == 1.5
+    assert parse_quantity("3e2") == 300
+    for bad in ("lots", "1 Gi", "Gi", "1GB", "-1Gi"):
+        with pytest.raises(ValueError, match="quantity"):
+            parse_quantity(bad)

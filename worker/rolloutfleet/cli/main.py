@@ -62,7 +62,17 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     job = RolloutJob.from_file(args.manifest)
-    print(f"{args.manifest}: RolloutJob {job.namespace}/{job.name} is valid")
+    if args.spec_only:
+        print(f"{args.manifest}: RolloutJob {job.namespace}/{job.name} is valid (sizes not checked)")
+        return 0
+    from rolloutfleet.sampling.sizes import check_sizes
+
+    try:
+        size = check_sizes(job)  # builds one sub-env for its spaces; SpecError names what cannot work
+    except SpecError as exc:
+        raise SpecError(f"{args.manifest}: {exc}") from None
+    sizes = "multi-agent: sizes not estimated" if size is None else size.describe()
+    print(f"{args.manifest}: RolloutJob {job.namespace}/{job.name} is valid ({sizes})")
     return 0
 
 
@@ -112,8 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     run.set_defaults(run=_run, command=[])
 
-    validate = commands.add_parser("validate", help="check a manifest and name every invalid field")
+    validate = commands.add_parser(
+        "validate",
+        help="check a manifest and name every invalid field; builds one sub-env to check model and fragment sizes",
+    )
     validate.add_argument("manifest")
+    validate.add_argument(
+        "--spec-only", action="store_true", help="check the manifest alone: no env is built, sizes are not checked"
+    )
     validate.set_defaults(run=_validate)
     add_consume_parser(commands)
     add_streams_parser(commands)

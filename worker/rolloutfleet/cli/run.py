@@ -37,7 +37,18 @@ def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]
         f"{total_rate:,.0f} env steps/s, {fleet.restarts} restarts, {elapsed:.0f} s",
         title_justify="left",
     )
-    for column in ("worker", "state", "pid", "env steps", "steps/s", "return (100 ep)", "weights", "last error"):
+    columns = (
+        "worker",
+        "state",
+        "pid",
+        "env steps",
+        "steps/s",
+        "return (100 ep)",
+        "weights",
+        "NaN/inf rows",
+        "last error",
+    )
+    for column in columns:
         table.add_column(column, justify="left" if column in ("state", "last error") else "right")
     for index, worker in fleet.workers.items():
         beat = heartbeats.get(index, {})
@@ -50,9 +61,16 @@ def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]
             f"{float(beat.get('steps_per_s', 0.0)):,.0f}",
             "-" if math.isnan(episode_return) else f"{episode_return:.1f}",
             f"v{int(beat.get('weights_seq_no', 0))}",
+            _nonfinite(beat),
             worker.last_error[-60:],
         )
     return table
+
+
+def _nonfinite(beat: Mapping[str, float]) -> str:
+    """Rows with NaN/inf observations and rewards so far ("obs 12, reward 3"), "-" when none."""
+    obs, rewards = int(beat.get("nonfinite_obs", 0)), int(beat.get("nonfinite_rewards", 0))
+    return f"obs {obs:,}, reward {rewards:,}" if obs or rewards else "-"
 
 
 def run_fleet(args: argparse.Namespace) -> int:

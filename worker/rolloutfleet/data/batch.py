@@ -134,3 +134,29 @@ class SampleBatch(Mapping[str, np.ndarray]):
         if len(batches) == 1:
             return SampleBatch(batches[0])
         return SampleBatch({n: np.concatenate([b[n] for b in batches]) for n in names})
+
+
+def _bad_rows(column: np.ndarray | None) -> np.ndarray | None:
+    """Rows of ``column`` holding a NaN or an infinity (None: not a float column)."""
+    if column is None or not np.issubdtype(column.dtype, np.floating):
+        return None
+    return ~np.isfinite(column.reshape(len(column), -1)).all(axis=1)
+
+
+def nonfinite_rows(batch: Mapping[str, np.ndarray]) -> tuple[int, int]:
+    """(rows whose ``obs`` or ``new_obs`` hold a NaN or an infinity, rows whose reward does).
+
+    >>> nonfinite_rows({"obs": np.array([[0.0], [np.nan]]), "new_obs": np.array([[np.inf], [1.0]]),
+    ...                 "rewards": np.array([1.0, np.nan], np.float32)})
+    (2, 1)
+    """
+    bad_obs: np.ndarray | None = None
+    for name in (OBS, NEW_OBS):
+        rows = _bad_rows(batch.get(name))
+        if rows is not None:
+            bad_obs = rows if bad_obs is None else bad_obs | rows
+    bad_rewards = _bad_rows(batch.get(REWARDS))
+    return (
+        0 if bad_obs is None else int(np.count_nonzero(bad_obs)),
+        0 if bad_rewards is None else int(np.count_nonzero(bad_rewards)),
+    )

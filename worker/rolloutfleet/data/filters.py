@@ -5,10 +5,17 @@ including what other workers reported through a sync) and ``buffer`` (what this
 worker saw since the last flush). A learner-side coordinator merges the workers'
 buffers into a global filter and sends it back with :meth:`MeanStdFilter.sync`;
 observations seen in between are kept, not lost.
+
+Quarantine: an observation holding a NaN or an infinity never enters the statistics (one
+would turn a whole fleet's mean into NaN for good); it is counted in
+:attr:`MeanStdFilter.quarantined` and passed through the normalization as it is, so a NaN
+stays visible in the batch. :meth:`RunningStat.is_finite` tells statistics read from
+elsewhere that cannot be used.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +45,16 @@ class RunningStat:
         batch_mean = values.mean(axis=0, dtype=np.float64)
         batch_m2 = ((values - batch_mean) ** 2).sum(axis=0, dtype=np.float64)
         self._merge(float(n), batch_mean, batch_m2)
+
+    def is_finite(self) -> bool:
+        """Whether these statistics can normalize anything: a finite, non-negative count and
+        finite mean and squared deviations."""
+        return (
+            math.isfinite(self.count)
+            and self.count >= 0
+            and bool(np.isfinite(self.mean).all())
+            and bool(np.isfinite(self.m2).all())
+        )
 
     def merge(self, other: RunningStat) -> None:
         self._merge(other.count, other.mean, other.m2)
@@ -86,13 +103,22 @@ class MeanStdFilter:
         self.epsilon = epsilon
         self.stats = RunningStat(self.shape)
         self.buffer = RunningStat(self.shape)
+        self.quarantined = 0
+        """Observations kept out of the statistics because they held a NaN or an infinity."""
 
     def __call__(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
         if update:
             batch = obs.reshape((-1, *self.shape))
+            if batch.dtype == object:  # final observations collected from an object array
+                batch = batch.astype(np.float64)
+            finite = np.isfinite(batch).reshape(len(batch), -1).all(axis=1)
+            if not finite.all():
+                self.quarantined += int(len(batch) - np.count_nonzero(finite))
+                batch = batch[finite]
             self.stats.push_batch(batch)
             self.buffer.push_batch(batch)
-        normalized = (obs - self.stats.mean) / (self.stats.std + self.epsilon)
+        with np.errstate(invalid="ignore"):  # inf - inf: a quarantined observation stays NaN
+            normalized = (obs - self.stats.mean) / (self.stats.std + self.epsilon)
         return np.clip(normalized, -self.clip, self.clip).astype(np.float32)
 
     def flush(self) -> None:
@@ -107,7 +133,12 @@ class MeanStdFilter:
         self.adopt(other.stats)
 
     def adopt(self, stats: RunningStat) -> None:
-        """Take ``stats`` (e.g. a fleet's merged statistics) plus what we saw since our last flush."""
+        """Take ``stats`` (e.g. a fleet's merged statistics) plus what we saw since our last flush.
+
+        Non-finite statistics raise ``ValueError``: adopting them would make every
+        observation normalize to NaN from then on."""
+        if not stats.is_finite():
+            raise ValueError(f"refusing non-finite filter statistics (count {stats.count}, shape {stats.shape})")
         adopted = stats.copy()
         adopted.merge(self.buffer)
         self.stats = adopted
@@ -116,6 +147,7 @@ class MeanStdFilter:
         clone = MeanStdFilter(self.shape, self.clip, self.epsilon)
         clone.stats = self.stats.copy()
         clone.buffer = self.buffer.copy()
+        clone.quarantined = self.quarantined
         return clone
 
     def get_state(self) -> dict[str, Any]:

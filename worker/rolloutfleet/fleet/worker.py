@@ -11,8 +11,11 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
   crash-loop because the learner's Redis restarts);
 * started by ``rolloutfleet run`` (``ROLLOUTFLEET_PARENT_PID`` set): the same stop once
   the supervisor is gone, even by SIGKILL (:mod:`rolloutfleet.fleet.parent_watch`);
-* env or policy cannot be built: one line on stderr (and in the pod's termination
-  message), exit code 3, so the operator can show why.
+* env or policy cannot be built, an env's ``reset`` raises, or a sub-env fails
+  ``spec.env.maxConsecutiveFailures`` times in a row: one line on stderr naming the env and
+  the error (and in the pod's termination message), exit code 3, so the operator can show
+  why; a stop signal while an env keeps failing ends sampling at the next failure, exit 0;
+* NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
 
+from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.worker_config import WorkerConfig
@@ -66,6 +70,13 @@ class WorkerMetrics:
         self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
         self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
         self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
+        self.nonfinite_obs = counter(
+            "rolloutfleet_nonfinite_observation_rows", "Published rows whose obs or new_obs hold a NaN or an infinity"
+        )
+        self.nonfinite_rewards = counter("rolloutfleet_nonfinite_reward_rows", "Published rows with a NaN/inf reward")
+        self.filter_quarantined = counter(
+            "rolloutfleet_filter_quarantined_observations", "NaN/inf observations kept out of the filter statistics"
+        )
         self.redis_errors = counter("rolloutfleet_redis_errors", "Failed Redis operations (retried)")
         self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
         self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
@@ -90,10 +101,14 @@ class Worker:
 
         self.probes = Probes()
         self.transport: WorkerTransport | None = None
+        self.nonfinite = NonFiniteTally()
+        self._interrupt_envs: Callable[[], None] | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
         self.stopping = True
+        if self._interrupt_envs is not None:
+            self._interrupt_envs()  # an env failing over and over is not recreated again
         if self.transport is not None:
             # A publish waiting on a full stream (no learner reading) must not outlast the grace period.
             self.transport.interrupt()
@@ -101,16 +116,23 @@ class Worker:
     def run(self) -> int:
         from rolloutfleet.fleet.probes import serve
         from rolloutfleet.fleet.worker_transport import WorkerTransport
+        from rolloutfleet.sampling.envs import EnvInterrupted, interrupt_failing_envs
         from rolloutfleet.sampling.runners import make_env_runner
+        from rolloutfleet.sampling.sizes import check_sizes
 
         config = self.config
         server = serve(self.probes, self.metrics.registry, config.metrics_port)
         log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
                  config.job.name, server.server_port)  # fmt: skip
+        size = check_sizes(config.job)  # before the model and the first fragment are allocated
+        if size is not None:
+            log.info("sizes: %s", size.describe())
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         transport = self.transport = WorkerTransport(config)
+        self._interrupt_envs = interrupt_failing_envs
         if self.stopping:
             transport.interrupt()
+            interrupt_failing_envs()
         backoff = 0.5
         pending: SampleBatch | MultiAgentBatch | None = None
         stats: Mapping[str, float | int] = {}
@@ -128,8 +150,10 @@ class Worker:
                     if loaded is not None:
                         self.metrics.weights_seq_no.set(runner.weights_seq_no)
                     pending = runner.sample()
-                    stats = runner.get_metrics()
-                    self._record(stats, restarts_seen)
+                    quarantined = sum(f.quarantined for f in runner.get_filters().values())
+                    news = self.nonfinite.observe(pending, quarantined)
+                    stats = {**runner.get_metrics(), **self.nonfinite.lifetime()}
+                    self._record(stats, restarts_seen, news)
                     restarts_seen = int(stats["num_env_restarts"])
                 started = time.perf_counter()
                 transport.publish(pending)
@@ -142,6 +166,9 @@ class Worker:
                 backoff = 0.5
             except PublishInterrupted:
                 log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
+                pending = None
+            except EnvInterrupted as exc:
+                log.warning("stopping: %s; the fragment being sampled is dropped", exc)
                 pending = None
             except transport.retryable as exc:
                 self.metrics.redis_errors.inc()
@@ -167,8 +194,13 @@ class Worker:
         log.info("stopped cleanly")
         return 0
 
-    def _record(self, stats: Mapping[str, float | int], restarts_seen: int) -> None:
+    def _record(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:
         m = self.metrics
+        if news:
+            log.warning("%s", NonFiniteTally.describe(news))
+            m.nonfinite_obs.inc(news.obs_rows)
+            m.nonfinite_rewards.inc(news.reward_rows)
+            m.filter_quarantined.inc(news.quarantined)
         m.env_steps.inc(stats["num_env_steps_sampled"])
         m.episodes.inc(stats["num_episodes"])
         m.steps_per_s.set(stats["env_steps_per_s"])

@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rolloutfleet.inference.distributions import distribution_for
+from rolloutfleet.inference.distributions import ActionDistribution, distribution_for
 from rolloutfleet.inference.models import DefaultModel
 from rolloutfleet.inference.numpy_inference import NumpyMLP, supports
 from rolloutfleet.spec.entry_points import load_entry_point
@@ -82,30 +82,7 @@ class Policy:
             self._numpy = NumpyMLP(self.model)  # type: ignore[arg-type]
 
     def _build_model(self) -> nn.Module:
-        if self.spec.entry_point is None:
-            try:
-                return DefaultModel(
-                    self.observation_space,
-                    self.action_space,
-                    self.distribution,
-                    hidden=list(self.spec.hidden),
-                    activation=self.spec.activation,
-                    vf_share_layers=self.spec.vf_share_layers,
-                )
-            except ValueError as exc:
-                raise SpecError(f"spec.policy: {exc}") from None
-        cls = load_entry_point(self.spec.entry_point, "spec.policy.entryPoint")
-        try:
-            model = cls(self.observation_space, self.action_space, **self.spec.config)
-        except Exception as exc:  # noqa: BLE001 - report the user's constructor error in one line
-            raise SpecError(
-                f"spec.policy.entryPoint: {self.spec.entry_point}(...) failed: {type(exc).__name__}: {exc}"
-            ) from None
-        if not isinstance(model, nn.Module):
-            raise SpecError(
-                f"spec.policy.entryPoint: {self.spec.entry_point} built a {type(model).__name__}, not a torch.nn.Module"
-            )
-        return model
+        return build_policy_model(self.spec, self.observation_space, self.action_space, self.distribution)
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The model's ``(action_dist_inputs, vf_preds)`` for a numpy batch, as numpy."""
@@ -217,3 +194,36 @@ class ActionOutput:
         self.logp = logp
         self.dist_inputs = dist_inputs
         self.values = values
+
+
+def build_policy_model(
+    spec: PolicySpec,
+    observation_space: spaces.Space[Any],
+    action_space: spaces.Space[Any],
+    distribution: ActionDistribution,
+) -> nn.Module:
+    """The policy's torch module (the default MLP/CNN, or ``spec.entryPoint``'s class), on the current device."""
+    if spec.entry_point is None:
+        try:
+            return DefaultModel(
+                observation_space,
+                action_space,
+                distribution,
+                hidden=list(spec.hidden),
+                activation=spec.activation,
+                vf_share_layers=spec.vf_share_layers,
+            )
+        except ValueError as exc:
+            raise SpecError(f"spec.policy: {exc}") from None
+    cls = load_entry_point(spec.entry_point, "spec.policy.entryPoint")
+    try:
+        model = cls(observation_space, action_space, **spec.config)
+    except Exception as exc:  # noqa: BLE001 - report the user's constructor error in one line
+        raise SpecError(
+            f"spec.policy.entryPoint: {spec.entry_point}(...) failed: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(model, nn.Module):
+        raise SpecError(
+            f"spec.policy.entryPoint: {spec.entry_point} built a {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model

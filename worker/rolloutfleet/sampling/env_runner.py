@@ -40,7 +40,15 @@ from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
-from rolloutfleet.sampling.envs import FAILED, choose_vectorization, derive_seed, episode_id_base, make_vector_env
+from rolloutfleet.sampling.envs import (
+    FAILED,
+    FailureBudget,
+    choose_vectorization,
+    derive_seed,
+    env_name,
+    episode_id_base,
+    make_vector_env,
+)
 from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.grid import OBS_BUF, RAW_REWARDS, SEQ_NO, TICK, VALID, ColumnSpecs, Grid, Layout
 from rolloutfleet.sampling.runner import Runner
@@ -94,6 +102,8 @@ class EnvRunner(Runner[SampleBatch]):
         self.filter = self._build_filter()
         self.policies = {DEFAULT_POLICY: self.policy}
         self.filters = {DEFAULT_POLICY: self.filter} if self.filter is not None else {}
+        env = spec.env
+        self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
         self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
         self._call_step = overrides(self.callbacks, "on_episode_step")
         self._call_start = overrides(self.callbacks, "on_episode_start")
@@ -398,8 +408,7 @@ class EnvRunner(Runner[SampleBatch]):
 
     def _restart_vector_env(self, exc: Exception, step: int) -> None:
         """The whole vector env raised (vector/async modes): rebuild it, drop ongoing episodes."""
-        if not self.job.spec.env.restart_failed_sub_envs:
-            raise exc
+        self._env_failures.failed(None, exc, progress=self.stats.lifetime_env_steps)  # raises at the limit
         log.warning("vector env raised %s: %s; recreating it", type(exc).__name__, exc)
         self._grid.columns[VALID][step] = False
         try:

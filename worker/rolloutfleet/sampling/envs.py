@@ -8,6 +8,12 @@ Three vectorizations (``spec.env.vectorization``):
   sub-env that raises is closed and recreated without disturbing the others;
 * ``async`` — gymnasium's ``AsyncVectorEnv``, one subprocess per sub-env, for heavy envs.
 
+Failing envs end: a sub-env (the whole vector env, for ``vector`` and ``async``) that fails
+``spec.env.maxConsecutiveFailures`` times in a row without a successful step, or whose
+``reset`` raises, raises :class:`EnvFailed` (a :class:`SpecError`: the worker exits 3 with
+one line naming the env and the error). After :func:`interrupt_failing_envs` (a stop
+signal) the next failure raises :class:`EnvInterrupted` instead of recreating the env.
+
 Autoreset: ``sync`` uses gymnasium's SAME_STEP mode (the final observation of an ended
 episode is in ``info["final_obs"]``); ``vector`` and ``async`` keep whatever the env
 declares (NEXT_STEP for gymnasium's own). The sampler handles both.
@@ -17,12 +23,14 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from rolloutfleet.spec.entry_points import load_entry_point
@@ -32,6 +40,85 @@ log = logging.getLogger(__name__)
 
 FAILED = "_rolloutfleet_env_failed"
 """Info key of :class:`ResilientSyncVectorEnv`: boolean mask of sub-envs recreated this step."""
+
+
+_STOPPING = threading.Event()
+
+
+class EnvFailed(SpecError):
+    """An env kept failing (or could not be reset): the worker ends with exit 3 and this line."""
+
+
+class EnvInterrupted(Exception):
+    """An env failed after a stop was requested: sampling ends instead of recreating it."""
+
+
+def interrupt_failing_envs() -> None:
+    """From now on, an env failure ends sampling (:class:`EnvInterrupted`); safe in a signal handler."""
+    _STOPPING.set()
+
+
+def env_name(spec: EnvSpec) -> str:
+    """``spec.env.id 'CartPole-v1'`` or ``spec.env.entryPoint 'pkg.mod:make'``: how one line names the env."""
+    return f"spec.env.id {spec.id!r}" if spec.id is not None else f"spec.env.entryPoint {spec.entry_point!r}"
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")
+
+
+class FailureBudget:
+    """Consecutive failures per sub-env (``None``: the whole vector env) without a successful step.
+
+    A success is reported either with :meth:`succeeded`, or by passing ``progress`` (any count
+    that grows with successful steps) to :meth:`failed`: a failure after progress starts a
+    new streak. ``limit`` 1 (or ``restart`` False) makes the first failure final.
+
+    >>> budget = FailureBudget(2, "spec.env.id 'X-v0'")
+    >>> budget.failed(0, RuntimeError("boom"))
+    >>> budget.failed(0, RuntimeError("boom"))
+    Traceback (most recent call last):
+    ...
+    rolloutfleet.sampling.envs.EnvFailed: spec.env.id 'X-v0': sub-env 0 failed 2 times in a row without a successful step; last error: RuntimeError: boom
+    """
+
+    def __init__(self, limit: int, name: str, restart: bool = True) -> None:
+        self.limit = limit if restart else 1
+        self.name = name
+        self.streak: dict[int | None, tuple[int, int | None]] = {}  # index -> (failures, progress at the last)
+
+    def failed(self, index: int | None, exc: BaseException, progress: int | None = None) -> None:
+        """Count a failure; raises :class:`EnvFailed` at the limit, :class:`EnvInterrupted` when
+        stopping. ``exc`` that is already one of them (a sub-env's verdict reaching the runner's
+        vector-env handler) is raised again, not counted."""
+        if isinstance(exc, EnvFailed | EnvInterrupted):
+            raise exc
+        count, seen = self.streak.get(index, (0, progress))
+        count = count + 1 if seen == progress else 1
+        self.streak[index] = (count, progress)
+        where = "the vector env" if index is None else f"sub-env {index}"
+        if count >= self.limit:
+            if self.limit == 1:
+                raise EnvFailed(f"{self.name}: {where} failed (restartFailedSubEnvs is false): {describe(exc)}")
+            raise EnvFailed(
+                f"{self.name}: {where} failed {count} times in a row without a successful step; "
+                f"last error: {describe(exc)}"
+            )
+        if _STOPPING.is_set():
+            raise EnvInterrupted(f"{where} failed while stopping: {describe(exc)}")
+
+    def succeeded(self, index: int | None) -> None:
+        self.streak.pop(index, None)
+
+
+def reset_or_fail(reset: Callable[..., Any], name: str, where: str, **kwargs: Any) -> Any:
+    """``reset(**kwargs)``, with any error turned into :class:`EnvFailed` naming the env."""
+    try:
+        return reset(**kwargs)
+    except SpecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
+        raise EnvFailed(f"{name}: {where} reset failed: {describe(exc)}") from None
 
 
 class EnvContext(dict[str, Any]):
@@ -109,18 +196,35 @@ def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> Vecto
             assert spec.id is not None
             if not has_vector_entry_point(spec.id):
                 raise SpecError(f"spec.env.vectorization: {spec.id!r} has no vector entry point; use 'sync' or 'async'")
-            return gym.make_vec(spec.id, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config)
+            vec = gym.make_vec(spec.id, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config)
+            return ResetGuard(vec, spec)
         create = env_creator(spec, worker_index, num_workers)
         if mode == "async":
             thunks = [_Thunk(create, i) for i in range(spec.num_envs)]
-            return gym.vector.AsyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
-        return ResilientSyncVectorEnv(create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs)
+            return ResetGuard(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP), spec)
+        budget = FailureBudget(spec.max_consecutive_failures, env_name(spec), spec.restart_failed_sub_envs)
+        return ResilientSyncVectorEnv(create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs, budget=budget)
     except SpecError:
         raise
     except gym.error.Error as exc:
         raise SpecError(f"{field}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
         raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
+
+
+class ResetGuard(VectorWrapper):
+    """A vector env whose ``reset`` errors become :class:`EnvFailed` naming the env (``vector``
+    and ``async`` modes; their step errors are the runner's to count)."""
+
+    def __init__(self, env: VectorEnv[Any, Any, Any], spec: EnvSpec) -> None:
+        super().__init__(env)
+        self._name = env_name(spec)
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        result = reset_or_fail(self.env.reset, self._name, "the vector env", seed=seed, options=options)
+        return cast("tuple[Any, dict[str, Any]]", result)
 
 
 class _Thunk:
@@ -144,9 +248,16 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def __init__(self, create: Callable[[int], gym.Env[Any, Any]], num_envs: int, restart_failed: bool = True) -> None:
+    def __init__(
+        self,
+        create: Callable[[int], gym.Env[Any, Any]],
+        num_envs: int,
+        restart_failed: bool = True,
+        budget: FailureBudget | None = None,
+    ) -> None:
         self._create = create
         self.restart_failed = restart_failed
+        self.failures = budget or FailureBudget(3, "spec.env", restart_failed)
         self.envs = [create(i) for i in range(num_envs)]
         self.num_envs = num_envs
         first = self.envs[0]
@@ -155,6 +266,9 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         for index, env in enumerate(self.envs[1:], start=1):
             if env.observation_space != first.observation_space or env.action_space != first.action_space:
                 raise SpecError(f"spec.env: sub-env {index} has different spaces than sub-env 0")
+        space = first.observation_space
+        # Checked per step: an observation of another shape fails its sub-env (not the vector step).
+        self._obs_shape = space.shape if isinstance(space, spaces.Box) else None
         self.observation_space = batch_space(first.observation_space, num_envs)
         self.action_space = batch_space(first.action_space, num_envs)
         self._obs: Any = create_empty_array(first.observation_space, num_envs)
@@ -167,8 +281,12 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         seeds = seed if isinstance(seed, list) else [None if seed is None else seed + i for i in range(self.num_envs)]
         self._seeds = list(seeds)
         observations = []
-        for env, env_seed in zip(self.envs, seeds, strict=True):
-            obs, _ = env.reset(seed=env_seed, options=options)
+        name = self.failures.name
+        for i, (env, env_seed) in enumerate(zip(self.envs, seeds, strict=True)):
+            obs, _ = reset_or_fail(env.reset, name, f"sub-env {i}", seed=env_seed, options=options)
+            if self._obs_shape is not None and np.shape(obs) != self._obs_shape:
+                raise EnvFailed(f"{name}: sub-env {i} reset returned an observation of shape {np.shape(obs)}, "
+                                f"expected {self._obs_shape}")  # fmt: skip
             observations.append(obs)
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
         return self._obs.copy(), {}
@@ -181,21 +299,26 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         failed = np.zeros(n, np.bool_)
         final_obs: list[Any] = [None] * n
         observations = []
+        failures, shape = self.failures, self._obs_shape
         for i, env in enumerate(self.envs):
             try:
                 obs, reward, terminated, truncated, _ = env.step(actions[i])
-            except Exception as exc:
-                if not self.restart_failed:
-                    raise
+                rewards[i], terminateds[i], truncateds[i] = reward, terminated, truncated
+                if shape is not None and np.shape(obs) != shape:
+                    raise ValueError(f"step returned an observation of shape {np.shape(obs)}, expected {shape}")
+            except Exception as exc:  # noqa: BLE001 - counted: recreated, or the end of the worker
+                rewards[i], terminateds[i], truncateds[i] = 0.0, False, False
+                failures.failed(i, exc)
                 log.warning("sub-env %d raised %s: %s; recreating it", i, type(exc).__name__, exc)
                 obs = self._recreate(i)
                 failed[i] = True
                 observations.append(obs)
                 continue
-            rewards[i], terminateds[i], truncateds[i] = reward, terminated, truncated
+            if failures.streak:
+                failures.succeeded(i)
             if terminated or truncated:
                 final_obs[i] = obs
-                obs, _ = env.reset()
+                obs, _ = reset_or_fail(env.reset, failures.name, f"sub-env {i}")
             observations.append(obs)
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
         info: dict[str, Any] = {}
@@ -213,9 +336,14 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         except Exception:
             log.debug("closing failed sub-env %d raised", index, exc_info=True)
         self.restarts += 1
-        self.envs[index] = self._create(index)
+        name = self.failures.name
+        try:
+            env = self.envs[index] = self._create(index)
+        except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
+            raise EnvFailed(f"{name}: recreating sub-env {index} failed: {describe(exc)}") from None
         seed = self._seeds[index]
-        obs, _ = self.envs[index].reset(seed=None if seed is None else seed + 7919 * self.restarts)
+        seed = None if seed is None else seed + 7919 * self.restarts
+        obs, _ = reset_or_fail(env.reset, name, f"sub-env {index}", seed=seed)
         return obs
 
     def close_extras(self, **kwargs: Any) -> None:

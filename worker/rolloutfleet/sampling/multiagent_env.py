@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from gymnasium import spaces
 
-from rolloutfleet.sampling.envs import EnvContext
+from rolloutfleet.sampling.envs import EnvContext, reset_or_fail
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
 
@@ -105,7 +105,7 @@ class MultiAgentEnvAdapter:
         return space
 
     def reset(self, seed: int | None = None) -> dict[Any, Any]:
-        result = self.env.reset(seed=seed)
+        result = reset_or_fail(self.env.reset, self.field, "a sub-env", seed=seed)
         obs = result[0] if isinstance(result, tuple) else result
         if not isinstance(obs, Mapping):
             raise SpecError(f"{self.field}: reset() returned {type(obs).__name__}, expected a dict of agent -> obs")

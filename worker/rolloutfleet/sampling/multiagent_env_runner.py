@@ -44,7 +44,7 @@ from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
-from rolloutfleet.sampling.envs import derive_seed, episode_id_base
+from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
 from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
 from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
@@ -214,6 +214,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._eps_base = episode_id_base(worker_index)
         self._eps_counter = 0
         self.stats = EpisodeStats(agent_steps=True)
+        env = job.spec.env
+        self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
         try:
             envs = [self._create(j) for j in range(self.num_envs)]
         except SpecError:
@@ -385,8 +387,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     def _drop_episode(self, env_index: int, exc: Exception) -> None:
         """The sub-env raised: forget its episode's rows, rebuild it (or re-raise, per spec)."""
-        if not self.job.spec.env.restart_failed_sub_envs:
-            raise exc
+        self._env_failures.failed(env_index, exc)  # raises at the limit
         log.warning("sub-env %d raised %s: %s; recreating it", env_index, type(exc).__name__, exc)
         sub = self.subenvs[env_index]
         for policy_id, rows in self._rows.items():
@@ -494,6 +495,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 self._drop_episode(j, exc)
                 continue
             self._record(j, sub, result, clip_rewards, actions[j])
+            if self._env_failures.streak:
+                self._env_failures.succeeded(j)
         if self.filters:
             self._filter_arrivals()
         n = len(subenvs)

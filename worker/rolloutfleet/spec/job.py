@@ -35,6 +35,38 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 _POLICY_ID = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
 
 
+MAX_NUM_ENVS = 4096
+MAX_FRAGMENT_LENGTH = 100_000
+MAX_LAYERS = 64
+MAX_LAYER_WIDTH = 16384
+"""Sane upper bounds (the CRD has the same): a larger value is a typo, not a plan."""
+
+_QUANTITY = re.compile(
+    r"^([+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
+_QUANTITY_SCALE = {
+    None: 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}  # fmt: skip
+
+
+def parse_quantity(value: str | int | float) -> float:
+    """A Kubernetes quantity as a number (``"512Mi"`` -> 536870912.0); ``ValueError`` when it is not one.
+
+    >>> parse_quantity("1Gi"), parse_quantity("1.5G"), parse_quantity("1e3"), parse_quantity(128)
+    (1073741824.0, 1500000000.0, 1000.0, 128.0)
+    """
+    if isinstance(value, int | float):
+        return float(value)
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity (e.g. 512Mi, 2Gi): {value!r}")
+    number, suffix = float(match.group(1)), match.group(2)
+    if suffix is not None and suffix[0] in "eE":
+        return number * 10.0 ** int(suffix[1:])
+    return number * _QUANTITY_SCALE[suffix]
+
+
 class SpecError(ValueError):
     """A manifest is invalid. The message names every offending field."""
 
@@ -65,6 +97,8 @@ def _check_entry_point(value: str | None) -> str | None:
 def _check_layers(value: list[int]) -> list[int]:
     if not value or any(size < 1 for size in value):
         raise ValueError(f"must be a non-empty list of positive layer sizes, got {value}")
+    if len(value) > MAX_LAYERS or max(value) > MAX_LAYER_WIDTH:
+        raise ValueError(f"at most {MAX_LAYERS} layers of at most {MAX_LAYER_WIDTH} units each, got {value}")
     return value
 
 
@@ -83,7 +117,7 @@ class EnvSpec(_Model):
     """``pkg.module:make_env``: a callable taking an :class:`~rolloutfleet.sampling.envs.EnvContext`."""
     config: dict[str, Any] = Field(default_factory=dict)
     """Handed to the env creator (with worker_index / vector_index / num_workers for entry points)."""
-    num_envs: int = Field(default=1, ge=1, le=65536)
+    num_envs: int = Field(default=1, ge=1, le=MAX_NUM_ENVS)
     """Sub-environments per worker, stepped together with one batched policy call."""
     vectorization: Literal["auto", "sync", "async", "vector"] = "auto"
     """``vector`` uses the env's own vectorized implementation (gymnasium ``vector_entry_point``),
@@ -91,6 +125,9 @@ class EnvSpec(_Model):
     ``auto`` picks ``vector`` when the id has one, else ``sync``."""
     restart_failed_sub_envs: bool = True
     """Recreate a sub-environment that raises, dropping its episode (counted in metrics)."""
+    max_consecutive_failures: int = Field(default=3, ge=1, le=1000)
+    """A sub-env (the vector env, for ``vector``/``async``) failing this many times in a row
+    without a successful step ends the worker: exit 3, one line naming the env and the error."""
 
     @field_validator("entry_point")
     @classmethod
@@ -278,7 +315,7 @@ class MultiAgentSpec(_Model):
 class SamplingSpec(_Model):
     """How experience is cut into batches and preprocessed."""
 
-    rollout_fragment_length: int = Field(default=200, ge=1)
+    rollout_fragment_length: int = Field(default=200, ge=1, le=MAX_FRAGMENT_LENGTH)
     """Env steps per sub-environment per batch (truncate_episodes)."""
     batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
     observation_filter: Literal["none", "meanStd"] = "none"
@@ -339,7 +376,15 @@ class ResourcesSpec(_Model):
 
     cpu: str | None = None
     memory: str | None = None
+    """Memory request and limit of each worker; the worker refuses a model and fragment that need more."""
     gpu: int = Field(default=0, ge=0)
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_quantity(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_quantity(value)
+        return value
 
 
 class RolloutJobSpec(_Model):

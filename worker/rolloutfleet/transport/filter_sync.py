@@ -15,8 +15,10 @@ after each fragment a worker merges its delta into them in one optimistic transa
   workers do, e.g. for evaluation or export.
 
 The statistics are stored with the codec's tensor encoding (count, mean, m2): nothing read
-from Redis is unpickled. A value that does not decode, or has another shape (the job's
-environment changed under the same name), is reported and replaced.
+from Redis is unpickled. A value that does not decode, has another shape (the job's
+environment changed under the same name) or holds a NaN or an infinity (written before
+filters kept non-finite observations out) is reported and rebuilt from this worker's
+statistics, never adopted (:attr:`FilterSync.rebuilt` counts it).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def decode_stat(data: bytes | str, shape: tuple[int, ...] | None = None) -> Runn
         raise DecodeError(f"not filter statistics: {exc}") from None
     if stat.m2.shape != stat.mean.shape or (shape is not None and stat.mean.shape != tuple(shape)):
         raise DecodeError(f"filter statistics of shape {stat.mean.shape}, expected {shape}")
+    if not stat.is_finite():
+        raise DecodeError(f"non-finite filter statistics (count {stat.count}, a NaN or an infinity in mean or m2)")
     return stat
 
 
@@ -61,20 +65,26 @@ class FilterSync:
         self.key = keys.filters
         self.max_attempts = max_attempts
         self.conflicts = 0  # transactions retried because another worker committed first
+        self.rebuilt = 0  # values in Redis that were not usable statistics, replaced by this worker's
+        self._replacing_bad = False
 
-    def _read(self, reader: redis.Redis, shape: tuple[int, ...]) -> RunningStat | None:
+    def _read(self, reader: redis.Redis, shape: tuple[int, ...], replacing: bool) -> RunningStat | None:
         raw = reader.get(self.key)
         if raw is None:
             return None
         try:
             return decode_stat(raw, shape)
         except DecodeError as exc:
-            log.error("%s: %s; replacing it with this worker's statistics", self.key, exc)
+            if replacing:
+                log.error("%s: %s; replacing it with this worker's statistics", self.key, exc)
+                self._replacing_bad = True
+            else:
+                log.error("%s: %s; not adopted (rebuilt at this worker's next sync)", self.key, exc)
             return None
 
     def pull(self, filt: MeanStdFilter) -> bool:
         """Adopt the fleet's statistics, if any (keeping what ``filt`` saw since its last flush)."""
-        fleet = self._read(self.client, filt.shape)
+        fleet = self._read(self.client, filt.shape, replacing=False)
         if fleet is None:
             return False
         filt.adopt(fleet)
@@ -84,10 +94,11 @@ class FilterSync:
         """Merge ``filt``'s delta into the fleet's statistics, flush it, adopt the merged ones."""
         delta = filt.buffer.copy()
         for _ in range(self.max_attempts):
+            self._replacing_bad = False
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(self.key)  # type: ignore[no-untyped-call]
-                    fleet = self._read(pipe, filt.shape)
+                    fleet = self._read(pipe, filt.shape, replacing=True)
                     if fleet is None:
                         # No statistics (a new job, or Redis lost them): seed them with all
                         # this worker knows (what it adopted plus its delta), not the delta
@@ -102,6 +113,7 @@ class FilterSync:
                 except redis.WatchError:
                     self.conflicts += 1
                     continue
+            self.rebuilt += self._replacing_bad
             filt.flush()
             filt.adopt(merged)
             return merged

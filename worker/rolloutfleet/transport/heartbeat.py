@@ -3,7 +3,9 @@ status and ``rolloutfleet fleet`` read back.
 
 One Redis hash per job (:attr:`rolloutfleet.spec.redis_keys.JobKeys.heartbeats`): worker index
 -> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
-``weights_seq_no`` and ``time`` (unix seconds). The hash expires when no worker has
+``weights_seq_no``, ``time`` (unix seconds) and the worker's lifetime counts of rows with
+NaN/inf observations (``nonfinite_obs``) or rewards (``nonfinite_rewards``) and of
+observations its filter kept out of the statistics (``filter_quarantined``). The hash expires when no worker has
 written it for :data:`HEARTBEAT_TTL_S`::
 
     write_heartbeat(client, keys, worker_index=3, stats=runner.get_metrics())   # doctest: +SKIP
@@ -40,7 +42,8 @@ def beat(stats: Mapping[str, float | int], now: float | None = None) -> str:
     """The JSON one worker writes, from its runner's metrics (``get_metrics()``).
 
     >>> beat({"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 12.5, "weights_seq_no": 2}, now=10.0)
-    '{"env_steps": 300, "steps_per_s": 12.5, "episode_return_mean": NaN, "weights_seq_no": 2, "time": 10.0}'
+    '{"env_steps": 300, "steps_per_s": 12.5, "episode_return_mean": NaN, "weights_seq_no": 2, "time": 10.0, \
+"nonfinite_obs": 0, "nonfinite_rewards": 0, "filter_quarantined": 0}'
     """
     return json.dumps(
         {
@@ -49,6 +52,9 @@ def beat(stats: Mapping[str, float | int], now: float | None = None) -> str:
             "episode_return_mean": stats.get("episode_return_mean", float("nan")),
             "weights_seq_no": stats.get("weights_seq_no", 0),
             "time": time.time() if now is None else now,
+            "nonfinite_obs": stats.get("nonfinite_obs", 0),
+            "nonfinite_rewards": stats.get("nonfinite_rewards", 0),
+            "filter_quarantined": stats.get("filter_quarantined", 0),
         }
     )
 

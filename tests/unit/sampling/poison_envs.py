@@ -1,0 +1,91 @@
+"""Environments that misbehave on purpose, built through entry points (pkg.module:fn):
+NaN observations and rewards, a ``step`` or ``reset`` that always raises."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class NanEnv(gym.Env[np.ndarray, np.int64]):
+    """obs ~ N(3, 1) in 3 dims, 20-step episodes; sub-env ``nan_env`` returns a NaN in its
+    observation (and, with ``nan_reward``, a NaN reward) every ``nan_every`` steps."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        index = getattr(ctx, "vector_index", 0)
+        self.poisoned = index == int(ctx.get("nan_env", 0)) and getattr(ctx, "worker_index", 0) == int(
+            ctx.get("nan_worker", 0)
+        )
+        self.nan_every = int(ctx.get("nan_every", 7))
+        self.nan_reward = bool(ctx.get("nan_reward", False))
+        self.rng = np.random.default_rng(index)
+        self.steps = 0
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        obs = self.rng.normal(3.0, 1.0, 3).astype(np.float32)
+        if self.poisoned and self.steps % self.nan_every == 0:
+            obs[1] = np.nan
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        self.t += 1
+        bad = self.poisoned and self.steps % self.nan_every == 0
+        reward = float("nan") if bad and self.nan_reward else 1.0
+        return self._obs(), reward, self.t >= 20, False, {}
+
+
+def make_nan_env(ctx: Any) -> NanEnv:
+    return NanEnv(ctx)
+
+
+class FailingEnv(gym.Env[np.ndarray, np.int64]):
+    """``step`` (or ``reset``, with ``fail: reset``) raises every time, after ``delay`` seconds;
+    sub-env ``fail_env`` only, unless ``fail_env`` is ``all``."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.fail = str(ctx.get("fail", "step"))
+        target = ctx.get("fail_env", "all")
+        self.broken = target == "all" or getattr(ctx, "vector_index", 0) == int(target)
+        self.delay = float(ctx.get("delay", 0.0))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        if self.broken and self.fail == "reset":
+            raise ConnectionError("simulator at 10.0.0.9:7000 refused the connection")
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.broken and self.fail == "step":
+            time.sleep(self.delay)
+            raise RuntimeError("physics blew up")
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+def make_failing_env(ctx: Any) -> FailingEnv:
+    return FailingEnv(ctx)
+
+
+class WrongShapeEnv(FailingEnv):
+    """Resets fine; ``step`` returns an observation of shape (5,) in a (2,) space."""
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        return np.zeros(5, np.float32), 1.0, False, False, {}
+
+
+def make_wrong_shape_env(ctx: Any) -> WrongShapeEnv:
+    return WrongShapeEnv({**ctx, "fail_env": 0})
