@@ -59,6 +59,19 @@ def progress(beats: Mapping[int, Mapping[str, float]], desired: int, now: float)
     return steps, round(rate, 1)
 
 
+NONFINITE = {"observations": "nonfinite_obs", "rewards": "nonfinite_rewards", "filterQuarantined": "filter_quarantined"}
+"""``status.nonFinite`` field -> the heartbeat count it sums."""
+
+
+def nonfinite(beats: Mapping[int, Mapping[str, float]], desired: int) -> dict[str, int]:
+    """Rows with NaN/inf observations or rewards, and observations kept out of the shared
+    filter statistics, summed over the current workers' lifetimes; empty when all are 0."""
+    counts = {
+        field: sum(int(b.get(name, 0)) for i, b in beats.items() if i < desired) for field, name in NONFINITE.items()
+    }
+    return counts if any(counts.values()) else {}
+
+
 def build_status(
     job_name: str,
     suspended: bool,
@@ -91,6 +104,7 @@ def build_status(
         "workers": {str(i): r.to_status() for i, r in sorted(the_plan.records.items())},
         "envSteps": steps,
         "stepsPerSecond": rate,
+        **({"nonFinite": counts} if (counts := nonfinite(beats or {}, desired)) else {}),
         "conditions": _conditions(phase, reason, message, degraded, generation, now, old_conditions),
     }
 

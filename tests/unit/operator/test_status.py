@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rolloutfleet_operator.plan import Plan, WorkerRecord
 from rolloutfleet_operator.pods import PodView
-from rolloutfleet_operator.status import build_status, invalid_spec_status, progress, status_changed
+from rolloutfleet_operator.status import build_status, invalid_spec_status, nonfinite, progress, status_changed
 
 
 def pod(index: int, ready: bool = True) -> PodView:
@@ -63,6 +63,19 @@ def test_progress_sums_fresh_heartbeats_of_current_workers() -> None:
         5: {"env_steps": 9999, "steps_per_s": 99.0, "time": 99.0},  # scaled away
     }
     assert progress(beats, desired=2, now=100.0) == (1500, 50.0)
+
+
+def test_nan_counts_of_current_workers_reach_the_status_only_when_there_are_any() -> None:
+    clean = {0: {"env_steps": 10, "nonfinite_obs": 0, "time": 1.0}, 1: {"env_steps": 5}}  # 1: an older worker
+    assert nonfinite(clean, desired=2) == {}
+    assert "nonFinite" not in build_status("j", False, Plan(desired=2), [pod(0), pod(1)], 1, 0.0, beats=clean)
+    beats = {
+        0: {"nonfinite_obs": 4, "nonfinite_rewards": 0, "filter_quarantined": 4},
+        1: {"nonfinite_obs": 1, "nonfinite_rewards": 2, "filter_quarantined": 0},
+        3: {"nonfinite_obs": 100},  # scaled away
+    }
+    status = build_status("j", False, Plan(desired=2), [pod(0), pod(1)], 1, 0.0, beats=beats)
+    assert status["nonFinite"] == {"observations": 5, "rewards": 2, "filterQuarantined": 4}
 
 
 def test_an_invalid_spec_fails_the_job_with_the_reason() -> None:
