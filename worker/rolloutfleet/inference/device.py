@@ -45,7 +45,7 @@ def resolve_device(name: str) -> str:
     """``spec.policy.device`` → ``"cpu"`` or a CUDA device name.
 
     ``auto`` is the first CUDA device when one is usable, else the CPU (logged once per
-    process); ``cuda`` or ``cuda:N`` that cannot be had is a :class:`SpecError` (a worker
+    process: a warning when the driver has a device that torch cannot use); ``cuda`` or ``cuda:N`` that cannot be had is a :class:`SpecError` (a worker
     exits 3 with it as its one line).
     """
     if name == "cpu":
@@ -54,7 +54,7 @@ def resolve_device(name: str) -> str:
     if name == "auto":
         if count:
             return "cuda"
-        _log_cpu_fallback()
+        _log_cpu_fallback(driver_device_count())
         return "cpu"
     index = int(name.partition(":")[2] or 0)
     if count == 0:
@@ -65,5 +65,12 @@ def resolve_device(name: str) -> str:
 
 
 @functools.cache
-def _log_cpu_fallback() -> None:
-    log.info("spec.policy.device is auto and no CUDA device is usable here: the policy runs on the CPU")
+def _log_cpu_fallback(driver_devices: int) -> None:
+    if driver_devices:  # a GPU is there, but this torch cannot use it (a CPU-only build?)
+        log.warning(
+            "spec.policy.device is auto: the driver reports %d CUDA device(s) but torch cannot use them; "
+            "the policy runs on the CPU",
+            driver_devices,
+        )
+    else:
+        log.info("spec.policy.device is auto and no CUDA device is usable here: the policy runs on the CPU")
