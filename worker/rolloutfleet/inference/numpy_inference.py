@@ -58,6 +58,7 @@ class NumpyMLP:
             self.pi, self.vf = _augmented(weights, "pi"), _augmented(weights, "vf")
         self.relu = layout.activation == "relu"
         self.encoding = layout.encoding
+        self.box, self.scale = layout.encoding == "box", layout.scale
         if layout.encoding != "box":
             # one_hot(obs) @ W.T + b is a column of W plus b: the first layer is a lookup
             # (the bias folded into the first component's table).
@@ -104,7 +105,7 @@ class NumpyMLP:
     def _trunk(self, obs: np.ndarray, x: np.ndarray, layers: list[_Layer], which: int) -> np.ndarray:
         tanh = not self.relu
         for depth, (weight, out, block) in enumerate(layers):
-            if depth == 0 and self.encoding != "box":
+            if depth == 0 and not self.box:
                 self._lookup(obs, which, block)
             else:
                 np.matmul(weight, x, out=block)
@@ -118,10 +119,10 @@ class NumpyMLP:
     def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(obs)
         plan = self._plans.get(n) or self._plan_for(n)
-        if self.encoding == "box":
+        if self.box:
             flat = obs.reshape(n, -1).T
-            if self.layout.scale is not None:
-                np.multiply(flat, np.float32(self.layout.scale), out=plan.input_block, casting="unsafe")
+            if self.scale is not None:
+                np.multiply(flat, np.float32(self.scale), out=plan.input_block, casting="unsafe")
             else:
                 plan.input_block[...] = flat
         features = self._trunk(obs, plan.inputs, plan.actor, 0)
