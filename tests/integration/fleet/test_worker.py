@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet.inference.device import driver_device_count
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
@@ -162,6 +163,11 @@ def test_a_worker_told_to_stop_during_a_redis_outage_exits_at_once(own_redis: Re
     [
         ('{"env": {"entryPoint": "no_such_module_anywhere:make"}}', "spec.env.entryPoint"),
         ('{"env": {"id": "CartPole-v1"}, "policy": {"device": "cuda:7"}}', "spec.policy.device"),
+        pytest.param(
+            '{"env": {"id": "CartPole-v1"}, "policy": {"device": "cuda"}}',
+            "no CUDA device is available on this node",
+            marks=pytest.mark.skipif(driver_device_count() > 0, reason="this machine has a CUDA device"),
+        ),
     ],
 )
 def test_an_unbuildable_env_or_policy_exits_with_one_line(
