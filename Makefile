@@ -57,7 +57,8 @@ fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install ## throughput figures, ours next to the ceiling and the peer, measured in one run
+bench: install ## throughput figures, ours next to the ceiling and the peer, and a worker's memory and start-up, measured in one run
+	$(BIN)/python -m bench.bench_footprint
 	$(BIN)/python -m bench.bench_sampling
 	$(BIN)/python -m bench.bench_transport
 	$(BIN)/python -m bench.bench_fleet

@@ -9,17 +9,24 @@
 | ``ROLLOUTFLEET_GRACE_SECONDS`` | terminationGracePeriodSeconds of worker pods | ``30`` |
 | ``ROLLOUTFLEET_MAX_UNAVAILABLE`` | share of a job's workers replaced at once after a spec change | ``0.25`` |
 | ``ROLLOUTFLEET_READ_PROGRESS`` | ``0``: don't read worker heartbeats from Redis (no Secret reads) | ``1`` |
+| ``ROLLOUTFLEET_WORKER_MEMORY`` | memory request = limit of a worker whose job sets no ``resources.memory`` and whose policy acts in numpy; ``none``: no default | ``192Mi`` |
+| ``ROLLOUTFLEET_WORKER_TORCH_MEMORY`` | the same for a job whose policy loads torch (:mod:`rolloutfleet.spec.footprint`) | ``1Gi`` |
+
+The memory defaults follow ``make bench`` (``bench/bench_footprint.py``): a default-MLP
+worker holds about 70 MB (90 MB with 256 CartPoles), a torch one about 560 MB.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rolloutfleet_operator import __version__
 
 DEFAULT_WORKER_IMAGE = f"ghcr.io/rolloutfleet/worker:{__version__}"
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
 class ConfigError(ValueError):
@@ -35,6 +42,8 @@ class OperatorConfig:
     grace_seconds: int = 30
     max_unavailable: float = 0.25
     read_progress: bool = True
+    worker_memory: str | None = "192Mi"
+    worker_torch_memory: str | None = "1Gi"
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -62,6 +71,18 @@ class OperatorConfig:
                 raise ConfigError(f"ROLLOUTFLEET_{name}: must be 0/1/true/false, got {raw!r}")
             return raw.lower() in ("1", "true")
 
+        def memory(name: str, default: str | None) -> str | None:
+            raw = get(name)
+            if raw is None:
+                return default
+            if raw.lower() == "none":
+                return None
+            if not _QUANTITY.match(raw):
+                raise ConfigError(
+                    f"ROLLOUTFLEET_{name}: must be a memory quantity like 192Mi or 1Gi, or none; got {raw!r}"
+                )
+            return raw
+
         command = cls.worker_command
         if (raw := get("WORKER_COMMAND")) is not None:
             try:
@@ -79,7 +100,12 @@ class OperatorConfig:
             "max_unavailable": number("MAX_UNAVAILABLE", float, 0.01, 1.0),
             "read_progress": flag("READ_PROGRESS"),
         }
-        return cls(worker_command=command, **{k: v for k, v in found.items() if v is not None})  # type: ignore[arg-type]
+        return cls(
+            worker_command=command,
+            worker_memory=memory("WORKER_MEMORY", cls.worker_memory),
+            worker_torch_memory=memory("WORKER_TORCH_MEMORY", cls.worker_torch_memory),
+            **{k: v for k, v in found.items() if v is not None},  # type: ignore[arg-type]
+        )
 
     def metrics_port(self, index: int) -> int:
         return self.worker_metrics_port + index if self.worker_port_per_index else self.worker_metrics_port

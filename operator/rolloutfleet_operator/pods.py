@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from rolloutfleet.spec.footprint import job_needs_torch
 from rolloutfleet.spec.job import API_VERSION, KIND, RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
@@ -107,15 +108,19 @@ def _worker_env(job: RolloutJob, index: int, config: OperatorConfig) -> list[dic
     return env
 
 
-def _resources(job: RolloutJob) -> dict[str, Any]:
+def _resources(job: RolloutJob, config: OperatorConfig) -> dict[str, Any]:
     """Requests equal to limits; the GPU as a limit only (Kubernetes sets an extended
-    resource's request to its limit)."""
+    resource's request to its limit). Memory the job leaves out is the operator's default:
+    a torch worker's when a policy loads torch, else the smaller numpy worker's."""
     wanted = job.spec.resources
     quantities: dict[str, str] = {}
     if wanted.cpu is not None:
         quantities["cpu"] = str(wanted.cpu)
-    if wanted.memory is not None:
-        quantities["memory"] = str(wanted.memory)
+    memory = wanted.memory
+    if memory is None:
+        memory = config.worker_torch_memory if job_needs_torch(job) else config.worker_memory
+    if memory is not None:
+        quantities["memory"] = str(memory)
     limits = dict(quantities)
     if wanted.gpu:
         limits["nvidia.com/gpu"] = str(wanted.gpu)
@@ -135,7 +140,7 @@ def _container(job: RolloutJob, index: int, config: OperatorConfig) -> dict[str,
         "command": list(config.worker_command),
         "env": _worker_env(job, index, config),
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
-        "resources": _resources(job),
+        "resources": _resources(job, config),
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": port},
             "periodSeconds": 5,

@@ -255,8 +255,9 @@ def failed_status(node: Node, name: str) -> dict[str, Any] | None:
 
 
 def test_worker_over_its_memory_limit_is_oom_killed(node: Node) -> None:
-    # Importing torch alone takes several hundred MB: 200Mi cannot hold a worker.
-    apply_job(node, "oom", {"resources": {"memory": "200Mi"}})
+    # A torch policy: importing torch alone takes several hundred MB, so 200Mi cannot hold
+    # the worker (the default MLP acts in numpy in about 70 MB and would fit).
+    apply_job(node, "oom", {"resources": {"memory": "200Mi"}, "policy": {"inference": "torch", "device": "cpu"}})
     status = wait_for(lambda: failed_status(node, "oom"), 180, lambda: node.diagnostics(NS))
     assert "OOMKilled" in status["message"], status
     record = status["workers"]["0"]

@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet.inference.device import driver_device_count
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
@@ -26,7 +28,7 @@ from tests.integration.redis_server import RedisServer
 
 
 def start_worker(
-    redis_url: str, port: int, tmp_path: Path, stderr: Any = subprocess.PIPE, **env: str
+    redis_url: str, port: int, tmp_path: Path, stderr: Any = subprocess.PIPE, log_level: str = "WARNING", **env: str
 ) -> subprocess.Popen[str]:
     config = WorkerConfig(
         job=small_job("w", replicas=1), worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=port
@@ -38,7 +40,10 @@ def start_worker(
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "rolloutfleet.cli.main", "worker"], env=environ, stderr=stderr, text=True
+        [sys.executable, "-m", "rolloutfleet.cli.main", f"--log-level={log_level}", "worker"],
+        env=environ,
+        stderr=stderr,
+        text=True,
     )
 
 
@@ -63,7 +68,9 @@ def wait_probe(port: int, path: str, code: int, timeout: float) -> None:
 
 def test_worker_publishes_loads_weights_and_drains_on_sigterm(redis_url: str, tmp_path: Path) -> None:
     port = free_port()
-    worker = start_worker(redis_url, port, tmp_path)
+    log = tmp_path / "worker.stderr"
+    with log.open("w") as stderr:
+        worker = start_worker(redis_url, port, tmp_path, stderr=stderr, log_level="INFO")
     try:
         consumer = BatchConsumer(redis_url, "w", group="test")
         first = read_until(consumer, lambda ms: len(ms) >= 1, timeout=90)[0]
@@ -73,6 +80,19 @@ def test_worker_publishes_loads_weights_and_drains_on_sigterm(redis_url: str, tm
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
             metrics = response.read().decode()
         assert 'rolloutfleet_batches_published_total{job_name="w"' in metrics
+        # The default MLP acts in numpy on the CPU: no torch library is mapped into the worker,
+        # and ``device: auto`` on this GPU-less machine said where it went, in the log and a metric.
+        mapped = Path(f"/proc/{worker.pid}/maps").read_text()
+        assert "libtorch" not in mapped and "libc10" not in mapped
+        where = [
+            (sample.labels["policy"], sample.labels["requested"], sample.labels["device"], sample.labels["inference"])
+            for family in text_string_to_metric_families(metrics)
+            if family.name == "rolloutfleet_policy_device"
+            for sample in family.samples
+            if sample.value == 1
+        ]
+        assert where == [("default", "auto", "cpu", "numpy")], metrics
+        assert "no CUDA device is usable here: the policy runs on the CPU" in log.read_text()
         # New weights (every parameter zero: both actions equally likely) reach the worker.
         from rolloutfleet.sampling.runners import build_model
 
@@ -143,6 +163,11 @@ def test_a_worker_told_to_stop_during_a_redis_outage_exits_at_once(own_redis: Re
     [
         ('{"env": {"entryPoint": "no_such_module_anywhere:make"}}', "spec.env.entryPoint"),
         ('{"env": {"id": "CartPole-v1"}, "policy": {"device": "cuda:7"}}', "spec.policy.device"),
+        pytest.param(
+            '{"env": {"id": "CartPole-v1"}, "policy": {"device": "cuda"}}',
+            "no CUDA device is available on this node",
+            marks=pytest.mark.skipif(driver_device_count() > 0, reason="this machine has a CUDA device"),
+        ),
     ],
 )
 def test_an_unbuildable_env_or_policy_exits_with_one_line(

@@ -33,3 +33,13 @@ def test_defaults_and_overrides() -> None:
 def test_bad_settings_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"ROLLOUTFLEET_{name}"):
         OperatorConfig.from_environ({f"ROLLOUTFLEET_{name}": value})
+
+
+def test_worker_memory_defaults_can_be_changed_or_turned_off() -> None:
+    assert (OperatorConfig().worker_memory, OperatorConfig().worker_torch_memory) == ("192Mi", "1Gi")
+    config = OperatorConfig.from_environ(
+        {"ROLLOUTFLEET_WORKER_MEMORY": "256Mi", "ROLLOUTFLEET_WORKER_TORCH_MEMORY": "none"}
+    )
+    assert (config.worker_memory, config.worker_torch_memory) == ("256Mi", None)
+    with pytest.raises(ConfigError, match=r"ROLLOUTFLEET_WORKER_MEMORY: must be a memory quantity"):
+        OperatorConfig.from_environ({"ROLLOUTFLEET_WORKER_MEMORY": "lots"})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
@@ -80,6 +82,44 @@ def test_resources_and_placement_pass_through() -> None:
     assert container["image"] == "my/worker:1" and env_of(pod)["WANDB_MODE"] == "offline"
     assert spec["nodeSelector"] == {"pool": "gpu"} and spec["priorityClassName"] == "batch"
     assert spec["serviceAccountName"] == "sampler" and spec["automountServiceAccountToken"] is True
+
+
+def memory_of(pod: dict[str, Any]) -> tuple[str | None, str | None]:
+    resources = pod["spec"]["containers"][0]["resources"]
+    return resources.get("requests", {}).get("memory"), resources.get("limits", {}).get("memory")
+
+
+@pytest.mark.parametrize(
+    ("spec", "memory"),
+    [
+        ({}, "192Mi"),  # the default MLP acts in numpy: no torch in the worker
+        ({"policy": {"device": "cpu", "hidden": [256, 256]}}, "192Mi"),
+        ({"policy": {"inference": "torch"}}, "1Gi"),
+        ({"policy": {"entryPoint": "my.models:Net"}}, "1Gi"),
+        ({"policy": {"device": "cuda"}}, "1Gi"),
+        ({"resources": {"gpu": 1}}, "1Gi"),  # device auto in a pod with a GPU
+        ({"resources": {"gpu": 1}, "policy": {"device": "cpu"}}, "192Mi"),
+        ({"resources": {"memory": "3Gi"}, "policy": {"inference": "torch"}}, "3Gi"),  # the job's own wins
+        (
+            {
+                "multiAgent": {
+                    "policies": {"a": {}, "b": {"inference": "torch"}},
+                    "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]},
+                }
+            },
+            "1Gi",
+        ),
+    ],
+)
+def test_memory_defaults_to_what_the_policy_needs(spec: dict[str, Any], memory: str) -> None:
+    assert memory_of(build_pod(job(**spec), "u", 0, OperatorConfig())) == (memory, memory)
+
+
+def test_memory_defaults_come_from_the_operator_config() -> None:
+    config = OperatorConfig(worker_memory="300Mi", worker_torch_memory=None)
+    assert memory_of(build_pod(job(), "u", 0, config)) == ("300Mi", "300Mi")
+    torch_pod = build_pod(job(policy={"inference": "torch"}), "u", 0, config)
+    assert memory_of(torch_pod) == (None, None)
 
 
 def test_the_template_hash_ignores_what_only_steers_the_operator() -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
+    from rolloutfleet.inference.policy import Policy
 
 from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
@@ -89,6 +90,19 @@ class WorkerMetrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
         ).labels(**labels)
+        self._labels = labels
+        self._policy_device = Gauge(
+            "rolloutfleet_policy_device",
+            "1 per policy: the device asked for (requested), the one it acts on, and numpy or torch inference",
+            [*names, "policy", "requested", "device", "inference"],
+            registry=self.registry,
+        )
+
+    def record_policies(self, policies: Mapping[str, Policy]) -> None:
+        """Where each policy acts; ``requested="auto", device="cpu"`` is a fallback to the CPU."""
+        for policy_id, policy in policies.items():
+            where = {"requested": policy.spec.device, "device": policy.device, "inference": policy.inference}
+            self._policy_device.labels(**self._labels, policy=policy_id, **where).set(1)
 
 
 class Worker:
@@ -128,6 +142,7 @@ class Worker:
         if size is not None:
             log.info("sizes: %s", size.describe())
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
+        self.metrics.record_policies(runner.policies)
         transport = self.transport = WorkerTransport(config)
         self._interrupt_envs = interrupt_failing_envs
         if self.stopping:

@@ -1,7 +1,7 @@
 """Action distributions over a policy's outputs, sampled in numpy.
 
-The policy's forward pass runs in torch; turning its outputs into actions runs here
-because, for the small batches a rollout worker sees, a handful of numpy calls cost a
+The policy's forward pass runs in numpy or torch; turning its outputs into actions runs
+here because, for the small batches a rollout worker sees, a handful of numpy calls cost a
 fraction of the equivalent torch ops (each torch op pays microseconds of dispatch).
 The layout of ``action_dist_inputs`` matches RLlib's:
 

@@ -5,7 +5,9 @@ A policy model is any ``nn.Module`` whose ``forward(obs)`` returns
 :mod:`rolloutfleet.inference.distributions` documents, and a ``(batch,)`` value estimate (or
 ``None``). Custom models are built as ``Model(observation_space, action_space, **config)``.
 The default: an MLP for flat observations, a Nature CNN for images, with policy and value
-heads on shared hidden layers (RLlib's default) or, optionally, a separate value MLP.
+heads on shared hidden layers (RLlib's default) or, optionally, a separate value MLP. The
+MLP's initial weights come from :func:`rolloutfleet.inference.default_mlp.initial_weights`,
+the numpy initializer that torch-free workers use too.
 """
 
 from __future__ import annotations
@@ -19,27 +21,12 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rolloutfleet.inference.default_mlp import MLPLayout, flat_obs_size, initial_weights, is_image_space
 from rolloutfleet.inference.distributions import ActionDistribution, DiagGaussian
 
+__all__ = ["DefaultModel", "ObsEncoder", "flat_obs_size", "is_image_space"]
+
 _Layer = TypeVar("_Layer", nn.Linear, nn.Conv2d)
-
-
-def is_image_space(space: spaces.Space[Any]) -> bool:
-    return isinstance(space, spaces.Box) and len(space.shape) == 3
-
-
-def flat_obs_size(space: spaces.Space[Any]) -> int:
-    """Inputs to an MLP for one observation of ``space`` (Discrete ones become one-hot)."""
-    if isinstance(space, spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, spaces.MultiDiscrete):
-        return int(space.nvec.sum())
-    if isinstance(space, spaces.Box):
-        return int(math.prod(space.shape))
-    raise ValueError(
-        f"unsupported observation space {space}: the default models take Box, Discrete or "
-        "MultiDiscrete (use policy.entryPoint for others, or flatten the env's observations)"
-    )
 
 
 class ObsEncoder(nn.Module):
@@ -71,9 +58,10 @@ class ObsEncoder(nn.Module):
 
 
 def _mlp(sizes: list[int], activation: type[nn.Module]) -> list[nn.Module]:
+    """Linear layers and activations; their weights are set by :meth:`DefaultModel._copy_in`."""
     layers: list[nn.Module] = []
     for fan_in, fan_out in itertools.pairwise(sizes):
-        layers += [_init(nn.Linear(fan_in, fan_out), math.sqrt(2)), activation()]
+        layers += [nn.Linear(fan_in, fan_out), activation()]
     return layers
 
 
@@ -102,7 +90,10 @@ class DefaultModel(nn.Module):
         hidden: list[int] | None = None,
         activation: str = "tanh",
         vf_share_layers: bool = True,
+        init_seed: int | None = None,
     ) -> None:
+        """``init_seed`` seeds the MLP's numpy initializer (None: a seed drawn from torch's
+        generator, so ``torch.manual_seed`` still decides); the CNN draws from torch's generator."""
         super().__init__()
         hidden = hidden or [64, 64]
         act: type[nn.Module] = nn.Tanh if activation == "tanh" else nn.ReLU
@@ -119,9 +110,22 @@ class DefaultModel(nn.Module):
             sizes = [flat_obs_size(observation_space), *hidden]
             self.actor_trunk = nn.Sequential(nn.Flatten(), *_mlp(sizes, act))
             self.critic_trunk = None if vf_share_layers else nn.Sequential(nn.Flatten(), *_mlp(sizes, act))
-            self.pi = _init(nn.Linear(sizes[-1], num_outputs), 0.01)
-            self.vf = _init(nn.Linear(sizes[-1], 1), 1.0)
+            self.pi = nn.Linear(sizes[-1], num_outputs)
+            self.vf = nn.Linear(sizes[-1], 1)
         self.log_std = nn.Parameter(torch.zeros(num_outputs)) if self.gaussian else None
+        if not is_image_space(observation_space):
+            if init_seed is None:
+                init_seed = int(torch.randint(0, 2**62, ()).item())
+            layout = MLPLayout.of(observation_space, distribution, hidden, activation, vf_share_layers)
+            self._copy_in(initial_weights(layout, init_seed))
+
+    def _copy_in(self, weights: dict[str, np.ndarray]) -> None:
+        parameters = dict(self.named_parameters())
+        if set(parameters) - set(weights):  # the numpy layout and this module disagree: a bug
+            raise RuntimeError(f"no initial weights for {sorted(set(parameters) - set(weights))}")
+        with torch.no_grad():
+            for name, parameter in parameters.items():
+                parameter.copy_(torch.from_numpy(weights[name]))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.encoder(obs)

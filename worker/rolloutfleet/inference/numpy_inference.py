@@ -1,49 +1,37 @@
-"""The default MLP's forward pass in numpy, for CPU acting.
+"""The default MLP's forward pass in numpy: how a CPU worker acts without torch.
 
 A rollout worker calls its policy once per vector step on a few dozen observations. For
 a 64x64 MLP, torch spends most of such a call in per-op dispatch and ``nn.Module``
 plumbing (about 150 us for 64 CartPoles here), while the same arithmetic through numpy's
-BLAS takes a fifth of that. So on the CPU the default model acts through this mirror of
-its parameters; the torch module stays the source of truth (weights are loaded into it,
-``get_weights`` reads it) and the mirror is refreshed after every load. Custom models,
-CNNs and CUDA devices always run in torch. ``tests/unit/test_numpy_inference.py`` checks
-the mirror against the torch forward pass.
+BLAS takes a fifth of that; and a worker that never imports torch holds about 500 MB less.
+So on the CPU the default model (any flat observation space) acts here, on weights that are
+plain numpy arrays named as the torch module's ``state_dict()``
+(:mod:`rolloutfleet.inference.default_mlp`). Custom models, CNNs, CUDA devices and
+``inference: torch`` run in torch (:mod:`rolloutfleet.inference.torch_model`).
+``tests/unit/inference/test_numpy_inference.py`` checks this against the torch forward pass.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
-from torch import nn
 
+from rolloutfleet.inference.default_mlp import MLPLayout
 from rolloutfleet.inference.distributions import LOGIT_BOUND
-from rolloutfleet.inference.models import DefaultModel
+
+_Layer = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def supports(model: nn.Module) -> bool:
-    """Whether ``model`` is a default MLP over flat Box or Discrete observations."""
-    return (
-        isinstance(model, DefaultModel)
-        and isinstance(model.actor_trunk, nn.Sequential)
-        and isinstance(model.actor_trunk[0], nn.Flatten)
-        and model.encoder.kind in ("box", "discrete")
-    )
-
-
-def _linears(trunk: nn.Module) -> list[nn.Linear]:
-    return [m for m in trunk.modules() if isinstance(m, nn.Linear)]
-
-
-def _augmented(layer: nn.Linear) -> np.ndarray:
+def _augmented(weights: Mapping[str, np.ndarray], prefix: str) -> np.ndarray:
     """``[W | b]`` as float32 (out, in + 1): ``_augmented(l) @ [x; 1] == l(x)`` for column vectors."""
-    weight = layer.weight.detach().cpu().numpy()
-    bias = layer.bias.detach().cpu().numpy()
+    weight, bias = weights[f"{prefix}.weight"], weights[f"{prefix}.bias"]
     return np.ascontiguousarray(np.concatenate([weight, bias[:, None]], axis=1), np.float32)
 
 
 class NumpyMLP:
-    """Forward pass of a :class:`DefaultModel` MLP: ``(action_dist_inputs, vf_preds)``.
+    """Forward pass of the default MLP: ``(action_dist_inputs, vf_preds)``.
 
     It runs on transposed activations, one column per observation, each followed by a
     row of ones: a layer is then a single matmul of ``[W | b]`` into a contiguous
@@ -51,34 +39,32 @@ class NumpyMLP:
     Buffers (and views of them) are kept per batch size.
     """
 
-    def __init__(self, model: DefaultModel) -> None:
-        self.model = model
+    def __init__(self, layout: MLPLayout, weights: Mapping[str, np.ndarray]) -> None:
+        self.layout = layout
         self._plans: dict[int, _Plan] = {}
-        self.refresh()
+        self.refresh(weights)
 
-    def refresh(self) -> None:
-        """Copy the torch parameters (call after any weight change)."""
-        model = self.model
-        actor = _linears(model.actor_trunk)
-        critic = [] if model.critic_trunk is None else _linears(model.critic_trunk)
-        self.shared = not critic
-        self.actor = [_augmented(layer) for layer in actor]
-        self.critic = [_augmented(layer) for layer in critic]
-        self.num_outputs = model.pi.out_features
+    def refresh(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Take a new set of weights (named and shaped as ``layout.shapes()``)."""
+        layout = self.layout
+        self.shared = layout.shared
+        self.actor = [_augmented(weights, prefix) for prefix, _, _ in layout.trunk("actor_trunk")]
+        self.critic = [] if layout.shared else [_augmented(weights, p) for p, _, _ in layout.trunk("critic_trunk")]
+        self.num_outputs = layout.num_outputs
         if self.shared:
             # Policy and value heads read the same features: one matmul for both.
-            self.head = np.concatenate([_augmented(model.pi), _augmented(model.vf)])
+            self.head = np.concatenate([_augmented(weights, "pi"), _augmented(weights, "vf")])
         else:
-            self.pi, self.vf = _augmented(model.pi), _augmented(model.vf)
-        self.relu = any(isinstance(m, nn.ReLU) for m in model.actor_trunk.modules())
-        encoder = model.encoder
-        self.discrete = encoder.kind == "discrete"
-        self.start = getattr(encoder, "start", 0)
-        self.scale = getattr(encoder, "scale", None)
-        if self.discrete:
-            # one_hot(obs) @ W.T + b is a column of (W + b): the first layer is a lookup.
-            self.tables = [np.ascontiguousarray(first[:, :-1] + first[:, -1:]) for first in self._firsts()]
-        self.log_std = None if model.log_std is None else model.log_std.detach().cpu().numpy().copy()
+            self.pi, self.vf = _augmented(weights, "pi"), _augmented(weights, "vf")
+        self.relu = layout.activation == "relu"
+        self.encoding = layout.encoding
+        self.box, self.scale = layout.encoding == "box", layout.scale
+        if layout.encoding != "box":
+            # one_hot(obs) @ W.T + b is a column of W plus b: the first layer is a lookup
+            # (the bias folded into the first component's table).
+            self.tables = [self._tables(first) for first in self._firsts()]
+        self.offsets = np.asarray(layout.offsets, np.intp)
+        self.log_std = np.array(weights["log_std"], np.float32) if layout.gaussian else None
         # tanh features lie in [-1, 1], so |logit_o| <= sum_j |W_oj| + |b_o|.
         pi = self.head[: self.num_outputs] if self.shared else self.pi
         bound = float(np.abs(pi).sum(axis=1).max(initial=0.0))
@@ -88,25 +74,39 @@ class NumpyMLP:
     def _firsts(self) -> list[np.ndarray]:
         return [self.actor[0]] if self.shared else [self.actor[0], self.critic[0]]
 
+    def _tables(self, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(W + b, W): the lookup table of the first one-hot block, and of the others."""
+        weight = first[:, :-1]
+        return np.ascontiguousarray(weight + first[:, -1:]), np.ascontiguousarray(weight)
+
     def _plan_for(self, n: int) -> _Plan:
         plan = self._plans.get(n)
         if plan is None:
             inputs = np.ones((self.actor[0].shape[1], n), np.float32)
 
-            def layers(weights: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+            def layers(weights: list[np.ndarray]) -> list[_Layer]:
                 outs = [np.ones((w.shape[0] + 1, n), np.float32) for w in weights]
                 return [(w, out, out[:-1]) for w, out in zip(weights, outs, strict=True)]
 
             plan = self._plans[n] = _Plan(inputs, inputs[:-1], layers(self.actor), layers(self.critic))
         return plan
 
-    def _trunk(
-        self, obs: np.ndarray, x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray, np.ndarray]], which: int
-    ) -> np.ndarray:
+    def _lookup(self, obs: np.ndarray, which: int, block: np.ndarray) -> None:
+        with_bias, plain = self.tables[which]
+        index = obs.astype(np.intp).reshape(len(obs), -1)
+        if self.encoding == "discrete":
+            np.take(with_bias, index[:, 0] - self.layout.start, axis=1, out=block)
+            return
+        index = index + self.offsets
+        np.take(with_bias, index[:, 0], axis=1, out=block)
+        for column in range(1, index.shape[1]):
+            block += np.take(plain, index[:, column], axis=1)
+
+    def _trunk(self, obs: np.ndarray, x: np.ndarray, layers: list[_Layer], which: int) -> np.ndarray:
         tanh = not self.relu
         for depth, (weight, out, block) in enumerate(layers):
-            if depth == 0 and self.discrete:
-                np.take(self.tables[which], obs.astype(np.intp).reshape(-1) - self.start, axis=1, out=block)
+            if depth == 0 and not self.box:
+                self._lookup(obs, which, block)
             else:
                 np.matmul(weight, x, out=block)
             if tanh:
@@ -119,7 +119,7 @@ class NumpyMLP:
     def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = len(obs)
         plan = self._plans.get(n) or self._plan_for(n)
-        if not self.discrete:
+        if self.box:
             flat = obs.reshape(n, -1).T
             if self.scale is not None:
                 np.multiply(flat, np.float32(self.scale), out=plan.input_block, casting="unsafe")
@@ -143,5 +143,35 @@ class _Plan(NamedTuple):
 
     inputs: np.ndarray
     input_block: np.ndarray
-    actor: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
-    critic: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    actor: list[_Layer]
+    critic: list[_Layer]
+
+
+class NumpyModel:
+    """A policy model held as numpy arrays and run by :class:`NumpyMLP` (the CPU, no torch)."""
+
+    device = "cpu"
+    inference = "numpy"
+
+    def __init__(self, layout: MLPLayout, weights: Mapping[str, np.ndarray]) -> None:
+        self.layout = layout
+        self.weights = {name: np.array(value) for name, value in weights.items()}
+        self.mlp = NumpyMLP(layout, self.weights)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the logits are proven small enough to skip the softmax's max-shift."""
+        return self.mlp.bounded
+
+    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.mlp(obs)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {name: value.copy() for name, value in self.weights.items()}
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: value.shape for name, value in self.weights.items()}
+
+    def load(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.weights = {name: np.array(weights[name], dtype=value.dtype) for name, value in self.weights.items()}
+        self.mlp.refresh(self.weights)

@@ -1,24 +1,28 @@
-"""The acting policy: a torch model, its action distribution, and weight bookkeeping.
+"""The acting policy: a model, its action distribution, and weight bookkeeping.
 
-One batched forward pass per vector step, on the chosen device; actions are sampled in
-numpy from the model's outputs (see :mod:`rolloutfleet.inference.distributions`).
+One batched forward pass per vector step; actions are sampled in numpy from the model's
+outputs (see :mod:`rolloutfleet.inference.distributions`). The model is a
+:class:`~rolloutfleet.inference.numpy_inference.NumpyModel` (the default MLP on the CPU:
+torch is never imported) or a :class:`~rolloutfleet.inference.torch_model.TorchModel` (a
+custom module, the default CNN, a GPU, or ``inference: torch``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import torch
 from gymnasium import spaces
-from torch import nn
 
-from rolloutfleet.inference.distributions import ActionDistribution, distribution_for
-from rolloutfleet.inference.models import DefaultModel
-from rolloutfleet.inference.numpy_inference import NumpyMLP, supports
-from rolloutfleet.spec.entry_points import load_entry_point
+from rolloutfleet.inference.default_mlp import MLPLayout, initial_weights, is_image_space
+from rolloutfleet.inference.device import resolve_device
+from rolloutfleet.inference.distributions import distribution_for
+from rolloutfleet.inference.numpy_inference import NumpyModel
 from rolloutfleet.spec.job import PolicySpec, SpecError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 INIT_SEED_PATH = 0xFFFFFFFE
 """Seed path of the initial weights: derived from the job's seed only, equal on every worker."""
@@ -26,19 +30,33 @@ POLICY_SEED_PATH = 0xFFFFFFFF
 """Seed path of a worker's action sampling: (seed, worker index, POLICY_SEED_PATH)."""
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` → the first CUDA device when one is usable, else the CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SpecError(f"spec.policy.device: {name!r} asked for, but no CUDA device is available")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise SpecError(
-                f"spec.policy.device: {name!r} asked for, but only {torch.cuda.device_count()} CUDA device(s) exist"
-            )
-    return device
+class PolicyModel(Protocol):
+    """What a :class:`Policy` acts with: numpy in, numpy out, weights as numpy arrays."""
+
+    device: str
+    inference: str
+
+    @property
+    def bounded(self) -> bool: ...
+
+    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def state(self) -> dict[str, np.ndarray]: ...
+
+    def shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    def load(self, weights: Mapping[str, np.ndarray]) -> None: ...
+
+
+def runs_in_numpy(spec: PolicySpec, observation_space: spaces.Space[Any], device: str) -> bool:
+    """Whether the policy is the default MLP acting on the CPU with ``inference: auto``."""
+    return (
+        spec.entry_point is None
+        and spec.inference == "auto"
+        and device == "cpu"
+        and not is_image_space(observation_space)
+        and isinstance(observation_space, spaces.Box | spaces.Discrete | spaces.MultiDiscrete)
+    )
 
 
 class Policy:
@@ -46,8 +64,8 @@ class Policy:
 
     >>> policy = Policy(PolicySpec(), spaces.Box(-1, 1, (4,)), spaces.Discrete(2), seed=0)
     >>> out = policy.compute_actions(np.zeros((8, 4), np.float32), explore=True)
-    >>> out.actions.shape
-    (8,)
+    >>> out.actions.shape, policy.inference
+    ((8,), 'numpy')
     """
 
     def __init__(
@@ -65,57 +83,62 @@ class Policy:
             self.distribution = distribution_for(action_space)
         except ValueError as exc:
             raise SpecError(f"spec.policy: {exc}") from None
-        self.device = resolve_device(spec.device)
-        if spec.num_threads is not None and self.device.type == "cpu":
-            # Process-wide; tiny per-step batches run fastest on one thread.
-            torch.set_num_threads(spec.num_threads)
-        # Every worker starts from the same weights (seeded by the job, not the worker).
-        with torch.random.fork_rng(devices=[]):
-            if init_seed is not None:
-                torch.manual_seed(init_seed)
-            self.model = self._build_model().to(self.device).eval()
+        device = resolve_device(spec.device)
+        self._init_seed = init_seed
+        in_numpy = runs_in_numpy(spec, observation_space, device)
+        self.backend: PolicyModel = self._numpy(init_seed) if in_numpy else self._torch(device, init_seed)
         self.rng = np.random.default_rng(seed)
         self.weights_seq_no = 0
-        self._pinned: torch.Tensor | None = None
-        self._numpy: NumpyMLP | None = None
-        if spec.inference == "auto" and self.device.type == "cpu" and supports(self.model):
-            self._numpy = NumpyMLP(self.model)  # type: ignore[arg-type]
 
-    def _build_model(self) -> nn.Module:
-        return build_policy_model(self.spec, self.observation_space, self.action_space, self.distribution)
+    def _numpy(self, init_seed: int | None) -> NumpyModel:
+        spec = self.spec
+        try:
+            layout = MLPLayout.of(self.observation_space, self.distribution, list(spec.hidden), spec.activation,
+                                  spec.vf_share_layers)  # fmt: skip
+        except ValueError as exc:
+            raise SpecError(f"spec.policy: {exc}") from None
+        return NumpyModel(layout, initial_weights(layout, init_seed))
+
+    def _torch(self, device: str, init_seed: int | None) -> PolicyModel:
+        from rolloutfleet.inference.torch_model import TorchModel, build_module
+
+        module = build_module(self.spec, self.observation_space, self.action_space, self.distribution, init_seed)
+        return TorchModel(module, device, self.spec.num_threads, self.action_space, self.distribution)
+
+    @property
+    def device(self) -> str:
+        """Where the model runs: ``cpu`` or ``cuda[:N]``."""
+        return self.backend.device
+
+    @property
+    def inference(self) -> str:
+        """``numpy`` (the default MLP on the CPU: no torch in the process) or ``torch``."""
+        return self.backend.inference
+
+    def torch_model(self) -> nn.Module:
+        """The policy as a torch module with its current weights (imports torch).
+
+        A torch policy returns the module it acts with; a numpy one a new CPU
+        :class:`~rolloutfleet.inference.models.DefaultModel` holding a copy of its weights.
+        """
+        import torch
+
+        from rolloutfleet.inference.torch_model import TorchModel, build_module
+
+        if isinstance(self.backend, TorchModel):
+            return self.backend.module
+        module = build_module(self.spec, self.observation_space, self.action_space, self.distribution, self._init_seed)
+        module.load_state_dict({name: torch.from_numpy(value) for name, value in self.backend.state().items()})
+        return module.eval()
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The model's ``(action_dist_inputs, vf_preds)`` for a numpy batch, as numpy."""
-        if self._numpy is not None:
-            return self._numpy(obs)
-        with torch.inference_mode():
-            tensor = torch.from_numpy(obs)
-            if self.device.type != "cpu":
-                tensor = self._to_device(tensor)
-            dist_inputs, values = self.model(tensor)
-            if values is None:
-                values = torch.full((len(obs),), float("nan"))
-            if self.device.type != "cpu":
-                dist_inputs, values = dist_inputs.cpu(), values.cpu()
-        expected = self.distribution.num_inputs
-        if dist_inputs.ndim != 2 or dist_inputs.shape[1] != expected:
-            raise SpecError(
-                f"spec.policy: the model returned action_dist_inputs of shape {tuple(dist_inputs.shape)}, "
-                f"expected ({len(obs)}, {expected}) for {self.action_space}"
-            )
-        return dist_inputs.detach().numpy(), values.detach().reshape(-1).numpy()
+        return self.backend.forward(obs)
 
     @property
     def logits_bounded(self) -> bool:
         """Whether the numpy forward pass proves its logits small enough to skip the max-shift."""
-        return self._numpy is not None and self._numpy.bounded
-
-    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        # A reused pinned staging buffer lets the copy to the GPU run asynchronously.
-        if self._pinned is None or self._pinned.shape != tensor.shape or self._pinned.dtype != tensor.dtype:
-            self._pinned = torch.empty(tensor.shape, dtype=tensor.dtype).pin_memory()
-        self._pinned.copy_(tensor)
-        return self._pinned.to(self.device, non_blocking=True)
+        return self.backend.bounded
 
     def act(self, explore: bool) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         """A function ``obs -> (actions, logp, dist_inputs, values)`` bound for the sampling loop."""
@@ -153,10 +176,11 @@ class Policy:
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The model's state dict as numpy arrays on the host (copies)."""
-        return {name: t.detach().cpu().numpy().copy() for name, t in self.model.state_dict().items()}
+        return self.backend.state()
 
     def set_weights(self, weights: Mapping[str, Any], seq_no: int | None = None) -> bool:
-        """Load weights; with ``seq_no``, only when newer than the loaded version.
+        """Load weights (numpy arrays or torch tensors); with ``seq_no``, only when newer than
+        the loaded version.
 
         Returns whether the weights were loaded. A weights dict that does not fit the
         model (missing or unexpected names, wrong shapes) raises ``ValueError`` and leaves
@@ -164,26 +188,31 @@ class Policy:
         """
         if seq_no is not None and seq_no <= self.weights_seq_no:
             return False
-        current = self.model.state_dict()
+        current = self.backend.shapes()
         missing = sorted(set(current) - set(weights))
         unexpected = sorted(set(weights) - set(current))
         if missing or unexpected:
             raise ValueError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
-        tensors = {}
-        for name, value in weights.items():
-            tensor = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
-            if tuple(tensor.shape) != tuple(current[name].shape):
+        arrays = {name: _host_array(value) for name, value in weights.items()}
+        for name, array in arrays.items():
+            if array.shape != tuple(current[name]):
                 raise ValueError(
-                    f"weights do not fit the model: {name!r} has shape {tuple(tensor.shape)}, "
-                    f"expected {tuple(current[name].shape)}"
+                    f"weights do not fit the model: {name!r} has shape {array.shape}, expected {tuple(current[name])}"
                 )
-            tensors[name] = tensor
-        self.model.load_state_dict(tensors)
-        if self._numpy is not None:
-            self._numpy.refresh()
+        self.backend.load(arrays)
         if seq_no is not None:
             self.weights_seq_no = seq_no
         return True
+
+
+def _host_array(value: Any) -> np.ndarray:
+    """A numpy array of ``value`` (a torch tensor is read without importing torch here)."""
+    if hasattr(value, "detach"):
+        tensor = value.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            tensor = tensor.float()
+        return np.asarray(tensor.numpy())
+    return np.asarray(value)
 
 
 class ActionOutput:
@@ -194,36 +223,3 @@ class ActionOutput:
         self.logp = logp
         self.dist_inputs = dist_inputs
         self.values = values
-
-
-def build_policy_model(
-    spec: PolicySpec,
-    observation_space: spaces.Space[Any],
-    action_space: spaces.Space[Any],
-    distribution: ActionDistribution,
-) -> nn.Module:
-    """The policy's torch module (the default MLP/CNN, or ``spec.entryPoint``'s class), on the current device."""
-    if spec.entry_point is None:
-        try:
-            return DefaultModel(
-                observation_space,
-                action_space,
-                distribution,
-                hidden=list(spec.hidden),
-                activation=spec.activation,
-                vf_share_layers=spec.vf_share_layers,
-            )
-        except ValueError as exc:
-            raise SpecError(f"spec.policy: {exc}") from None
-    cls = load_entry_point(spec.entry_point, "spec.policy.entryPoint")
-    try:
-        model = cls(observation_space, action_space, **spec.config)
-    except Exception as exc:  # noqa: BLE001 - report the user's constructor error in one line
-        raise SpecError(
-            f"spec.policy.entryPoint: {spec.entry_point}(...) failed: {type(exc).__name__}: {exc}"
-        ) from None
-    if not isinstance(model, nn.Module):
-        raise SpecError(
-            f"spec.policy.entryPoint: {spec.entry_point} built a {type(model).__name__}, not a torch.nn.Module"
-        )
-    return model

@@ -1,4 +1,4 @@
-"""EnvRunner: step a vector of environments with a torch policy, return SampleBatches.
+"""EnvRunner: step a vector of environments with a policy, return SampleBatches.
 
 What RLlib's ``SingleAgentEnvRunner`` does for one process, with a fraction of the
 machinery. The hot loop only acts, steps and writes what the env returned into preallocated

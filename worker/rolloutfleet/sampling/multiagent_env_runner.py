@@ -664,4 +664,4 @@ def build_policy_models(job: RolloutJob) -> dict[str, Any]:
         }
     )
     with MultiAgentEnvRunner(cpu) as runner:
-        return {policy_id: policy.model for policy_id, policy in runner.policies.items()}
+        return {policy_id: policy.torch_model() for policy_id, policy in runner.policies.items()}

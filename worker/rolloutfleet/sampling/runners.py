@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks
@@ -19,6 +19,9 @@ from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.envs import derive_seed, env_creator
 from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
 from rolloutfleet.spec.job import RolloutJob
+
+if TYPE_CHECKING:
+    from torch import nn
 
 AnyEnvRunner = EnvRunner | MultiAgentEnvRunner
 
@@ -35,8 +38,9 @@ def make_env_runner(
 def build_model(job: RolloutJob) -> nn.Module:
     """The job's policy model with the weights every worker starts from (for a learner).
 
-    Builds one sub-environment to learn the spaces, then the model exactly as workers do
-    (same seed, same initial weights), on the CPU.
+    Builds one sub-environment to learn the spaces, then the policy exactly as workers do
+    (same seed, same initial weights: the default MLP's come from the numpy initializer that
+    torch-free workers use), and returns it as a torch module on the CPU.
 
     >>> model = build_model(RolloutJob.from_file("examples/cartpole.yaml"))  # doctest: +SKIP
     """
@@ -48,4 +52,4 @@ def build_model(job: RolloutJob) -> nn.Module:
         )
     finally:
         env.close()
-    return policy.model
+    return policy.torch_model()

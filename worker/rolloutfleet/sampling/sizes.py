@@ -4,7 +4,8 @@ sampled or allocated.
 ``rolloutfleet validate`` and every worker at start-up build one sub-env to learn the spaces,
 then estimate (:func:`estimate`, pure but for the meta-device model):
 
-* the model's parameters, by building it on torch's ``meta`` device (shapes, no memory);
+* the model's parameters: the default MLP's from its layout (no torch), a CNN's or a custom
+  module's by building it on torch's ``meta`` device (shapes, no memory);
 * the bytes of one fragment as published: ``numEnvs x rolloutFragmentLength`` rows, each
   with ``obs`` and ``new_obs`` plus the fixed columns (before compression).
 
@@ -22,11 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import torch
 from gymnasium import spaces
 
+from rolloutfleet.inference.default_mlp import MLPLayout, is_image_space
 from rolloutfleet.inference.distributions import distribution_for
-from rolloutfleet.inference.policy import build_policy_model
 from rolloutfleet.sampling.envs import env_creator
 from rolloutfleet.spec.job import RolloutJob, SpecError, parse_quantity
 
@@ -37,7 +37,7 @@ COMPRESSED_ALLOWANCE = 4
 MAX_MODEL_PARAMETERS = 50_000_000
 """The default MLP's limit (200 MB of float32): far above any rollout policy's need."""
 MODEL_COPIES = 3
-"""A worker holds the torch module, its numpy mirror and one incoming weights version."""
+"""A worker holds its model, a copy while loading and one incoming weights version."""
 FRAGMENT_COPIES = 2
 """A worker holds the fragment's rows and their encoded payload."""
 # rewards f4, terminateds/truncateds b1, eps_id i8, env_id i8, agent_index i4, t i8,
@@ -83,11 +83,24 @@ def value_bytes(space: spaces.Space[Any], as_float32: bool = False) -> int:
 
 
 def model_parameters(job: RolloutJob, obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> int | None:
-    """The policy model's parameter count, built on torch's meta device (shapes, no memory);
-    None when it cannot be built there (a custom model; its real build reports its errors)."""
+    """The policy model's parameter count: the default MLP's from its layout (no torch: a
+    numpy worker never imports it), a CNN's or a custom module's built on torch's meta device
+    (shapes, no memory); None when it cannot be built there (its real build reports why)."""
+    spec = job.spec.policy
+    distribution = distribution_for(act_space)
+    if spec.entry_point is None and not is_image_space(obs_space):
+        try:
+            layout = MLPLayout.of(obs_space, distribution, list(spec.hidden), spec.activation, spec.vf_share_layers)
+        except ValueError:
+            return None
+        return sum(math.prod(shape) for name, shape in layout.shapes().items() if not name.endswith("_buf"))
+    import torch  # a CNN or a custom module: the worker loads torch for it anyway
+
+    from rolloutfleet.inference.torch_model import build_module
+
     try:
         with torch.device("meta"):
-            model = build_policy_model(job.spec.policy, obs_space, act_space, distribution_for(act_space))
+            model = build_module(spec, obs_space, act_space, distribution, None)
     except Exception:  # noqa: BLE001 - not estimated; the worker's own build names the problem
         return None
     return sum(p.numel() for p in model.parameters())

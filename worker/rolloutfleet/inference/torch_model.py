@@ -1,0 +1,126 @@
+"""A policy model that runs in torch: custom modules, the default CNN, any model on a GPU,
+and the default MLP with ``inference: torch``. Importing this module imports torch; a
+:class:`~rolloutfleet.inference.policy.Policy` does so only when it needs one of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rolloutfleet.inference.distributions import ActionDistribution
+from rolloutfleet.inference.models import DefaultModel
+from rolloutfleet.spec.entry_points import load_entry_point
+from rolloutfleet.spec.job import PolicySpec, SpecError
+
+
+def build_module(
+    spec: PolicySpec,
+    observation_space: spaces.Space[Any],
+    action_space: spaces.Space[Any],
+    distribution: ActionDistribution,
+    init_seed: int | None,
+) -> nn.Module:
+    """The policy's torch module with its initial weights (the same for the same ``init_seed``)."""
+    # Every worker starts from the same weights (seeded by the job, not the worker).
+    with torch.random.fork_rng(devices=[]):
+        if init_seed is not None:
+            torch.manual_seed(init_seed)
+        if spec.entry_point is None:
+            try:
+                return DefaultModel(
+                    observation_space,
+                    action_space,
+                    distribution,
+                    hidden=list(spec.hidden),
+                    activation=spec.activation,
+                    vf_share_layers=spec.vf_share_layers,
+                    init_seed=init_seed,
+                )
+            except ValueError as exc:
+                raise SpecError(f"spec.policy: {exc}") from None
+        return _custom(spec, observation_space, action_space)
+
+
+def _custom(spec: PolicySpec, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> nn.Module:
+    assert spec.entry_point is not None
+    cls = load_entry_point(spec.entry_point, "spec.policy.entryPoint")
+    try:
+        model = cls(observation_space, action_space, **spec.config)
+    except Exception as exc:  # noqa: BLE001 - report the user's constructor error in one line
+        raise SpecError(
+            f"spec.policy.entryPoint: {spec.entry_point}(...) failed: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(model, nn.Module):
+        raise SpecError(
+            f"spec.policy.entryPoint: {spec.entry_point} built a {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
+
+
+class TorchModel:
+    """Runs a torch module on ``device``: one batched forward pass per vector step,
+    observations copied to the device once (through a pinned buffer) and outputs back once."""
+
+    inference = "torch"
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device: str,
+        num_threads: int | None,
+        action_space: spaces.Space[Any],
+        distribution: ActionDistribution,
+    ) -> None:
+        self.device = device
+        self.action_space = action_space
+        self.torch_device = torch.device(device)
+        if num_threads is not None and self.torch_device.type == "cpu":
+            # Process-wide; tiny per-step batches run fastest on one thread.
+            torch.set_num_threads(num_threads)
+        self.module = module.to(self.torch_device).eval()
+        self.distribution = distribution
+        self._pinned: torch.Tensor | None = None
+
+    bounded = False
+    """Logits of a torch module are not proven bounded: the softmax keeps its max-shift."""
+
+    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        on_cpu = self.torch_device.type == "cpu"
+        with torch.inference_mode():
+            tensor = torch.from_numpy(obs)
+            if not on_cpu:
+                tensor = self._to_device(tensor)
+            dist_inputs, values = self.module(tensor)
+            if values is None:
+                values = torch.full((len(obs),), float("nan"))
+            if not on_cpu:
+                dist_inputs, values = dist_inputs.cpu(), values.cpu()
+        expected = self.distribution.num_inputs
+        if dist_inputs.ndim != 2 or dist_inputs.shape[1] != expected:
+            raise SpecError(
+                f"spec.policy: the model returned action_dist_inputs of shape {tuple(dist_inputs.shape)}, "
+                f"expected ({len(obs)}, {expected}) for {self.action_space}"
+            )
+        return dist_inputs.detach().numpy(), values.detach().reshape(-1).numpy()
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        # A reused pinned staging buffer lets the copy to the GPU run asynchronously.
+        if self._pinned is None or self._pinned.shape != tensor.shape or self._pinned.dtype != tensor.dtype:
+            self._pinned = torch.empty(tensor.shape, dtype=tensor.dtype).pin_memory()
+        self._pinned.copy_(tensor)
+        return self._pinned.to(self.torch_device, non_blocking=True)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {name: t.detach().cpu().numpy().copy() for name, t in self.module.state_dict().items()}
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(t.shape) for name, t in self.module.state_dict().items()}
+
+    def load(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.module.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})
