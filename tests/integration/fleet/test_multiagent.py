@@ -13,7 +13,8 @@ import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.fleet.worker_transport import WorkerTransport
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner, build_policy_models
+from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.runners import build_policy_models
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig

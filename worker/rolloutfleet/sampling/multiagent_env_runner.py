@@ -47,13 +47,12 @@ from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
 from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
+from rolloutfleet.sampling.multiagent_rows import COMPLETE, PolicyRows, SubEnv
 from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
-
-_COMPLETE = "_complete"  # the row's next observation (or its episode's end) has arrived
 
 ActFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
@@ -65,118 +64,16 @@ def policy_seed_path(policy_id: str) -> int:
 
 def policy_specs(job: RolloutJob) -> dict[str, PolicySpec]:
     """Policy id -> ``spec.policy`` with that policy's overrides applied."""
-    multi = _multi_agent(job)
+    multi = multi_agent_spec(job)
     return {policy_id: overrides.apply(job.spec.policy) for policy_id, overrides in multi.policies.items()}
 
 
-def _multi_agent(job: RolloutJob) -> MultiAgentSpec:
+def multi_agent_spec(job: RolloutJob) -> MultiAgentSpec:
     if job.spec.multi_agent is None:
         raise SpecError(
             "spec.multiAgent: not set; this job is single-agent (use rolloutfleet.sampling.env_runner.EnvRunner)"
         )
     return job.spec.multi_agent
-
-
-class _PolicyRows:
-    """One policy's agent steps: growable column buffers, rows appended as agents act.
-
-    Rows stay here until they are completed and cut into a batch; open rows (waiting for
-    the agent's next observation) are kept, and so are rows of episodes that
-    ``complete_episodes`` must not cut yet.
-    """
-
-    def __init__(
-        self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
-    ) -> None:
-        obs_shape, act_shape = obs_space.shape or (), act_space.shape or ()
-        obs_dtype = np.float32 if filtered else obs_space.dtype
-        self.specs: dict[str, tuple[tuple[int, ...], Any]] = {
-            sb.OBS: (obs_shape, obs_dtype),
-            sb.NEW_OBS: (obs_shape, obs_dtype),
-            sb.ACTIONS: (act_shape, act_space.dtype),
-            sb.REWARDS: ((), np.float32),
-            sb.TERMINATEDS: ((), np.bool_),
-            sb.TRUNCATEDS: ((), np.bool_),
-            sb.EPS_ID: ((), np.int64),
-            sb.ENV_ID: ((), np.int32),
-            sb.AGENT_INDEX: ((), np.int32),
-            sb.T: ((), np.int64),
-            sb.ACTION_LOGP: ((), np.float32),
-            sb.ACTION_DIST_INPUTS: ((policy.distribution.num_inputs,), np.float32),
-            sb.VF_PREDS: ((), np.float32),
-            sb.WEIGHTS_SEQ_NO: ((), np.int64),
-            _COMPLETE: ((), np.bool_),
-        }
-        self.size = 0
-        self.capacity = 0
-        self.columns: dict[str, np.ndarray] = {}
-        self._grow(256)
-
-    def _grow(self, capacity: int) -> None:
-        old = self.columns
-        self.columns = {name: np.empty((capacity, *shape), dtype) for name, (shape, dtype) in self.specs.items()}
-        for name, column in old.items():
-            self.columns[name][: self.size] = column[: self.size]
-        self.capacity = capacity
-        # Bound views for the step loop, refreshed whenever the buffers move.
-        c = self.columns
-        self.obs, self.new_obs, self.rewards = c[sb.OBS], c[sb.NEW_OBS], c[sb.REWARDS]
-        self.terminateds, self.truncateds, self.complete = c[sb.TERMINATEDS], c[sb.TRUNCATEDS], c[_COMPLETE]
-
-    def reserve(self, rows: int) -> int:
-        """Room for ``rows`` more rows; returns the first one's index."""
-        start = self.size
-        if start + rows > self.capacity:
-            self._grow(max(2 * self.capacity, start + rows))
-        self.size = start + rows
-        return start
-
-    def take(self, keep: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Cut the rows of mask ``keep`` out (returned, in row order); the others move to the
-        front. Also returns old row index -> new index for the rows that stay (-1: cut)."""
-        n = self.size
-        taken = {name: column[:n][keep] for name, column in self.columns.items() if name != _COMPLETE}
-        stay = ~keep
-        remap = np.full(n, -1, np.int64)
-        remaining = int(stay.sum())
-        remap[stay] = np.arange(remaining)
-        if remaining:
-            for column in self.columns.values():
-                column[:remaining] = column[:n][stay]
-        self.size = remaining
-        return taken, remap
-
-
-class _SubEnv:
-    """Bookkeeping of one sub-env's current episode."""
-
-    __slots__ = (
-        "agent_t",
-        "env",
-        "eps_id",
-        "length",
-        "mapping",
-        "obs",
-        "open",
-        "returns",
-        "rows",
-    )
-
-    def __init__(self, env: MultiAgentEnvAdapter) -> None:
-        self.env = env
-        self.obs: dict[Any, Any] = {}  # agents that act next -> their observation
-        self.open: dict[Any, tuple[str, int]] = {}  # agent -> (policy, row) waiting for its next obs
-        self.mapping: dict[Any, str] = {}  # agent -> policy, for this episode
-        self.agent_t: dict[Any, int] = {}
-        self.returns: dict[Any, float] = {}
-        self.eps_id = 0
-        self.length = 0  # env steps
-        self.rows = 0  # agent steps
-
-    def start(self, obs: dict[Any, Any], eps_id: int) -> None:
-        self.obs, self.eps_id = obs, eps_id
-        self.open, self.mapping, self.agent_t, self.returns = {}, {}, {}, {}
-        self.length = self.rows = 0
 
 
 class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
@@ -196,7 +93,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     ) -> None:
         spec = job.spec
         self.job = job
-        self.multi_agent = _multi_agent(job)
+        self.multi_agent = multi_agent_spec(job)
         self.worker_index = worker_index
         self.num_workers = spec.replicas if num_workers is None else num_workers
         self.sampling = spec.sampling
@@ -223,13 +120,13 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
             field = "spec.env.id" if spec.env.id is not None else "spec.env.entryPoint"
             raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
-        self.subenvs = [_SubEnv(env) for env in envs]
+        self.subenvs = [SubEnv(env) for env in envs]
         self.agent_ids: list[str] = []
         self._agent_index: dict[Any, int] = {}
         for agent in envs[0].possible_agents:
             self._index_of(agent)
         self.policies = {}
-        self._rows: dict[str, _PolicyRows] = {}
+        self._rows: dict[str, PolicyRows] = {}
         self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._checked: set[tuple[Any, str]] = set()
         self._build_policies(envs[0])
@@ -291,11 +188,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             )
             self.policies[policy_id] = policy
             filtered = self.sampling.observation_filter == "meanStd"
-            self._rows[policy_id] = _PolicyRows(policy, pair[0], pair[1], filtered)
+            self._rows[policy_id] = PolicyRows(policy, pair[0], pair[1], filtered)
             box = isinstance(pair[1], spaces.Box) and self.sampling.clip_actions
             self._clips[policy_id] = (pair[1].low, pair[1].high) if box else None  # type: ignore[attr-defined]
 
-    def _map(self, sub: _SubEnv, env_index: int, agent: Any) -> str:
+    def _map(self, sub: SubEnv, env_index: int, agent: Any) -> str:
         """The agent's policy for this episode (the mapper's answer, checked once per agent and policy)."""
         policy_id = self.mapper(agent, EpisodeInfo(env_index, sub.eps_id, self.worker_index))
         if (agent, policy_id) not in self._checked:
@@ -360,7 +257,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         rows.complete[row] = True
         self._completed_uncut += 1
 
-    def _episode_ended(self, env_index: int, sub: _SubEnv, terminated: bool, truncated: bool) -> None:
+    def _episode_ended(self, env_index: int, sub: SubEnv, terminated: bool, truncated: bool) -> None:
         # Rows still open get the agent's last observation: there is no next one.
         for policy_id, row in sub.open.values():
             rows = self._rows[policy_id]
@@ -470,7 +367,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             cols[sb.REWARDS][start:end] = 0.0
             cols[sb.TERMINATEDS][start:end] = False
             cols[sb.TRUNCATEDS][start:end] = False
-            cols[_COMPLETE][start:end] = False
+            cols[COMPLETE][start:end] = False
             cols[sb.WEIGHTS_SEQ_NO][start:end] = self.policies[policy_id].weights_seq_no
             eps_col, t_col, index_col = cols[sb.EPS_ID], cols[sb.T], cols[sb.AGENT_INDEX]
             clip = self._clips[policy_id]
@@ -507,7 +404,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     def _record(
         self,
         env_index: int,
-        sub: _SubEnv,
+        sub: SubEnv,
         result: MultiAgentStep,
         clip_rewards: float | None,
         actions: Mapping[Any, Any],
@@ -638,30 +535,3 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     def close(self) -> None:
         for sub in self.subenvs:
             sub.env.close()
-
-
-def build_policy_models(job: RolloutJob) -> dict[str, Any]:
-    """Policy id -> its torch model with the weights every worker starts from (for a learner).
-
-    >>> models = build_policy_models(RolloutJob.from_file("examples/multiagent.yaml"))  # doctest: +SKIP
-    """
-    cpu = job.model_copy(
-        update={
-            "spec": job.spec.model_copy(
-                update={
-                    "env": job.spec.env.model_copy(update={"num_envs": 1}),
-                    "policy": job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None}),
-                    "multi_agent": _multi_agent(job).model_copy(
-                        update={
-                            "policies": {
-                                policy_id: overrides.model_copy(update={"device": "cpu", "num_threads": None})
-                                for policy_id, overrides in _multi_agent(job).policies.items()
-                            }
-                        }
-                    ),
-                }
-            )
-        }
-    )
-    with MultiAgentEnvRunner(cpu) as runner:
-        return {policy_id: policy.torch_model() for policy_id, policy in runner.policies.items()}

@@ -6,7 +6,8 @@
     with make_env_runner(job, worker_index=0) as runner:
         batch = runner.sample()
 
-:func:`build_model` gives a learner the model every worker starts from.
+:func:`build_model` (:func:`build_policy_models` for a multi-agent job) gives a learner the
+model every worker starts from.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.envs import derive_seed, env_creator
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner, multi_agent_spec
 from rolloutfleet.spec.job import RolloutJob
 
 if TYPE_CHECKING:
@@ -53,3 +54,30 @@ def build_model(job: RolloutJob) -> nn.Module:
     finally:
         env.close()
     return policy.torch_model()
+
+
+def build_policy_models(job: RolloutJob) -> dict[str, nn.Module]:
+    """Policy id -> its torch model with the weights every worker starts from (for a learner).
+
+    >>> models = build_policy_models(RolloutJob.from_file("examples/multiagent.yaml"))  # doctest: +SKIP
+    """
+    cpu = job.model_copy(
+        update={
+            "spec": job.spec.model_copy(
+                update={
+                    "env": job.spec.env.model_copy(update={"num_envs": 1}),
+                    "policy": job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None}),
+                    "multi_agent": multi_agent_spec(job).model_copy(
+                        update={
+                            "policies": {
+                                policy_id: overrides.model_copy(update={"device": "cpu", "num_threads": None})
+                                for policy_id, overrides in multi_agent_spec(job).policies.items()
+                            }
+                        }
+                    ),
+                }
+            )
+        }
+    )
+    with MultiAgentEnvRunner(cpu) as runner:
+        return {policy_id: policy.torch_model() for policy_id, policy in runner.policies.items()}

@@ -1,0 +1,119 @@
+"""The multi-agent runner's buffers: one :class:`PolicyRows` per policy (growable column
+buffers that agent steps are appended to, cut into batches when complete) and one
+:class:`SubEnv` per sub-environment (its current episode's bookkeeping)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rolloutfleet.data import batch as sb
+from rolloutfleet.inference.policy import Policy
+from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
+
+COMPLETE = "_complete"
+"""Column: the row's next observation (or its episode's end) has arrived."""
+
+
+class PolicyRows:
+    """One policy's agent steps: growable column buffers, rows appended as agents act.
+
+    Rows stay here until they are completed and cut into a batch; open rows (waiting for
+    the agent's next observation) are kept, and so are rows of episodes that
+    ``complete_episodes`` must not cut yet.
+    """
+
+    def __init__(
+        self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
+    ) -> None:
+        obs_shape, act_shape = obs_space.shape or (), act_space.shape or ()
+        obs_dtype = np.float32 if filtered else obs_space.dtype
+        self.specs: dict[str, tuple[tuple[int, ...], Any]] = {
+            sb.OBS: (obs_shape, obs_dtype),
+            sb.NEW_OBS: (obs_shape, obs_dtype),
+            sb.ACTIONS: (act_shape, act_space.dtype),
+            sb.REWARDS: ((), np.float32),
+            sb.TERMINATEDS: ((), np.bool_),
+            sb.TRUNCATEDS: ((), np.bool_),
+            sb.EPS_ID: ((), np.int64),
+            sb.ENV_ID: ((), np.int32),
+            sb.AGENT_INDEX: ((), np.int32),
+            sb.T: ((), np.int64),
+            sb.ACTION_LOGP: ((), np.float32),
+            sb.ACTION_DIST_INPUTS: ((policy.distribution.num_inputs,), np.float32),
+            sb.VF_PREDS: ((), np.float32),
+            sb.WEIGHTS_SEQ_NO: ((), np.int64),
+            COMPLETE: ((), np.bool_),
+        }
+        self.size = 0
+        self.capacity = 0
+        self.columns: dict[str, np.ndarray] = {}
+        self._grow(256)
+
+    def _grow(self, capacity: int) -> None:
+        old = self.columns
+        self.columns = {name: np.empty((capacity, *shape), dtype) for name, (shape, dtype) in self.specs.items()}
+        for name, column in old.items():
+            self.columns[name][: self.size] = column[: self.size]
+        self.capacity = capacity
+        # Bound views for the step loop, refreshed whenever the buffers move.
+        c = self.columns
+        self.obs, self.new_obs, self.rewards = c[sb.OBS], c[sb.NEW_OBS], c[sb.REWARDS]
+        self.terminateds, self.truncateds, self.complete = c[sb.TERMINATEDS], c[sb.TRUNCATEDS], c[COMPLETE]
+
+    def reserve(self, rows: int) -> int:
+        """Room for ``rows`` more rows; returns the first one's index."""
+        start = self.size
+        if start + rows > self.capacity:
+            self._grow(max(2 * self.capacity, start + rows))
+        self.size = start + rows
+        return start
+
+    def take(self, keep: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Cut the rows of mask ``keep`` out (returned, in row order); the others move to the
+        front. Also returns old row index -> new index for the rows that stay (-1: cut)."""
+        n = self.size
+        taken = {name: column[:n][keep] for name, column in self.columns.items() if name != COMPLETE}
+        stay = ~keep
+        remap = np.full(n, -1, np.int64)
+        remaining = int(stay.sum())
+        remap[stay] = np.arange(remaining)
+        if remaining:
+            for column in self.columns.values():
+                column[:remaining] = column[:n][stay]
+        self.size = remaining
+        return taken, remap
+
+
+class SubEnv:
+    """Bookkeeping of one sub-env's current episode."""
+
+    __slots__ = (
+        "agent_t",
+        "env",
+        "eps_id",
+        "length",
+        "mapping",
+        "obs",
+        "open",
+        "returns",
+        "rows",
+    )
+
+    def __init__(self, env: MultiAgentEnvAdapter) -> None:
+        self.env = env
+        self.obs: dict[Any, Any] = {}  # agents that act next -> their observation
+        self.open: dict[Any, tuple[str, int]] = {}  # agent -> (policy, row) waiting for its next obs
+        self.mapping: dict[Any, str] = {}  # agent -> policy, for this episode
+        self.agent_t: dict[Any, int] = {}
+        self.returns: dict[Any, float] = {}
+        self.eps_id = 0
+        self.length = 0  # env steps
+        self.rows = 0  # agent steps
+
+    def start(self, obs: dict[Any, Any], eps_id: int) -> None:
+        self.obs, self.eps_id = obs, eps_id
+        self.open, self.mapping, self.agent_t, self.returns = {}, {}, {}, {}
+        self.length = self.rows = 0
