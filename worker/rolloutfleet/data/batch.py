@@ -33,6 +33,9 @@ ACTION_LOGP = "action_logp"
 ACTION_DIST_INPUTS = "action_dist_inputs"
 VF_PREDS = "vf_preds"
 WEIGHTS_SEQ_NO = "weights_seq_no"
+EXPLORATION_SCALE = "exploration_scale"
+"""Only with ``policy.exploration`` other than ``stochastic``: the ε or σ each row's action was
+taken with (0 when not exploring, NaN for uniform random actions)."""
 AGENT_ID = "agent_id"
 """Multi-agent batches: the agent id of each row as text (``agent_index`` is its number)."""
 

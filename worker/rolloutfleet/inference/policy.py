@@ -18,6 +18,7 @@ from gymnasium import spaces
 from rolloutfleet.inference.default_mlp import MLPLayout, initial_weights, is_image_space
 from rolloutfleet.inference.device import resolve_device
 from rolloutfleet.inference.distributions import distribution_for
+from rolloutfleet.inference.exploration import Exploration, OrnsteinUhlenbeckNoise, make_exploration
 from rolloutfleet.inference.numpy_inference import NumpyModel
 from rolloutfleet.spec.job import PolicySpec, SpecError
 
@@ -75,7 +76,9 @@ class Policy:
         action_space: spaces.Space[Any],
         seed: int | None = None,
         init_seed: int | None = None,
+        worker: tuple[int, int] = (0, 1),
     ) -> None:
+        """``worker``: (index, count) of the worker sampling with it (Ape-X's per-worker ε)."""
         self.spec = spec
         self.observation_space = observation_space
         self.action_space = action_space
@@ -83,6 +86,10 @@ class Policy:
             self.distribution = distribution_for(action_space)
         except ValueError as exc:
             raise SpecError(f"spec.policy: {exc}") from None
+        try:
+            self.exploration: Exploration | None = make_exploration(spec.exploration, action_space, *worker)
+        except ValueError as exc:
+            raise SpecError(f"spec.policy.{exc}") from None
         device = resolve_device(spec.device)
         self._init_seed = init_seed
         in_numpy = runs_in_numpy(spec, observation_space, device)
@@ -144,6 +151,15 @@ class Policy:
         """A function ``obs -> (actions, logp, dist_inputs, values)`` bound for the sampling loop."""
         forward, sample, rng = self.forward, self.distribution.sample, self.rng
         bounded = self.logits_bounded
+        if explore and self.exploration is not None:
+            explorer = self.exploration.sample
+
+            def act_exploring(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                dist_inputs, values = forward(obs)
+                actions, logp = explorer(dist_inputs, rng)
+                return actions, logp, dist_inputs, values
+
+            return act_exploring
 
         def act(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             dist_inputs, values = forward(obs)
@@ -154,8 +170,29 @@ class Policy:
 
     def compute_actions(self, obs: np.ndarray, explore: bool) -> ActionOutput:
         dist_inputs, values = self.forward(obs)
-        actions, logp = self.distribution.sample(dist_inputs, self.rng, explore, self.logits_bounded)
+        if explore and self.exploration is not None:
+            actions, logp = self.exploration.sample(dist_inputs, self.rng)
+        else:
+            actions, logp = self.distribution.sample(dist_inputs, self.rng, explore, self.logits_bounded)
         return ActionOutput(actions, logp, dist_inputs, values)
+
+    # -- exploration -----------------------------------------------------------------
+
+    def exploration_scale(self, explore: bool) -> float | None:
+        """The ε or σ actions are taken with now (0 when not exploring); None for ``stochastic``."""
+        if self.exploration is None:
+            return None
+        return self.exploration.scale if explore else 0.0
+
+    def set_global_step(self, step: int) -> None:
+        """The learner's global step: schedules of ε or σ follow it."""
+        if self.exploration is not None:
+            self.exploration.set_global_step(step)
+
+    def noise_state(self, explore: bool) -> OrnsteinUhlenbeckNoise | None:
+        """The Ornstein-Uhlenbeck noise whose per-episode state the runner restarts, when it acts with one."""
+        noise = self.exploration
+        return noise if explore and isinstance(noise, OrnsteinUhlenbeckNoise) else None
 
     def random_actions(self, num: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Uniform actions (no forward pass); logp is the uniform density, model outputs NaN."""

@@ -98,6 +98,7 @@ class EnvRunner(Runner[SampleBatch]):
             self.action_space,
             seed=derive_seed(self._seed, worker_index, POLICY_SEED_PATH),
             init_seed=derive_seed(self._seed, INIT_SEED_PATH),
+            worker=(worker_index, self.num_workers),
         )
         self.filter = self._build_filter()
         self.policies = {DEFAULT_POLICY: self.policy}
@@ -160,6 +161,8 @@ class EnvRunner(Runner[SampleBatch]):
         }
         if self.sampling.clip_rewards is not None:
             specs[RAW_REWARDS] = ((), np.float64)
+        if self.policy.exploration is not None:
+            specs[sb.EXPLORATION_SCALE] = ((), np.float32)
         return specs
 
     # -- episodes ---------------------------------------------------------------------
@@ -223,6 +226,10 @@ class EnvRunner(Runner[SampleBatch]):
         obs_filter, clip, n = self.filter, self._clip, self.num_envs
         act = (lambda _obs: self.policy.random_actions(n)) if random_actions else self.policy.act(explore)
         env_step = self.env.step
+        # Ornstein-Uhlenbeck noise restarts with each episode: after the step that ended it
+        # (SAME_STEP), or after the reset step that follows (NEXT_STEP).
+        noise = None if random_actions else self.policy.noise_state(explore)
+        ended = self._pending_reset.copy() if noise is not None else None
         obs = self._obs
         assert obs is not None  # _reset_envs set it
         c_obs[start] = obs
@@ -238,6 +245,8 @@ class EnvRunner(Runner[SampleBatch]):
             except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
                 self._account(accounted, s)
                 self._restart_vector_env(exc, s)
+                if noise is not None:
+                    noise.reset(np.ones(n, np.bool_))
                 env_step, obs, accounted = self.env.step, self._obs, s + 1
                 assert obs is not None
                 continue
@@ -247,6 +256,10 @@ class EnvRunner(Runner[SampleBatch]):
             c_vf[s] = values
             c_term[s] = terminateds
             c_trunc[s] = truncateds
+            if noise is not None:
+                done = terminateds | truncateds
+                noise.reset(done if same_step else ended)  # type: ignore[arg-type]
+                ended = done
             if c_raw is None:
                 c_rew[s] = rewards
             else:
@@ -265,6 +278,8 @@ class EnvRunner(Runner[SampleBatch]):
                     accounted = s + 1
                     self.stats.env_restarts += int(failed.sum())
                     self._drop_episodes(failed.nonzero()[0], s)
+                    if noise is not None:
+                        noise.reset(failed)
             if per_step:
                 self._account(accounted, s + 1)
                 accounted = s + 1
@@ -446,10 +461,11 @@ class EnvRunner(Runner[SampleBatch]):
     def _assemble(self, layout: Layout, keep: np.ndarray) -> SampleBatch:
         """Cut the batch (``keep``, in layout order); the other rows stay for the next call."""
         flat = layout.flat[keep]
-        columns = {name: self._grid.gather(name, flat) for name in sb.COLUMNS if name != sb.AGENT_INDEX}
+        names = (*sb.COLUMNS, sb.EXPLORATION_SCALE) if self.policy.exploration is not None else sb.COLUMNS
+        columns = {name: self._grid.gather(name, flat) for name in names if name != sb.AGENT_INDEX}
         columns[sb.AGENT_INDEX] = np.zeros(len(flat), np.int32)
         self._grid.keep_rest(layout, ~keep)
-        return SampleBatch({name: columns[name] for name in sb.COLUMNS})
+        return SampleBatch({name: columns[name] for name in names})
 
     # -- public API -------------------------------------------------------------------
 
@@ -478,12 +494,17 @@ class EnvRunner(Runner[SampleBatch]):
         fragment = self.sampling.rollout_fragment_length
 
         grid = self._grid
+        scale = self.policy.exploration_scale(explore)
+        if scale is not None and random_actions:
+            scale = np.nan
 
         def step(steps: int) -> None:
             start = grid.filled
             self._run_steps(start, steps, explore, random_actions)
             # Weights change only between sample() calls: one seq no per grid row.
             grid.columns[SEQ_NO][start : start + steps] = self.policy.weights_seq_no
+            if scale is not None:  # so do ε and σ (the learner's global step is applied between calls)
+                grid.columns[sb.EXPLORATION_SCALE][start : start + steps] = scale
             grid.filled += steps
             self._tick += steps
 

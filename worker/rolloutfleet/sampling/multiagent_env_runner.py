@@ -42,6 +42,7 @@ from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
@@ -129,6 +130,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._rows: dict[str, PolicyRows] = {}
         self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._checked: set[tuple[Any, str]] = set()
+        self._scales: dict[str, float] = {}  # policy id -> this sample() call's ε or σ (not stochastic)
+        self._noise: dict[str, OrnsteinUhlenbeckNoise] = {}  # policies acting with Ornstein-Uhlenbeck noise
         self._build_policies(envs[0])
         # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
         self.filters = {}
@@ -185,6 +188,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 pair[1],
                 seed=derive_seed(self._seed, self.worker_index, POLICY_SEED_PATH, path),
                 init_seed=derive_seed(self._seed, INIT_SEED_PATH, path),
+                worker=(self.worker_index, self.num_workers),
             )
             self.policies[policy_id] = policy
             filtered = self.sampling.observation_filter == "meanStd"
@@ -318,11 +322,17 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     def _act_functions(self, explore: bool | None, random_actions: bool) -> dict[str, ActFn]:
         acts: dict[str, ActFn] = {}
+        self._scales, self._noise = {}, {}  # policies with exploration other than stochastic only
         for policy_id, policy in self.policies.items():
+            exploring = policy.spec.explore if explore is None else explore
             if random_actions:
                 acts[policy_id] = lambda obs, p=policy: p.random_actions(len(obs))  # type: ignore[misc]
             else:
-                acts[policy_id] = policy.act(policy.spec.explore if explore is None else explore)
+                acts[policy_id] = policy.act(exploring)
+                if (noise := policy.noise_state(exploring)) is not None:
+                    self._noise[policy_id] = noise
+            if (scale := policy.exploration_scale(exploring)) is not None:
+                self._scales[policy_id] = np.nan if random_actions else scale
         return acts
 
     def _step(self, acts: Mapping[str, ActFn]) -> None:
@@ -358,6 +368,9 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                     f"spec.env: observations of policy {policy_id!r}'s agents {agents[:4]} do not fit its "
                     f"observation space {self.policies[policy_id].observation_space}: {exc}"
                 ) from None
+            if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
+                starts = [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in zip(envs, agents, strict=True)]
+                self._noise[policy_id].bind(zip(envs, agents, strict=True), starts)
             action, logp, dist_inputs, values = acts[policy_id](obs)
             cols[sb.ACTIONS][start:end] = action
             cols[sb.ACTION_LOGP][start:end] = logp
@@ -369,6 +382,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             cols[sb.TRUNCATEDS][start:end] = False
             cols[COMPLETE][start:end] = False
             cols[sb.WEIGHTS_SEQ_NO][start:end] = self.policies[policy_id].weights_seq_no
+            if self._scales and policy_id in self._scales:
+                cols[sb.EXPLORATION_SCALE][start:end] = self._scales[policy_id]
             eps_col, t_col, index_col = cols[sb.EPS_ID], cols[sb.T], cols[sb.AGENT_INDEX]
             clip = self._clips[policy_id]
             env_action = action if clip is None else np.clip(action, clip[0], clip[1])
@@ -471,6 +486,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             # Trajectories contiguous: by sub-env, then agent; time order kept within (stable sort).
             order = np.lexsort((taken[sb.AGENT_INDEX], taken[sb.ENV_ID]))
             columns = {name: taken[name][order] for name in sb.COLUMNS}
+            if sb.EXPLORATION_SCALE in taken:
+                columns[sb.EXPLORATION_SCALE] = taken[sb.EXPLORATION_SCALE][order]
             columns[sb.AGENT_ID] = agent_ids[columns[sb.AGENT_INDEX]]
             batches[policy_id] = SampleBatch(columns)
         seq_nos = {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}

@@ -47,6 +47,8 @@ class PolicyRows:
             sb.WEIGHTS_SEQ_NO: ((), np.int64),
             COMPLETE: ((), np.bool_),
         }
+        if policy.exploration is not None:
+            self.specs[sb.EXPLORATION_SCALE] = ((), np.float32)
         self.size = 0
         self.capacity = 0
         self.columns: dict[str, np.ndarray] = {}

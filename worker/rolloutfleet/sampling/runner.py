@@ -48,6 +48,8 @@ class Runner(Generic[BatchT]):
     filters: dict[str, MeanStdFilter]
     """Policy id -> its observation filter (empty unless ``observationFilter: meanStd``)."""
     stats: EpisodeStats
+    global_step: int = 0
+    """The learner's global step last applied (:meth:`set_global_step`)."""
 
     def sample(
         self,
@@ -91,6 +93,21 @@ class Runner(Generic[BatchT]):
         if policy is None:
             raise KeyError(f"no policy {policy_id!r}; this job has {', '.join(self.policies)}")
         return policy
+
+    # -- exploration -------------------------------------------------------------------
+
+    def set_global_step(self, step: int) -> None:
+        """The learner's global step (between fragments): every policy's ε or σ schedule follows it."""
+        self.global_step = step
+        for policy in self.policies.values():
+            policy.set_global_step(step)
+
+    def exploration_scales(self) -> dict[str, float]:
+        """Policy id -> the ε or σ it explores with now (policies with ``stochastic`` exploration left out)."""
+        scales = {
+            policy_id: policy.exploration_scale(policy.spec.explore) for policy_id, policy in self.policies.items()
+        }
+        return {policy_id: scale for policy_id, scale in scales.items() if scale is not None}
 
     # -- filters -----------------------------------------------------------------------
 
@@ -137,6 +154,11 @@ class Runner(Generic[BatchT]):
         metrics["weights_seq_no"] = self.weights_seq_no
         for policy_id, seq_no in self.weights_seq_nos.items():
             metrics[f"policy/{policy_id}/weights_seq_no"] = seq_no
+        scales = self.exploration_scales()
+        for policy_id, scale in scales.items():
+            metrics[f"policy/{policy_id}/exploration_scale"] = scale
+        if scales:
+            metrics["global_step"] = self.global_step
         return metrics
 
     def close(self) -> None:

@@ -20,8 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from rolloutfleet.spec.exploration import ExplorationSpec
+from rolloutfleet.spec.model_base import SpecModel as _Model
+from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 
 API_VERSION = "rolloutfleet.io/v1alpha1"
 KIND = "RolloutJob"
@@ -69,23 +73,6 @@ def parse_quantity(value: str | int | float) -> float:
 
 class SpecError(ValueError):
     """A manifest is invalid. The message names every offending field."""
-
-
-class _SubfieldError(ValueError):
-    """Raised by a model validator about one of its fields: the error names that field's path."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-    )
 
 
 def _check_entry_point(value: str | None) -> str | None:
@@ -159,7 +146,10 @@ class PolicySpec(_Model):
     device: str = "auto"
     """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``."""
     explore: bool = True
-    """Sample actions from the distribution (True) or take the most likely one (False)."""
+    """Explore as ``exploration`` says (True) or take the most likely action (False)."""
+    exploration: ExplorationSpec = Field(default_factory=ExplorationSpec)
+    """``stochastic`` (sample the distribution), ``epsilonGreedy``, ``gaussian`` or ``ornsteinUhlenbeck``
+    (:mod:`rolloutfleet.spec.exploration`)."""
     inference: Literal["auto", "torch"] = "auto"
     """``auto`` runs the default MLP's forward pass through a numpy mirror of its weights on the
     CPU (several times faster for per-step batches); ``torch`` always calls the module."""
@@ -192,6 +182,7 @@ class PolicyOverrides(_Model):
     config: dict[str, Any] | None = None
     device: str | None = None
     explore: bool | None = None
+    exploration: ExplorationSpec | None = None
     inference: Literal["auto", "torch"] | None = None
     num_threads: int | None = Field(default=None, ge=1)
 
