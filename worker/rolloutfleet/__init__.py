@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rolloutfleet.sampling.callbacks import Callbacks
     from rolloutfleet.sampling.env_runner import EnvRunner
     from rolloutfleet.transport.consumer import BatchConsumer
+    from rolloutfleet.transport.global_step import GlobalStepPublisher
     from rolloutfleet.transport.publisher import BatchPublisher
     from rolloutfleet.transport.weights import WeightPublisher, WeightSubscriber
 
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BatchConsumer": "rolloutfleet.transport.consumer",
     "BatchPublisher": "rolloutfleet.transport.publisher",
+    "GlobalStepPublisher": "rolloutfleet.transport.global_step",
     "WeightPublisher": "rolloutfleet.transport.weights",
     "WeightSubscriber": "rolloutfleet.transport.weights",
     "SampleBatch": "rolloutfleet.data.batch",
@@ -43,6 +45,7 @@ __all__ = [
     "BatchPublisher",
     "Callbacks",
     "EnvRunner",
+    "GlobalStepPublisher",
     "RolloutJob",
     "SampleBatch",
     "SpecError",

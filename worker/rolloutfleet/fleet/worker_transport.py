@@ -34,6 +34,7 @@ from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.connection import RETRYABLE
 from rolloutfleet.transport.filter_sync import FilterSync
+from rolloutfleet.transport.global_step import GlobalStepReader
 from rolloutfleet.transport.heartbeat import write_heartbeat
 from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher
 from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
@@ -85,6 +86,10 @@ class WorkerTransport:
         self.client = self.publisher.client
         self._sent: tuple[int, set[str]] = (0, set())  # (id of the batch being published, policies done)
         self._filter_syncs: dict[str, FilterSync] = {}
+        # Exploration schedules follow the learner's global step: read only by jobs that have one.
+        specs = [job.spec.policy] if multi is None else [o.apply(job.spec.policy) for o in multi.policies.values()]
+        scheduled = any(spec.exploration.follows_global_step for spec in specs)
+        self.global_step = GlobalStepReader(self.client, self.keys) if scheduled else None
 
     def poll_weights(self) -> dict[str, WeightsUpdate]:
         """Each policy's newer weights (``"default"`` for a single-agent job); absent when not newer."""
@@ -96,11 +101,14 @@ class WorkerTransport:
         return updates
 
     def load_weights(self, runner: AnyEnvRunner) -> int | None:
-        """Poll and load newer weights into ``runner``; returns the newest seq no loaded, if any."""
+        """Poll and load newer weights into ``runner``; returns the newest seq no loaded, if any.
+        A job with an exploration schedule also takes the learner's global step, when it changed."""
         loaded = None
         for policy, update in self.poll_weights().items():
             if runner.set_weights(policy, update.weights, update.seq_no):
                 loaded = max(loaded or 0, update.seq_no)
+        if self.global_step is not None and (step := self.global_step.poll()) is not None:
+            runner.set_global_step(step)
         return loaded
 
     def publish(self, batch: SampleBatch | MultiAgentBatch) -> None:

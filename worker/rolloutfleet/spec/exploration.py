@@ -63,7 +63,7 @@ class ExplorationSpec(SpecModel):
     """``policy.exploration``; see the module docstring."""
 
     type: ExplorationType = "stochastic"
-    epsilon: float | None = None
+    epsilon: float | None = Field(default=None, ge=0, le=1)
     """epsilonGreedy: a constant ε."""
     per_worker: PerWorkerEpsilonSpec | None = None
     """epsilonGreedy: a constant ε per worker, spread as in Ape-X."""
@@ -74,10 +74,10 @@ class ExplorationSpec(SpecModel):
     theta: float | None = Field(default=None, gt=0, le=1)
     """ornsteinUhlenbeck: the pull towards 0 per step (default 0.15)."""
 
-    @field_validator("epsilon")
+    @field_validator("epsilon", mode="before")
     @classmethod
-    def _probability(cls, value: float | None) -> float | None:
-        if value is not None and not 0 <= value <= 1:
+    def _probability(cls, value: object) -> object:
+        if isinstance(value, int | float) and not 0 <= value <= 1:
             raise ValueError(f"ε must be within [0, 1], got {value}")
         return value
 

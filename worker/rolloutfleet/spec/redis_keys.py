@@ -90,6 +90,11 @@ class JobKeys:
         return f"{self.tag}:heartbeats"
 
     @property
+    def global_step(self) -> str:
+        """The learner's global step (a decimal integer): exploration schedules follow it. One per job."""
+        return f"{self.tag}:global-step"
+
+    @property
     def weights_version(self) -> str:
         """``"<seq_no> <chunks> <bytes>"`` of the current weights; the only key workers poll."""
         return f"{self.weights_prefix}version"

@@ -1,0 +1,86 @@
+"""The learner's global step through Redis: exploration schedules (ε, noise σ) follow it.
+
+One small key per job (``rolloutfleet:{<ns>/<job>}:global-step``, a decimal integer),
+written by the learner whenever it likes and read by each worker between fragments, as it
+polls the weights version (one GET)::
+
+    steps = GlobalStepPublisher("redis://127.0.0.1:6379/0", "cartpole")   # doctest: +SKIP
+    steps.set_global_step(learner_env_steps)                             # doctest: +SKIP
+
+A worker whose job has no schedule never reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from rolloutfleet.data.codec import DecodeError
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.redis_keys import JobKeys, job_keys
+from rolloutfleet.transport.connection import RetryLoop, connect
+
+
+def parse_global_step(raw: Any, key: str) -> int | None:
+    """The step a GET of ``key`` returned (None: never set); ``DecodeError`` for anything else."""
+    if raw is None:
+        return None
+    try:
+        step = int(raw)
+    except ValueError:
+        raise DecodeError(f"{key} holds {raw[:40]!r}, expected a non-negative integer global step") from None
+    if step < 0:
+        raise DecodeError(f"{key} holds {step}, expected a non-negative integer global step")
+    return step
+
+
+class GlobalStepPublisher:
+    """Learner side: :meth:`set_global_step` publishes the step the job's schedules follow."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        *,
+        password: str | None = None,
+        reconnect_timeout_s: float = 30.0,
+    ) -> None:
+        if isinstance(job, RolloutJob):
+            namespace, job = job.namespace, job.name
+        self.keys = job_keys(namespace, job)
+        self.client = connect(redis_url, password)
+        self._retry = RetryLoop(reconnect_timeout_s)
+
+    def set_global_step(self, step: int) -> None:
+        """Make ``step`` (an int >= 0, e.g. the env steps trained on) the job's global step."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"global step must be an integer >= 0, got {step!r}")
+        self._retry.call(lambda: self.client.set(self.keys.global_step, step))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> GlobalStepPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class GlobalStepReader:
+    """Worker side: :meth:`poll` returns the global step when it differs from the last one returned."""
+
+    def __init__(self, client: redis.Redis, keys: JobKeys) -> None:
+        self.client = client
+        self.key: str = keys.global_step
+        self.step: int | None = None
+
+    def poll(self) -> int | None:
+        """One GET; the step if it changed since the last poll, else None."""
+        step = parse_global_step(self.client.get(self.key), self.key)
+        if step is None or step == self.step:
+            return None
+        self.step = step
+        return step
