@@ -57,7 +57,9 @@ def test_epsilon_greedy_never_draws_masked_actions_and_its_logp_counts_only_the_
 
 
 def test_epsilon_greedy_honours_the_space_start() -> None:
-    actions, _ = epsilon_greedy(0.0, n=3, start=-1).sample(np.array([[0.0, 3.0, 1.0]], np.float32), np.random.default_rng(0))
+    actions, _ = epsilon_greedy(0.0, n=3, start=-1).sample(
+        np.array([[0.0, 3.0, 1.0]], np.float32), np.random.default_rng(0)
+    )
     assert actions.tolist() == [0]  # index 1 of {-1, 0, 1}
 
 
@@ -148,7 +150,9 @@ def test_a_policy_explores_only_when_told_and_refuses_a_space_that_does_not_fit(
     assert np.array_equal(greedy[0], greedy[2].argmax(axis=1))  # explore: false stays greedy
     assert (policy.exploration_scale(True), policy.exploration_scale(False)) == (1.0, 0.0)
     assert Policy(PolicySpec(), spaces.Box(-1, 1, (3,)), spaces.Discrete(2)).exploration_scale(True) is None
-    with pytest.raises(SpecError, match=r"^spec\.policy\.exploration\.type: epsilonGreedy needs a Discrete action space"):
+    with pytest.raises(
+        SpecError, match=r"^spec\.policy\.exploration\.type: epsilonGreedy needs a Discrete action space"
+    ):
         Policy(spec, spaces.Box(-1, 1, (3,)), spaces.Box(-1, 1, (2,)))
     noisy = PolicySpec(exploration=ExplorationSpec(type="ornsteinUhlenbeck"))
     with pytest.raises(SpecError, match=r"^spec\.policy\.exploration\.type: ornsteinUhlenbeck noise needs a float Box"):
@@ -157,5 +161,8 @@ def test_a_policy_explores_only_when_told_and_refuses_a_space_that_does_not_fit(
 
 def test_per_worker_epsilon_comes_from_the_worker_index() -> None:
     spec = PolicySpec(exploration=ExplorationSpec.model_validate({"type": "epsilonGreedy", "perWorker": {}}))
-    scales = [Policy(spec, spaces.Box(-1, 1, (3,)), spaces.Discrete(2), worker=(i, 4)).exploration_scale(True) for i in range(4)]
+    scales = [
+        Policy(spec, spaces.Box(-1, 1, (3,)), spaces.Discrete(2), worker=(i, 4)).exploration_scale(True)
+        for i in range(4)
+    ]
     assert scales == pytest.approx([0.4 ** (1 + 7 * i / 3) for i in range(4)])

@@ -58,7 +58,9 @@ def test_a_schedule_follows_the_global_step_applied_between_fragments() -> None:
 
 def test_ape_x_workers_each_sample_with_their_own_epsilon() -> None:
     for index in (0, 2):
-        batch = EnvRunner(cartpole({"type": "epsilonGreedy", "perWorker": {}}), worker_index=index, num_workers=3).sample()
+        batch = EnvRunner(
+            cartpole({"type": "epsilonGreedy", "perWorker": {}}), worker_index=index, num_workers=3
+        ).sample()
         epsilon = 0.4 ** (1 + 7 * index / 2)
         assert np.allclose(batch["exploration_scale"], epsilon)
         assert within_binomial(non_greedy(batch), len(batch), epsilon / 2)

@@ -31,9 +31,18 @@ def manifest(exploration: Any, multi: bool = False) -> dict[str, Any]:
 def test_the_simplest_form_is_a_constant_epsilon() -> None:
     job = RolloutJob.from_dict(manifest({"type": "epsilonGreedy", "epsilon": 0.1}))
     exploration = job.spec.policy.exploration
-    assert (exploration.type, exploration.constant_scale, exploration.follows_global_step) == ("epsilonGreedy", 0.1, False)
+    assert (exploration.type, exploration.constant_scale, exploration.follows_global_step) == (
+        "epsilonGreedy",
+        0.1,
+        False,
+    )
     assert RolloutJob.from_dict(manifest({})).spec.policy.exploration.type == "stochastic"  # the default
-    assert RolloutJob.from_dict({"metadata": {"name": "x"}, "spec": {"env": {"id": "CartPole-v1"}}}).spec.policy.exploration == ExplorationSpec()
+    assert (
+        RolloutJob.from_dict(
+            {"metadata": {"name": "x"}, "spec": {"env": {"id": "CartPole-v1"}}}
+        ).spec.policy.exploration
+        == ExplorationSpec()
+    )
 
 
 def test_a_multi_agent_policy_overrides_exploration() -> None:
