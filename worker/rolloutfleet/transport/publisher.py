@@ -99,6 +99,7 @@ from rolloutfleet.transport.connection import (
     explain,
     where,
 )
+from rolloutfleet.transport.room import drop_oldest, full_message, trim_consumed, undelivered
 
 log = logging.getLogger(__name__)
 
@@ -173,12 +174,6 @@ return 1
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _undelivered(length: int, groups: Any) -> int:
-    if isinstance(groups, Exception) or not groups:
-        return length
-    return max(length if g.get("lag") is None else min(int(g["lag"]), length) for g in groups)
 
 
 def _options(job: str | RolloutJob, namespace: str) -> tuple[str, str, RedisSpec, int]:
@@ -413,7 +408,7 @@ class BatchPublisher:
             trimmed = int(before) + 1 - int(after)
             if trimmed > 0:
                 # The trim removes the oldest entries; the delivered ones come first.
-                delivered = int(before) - _undelivered(int(before), groups)
+                delivered = int(before) - undelivered(int(before), groups)
                 self.stats.dropped += max(0, trimmed - delivered)
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
@@ -512,31 +507,13 @@ class BatchPublisher:
         self._full = False
 
     def trim_consumed(self) -> int:
-        """Remove the entries every learner group has consumed (delivered and acknowledged:
-        older than its oldest pending entry and not after its last delivered one); returns
-        how many. Groups not counted as learners' (see the module doc) are not waited for.
-        Allowed while Redis is out of memory (XTRIM frees, it never takes memory)."""
+        """Remove the entries every learner group has consumed (see :mod:`rolloutfleet.transport.room`);
+        returns how many. Groups not counted as learners' (see the module doc) are not waited for."""
         load = self.load()
         learners = [name for name in self._groups if name not in load.ignored]
-        if load.group is None or not learners:
+        if load.group is None:
             return 0  # no learner reads: nothing is consumed
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xinfo_groups(self.keys.batches)
-        for name in learners:
-            pipe.xpending(self.keys.batches, name)
-        groups, *pending = pipe.execute()
-        last_delivered = {_text(g["name"]): _text(g["last-delivered-id"]) for g in groups}
-        bounds = []
-        for name, summary in zip(learners, pending, strict=True):
-            if name not in last_delivered:
-                return 0  # the group went away meanwhile: judge again next time
-            if int(summary["pending"]):
-                bounds.append(_stream_id(summary["min"]))  # kept: still in a learner's hands
-            else:
-                ms, seq = _stream_id(last_delivered[name])
-                bounds.append((ms, seq + 1))
-        ms, seq = min(bounds)
-        trimmed = int(self.client.xtrim(self.keys.batches, minid=f"{ms}-{seq}", approximate=False))
+        trimmed = trim_consumed(self.client, self.keys.batches, learners)
         self.stats.trimmed += trimmed
         if trimmed:
             log.info("trimmed %d consumed entries of %s to free memory", trimmed, self.keys.batches)
@@ -548,30 +525,12 @@ class BatchPublisher:
             return True
         if self.backpressure != "dropOldest":
             return False
-        # dropOldest never waits for learners: the oldest quarter goes, unread entries counted.
-        # (No MULTI: Redis refuses every command queued in one while it is out of memory.)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xlen(self.keys.batches)
-        pipe.xinfo_groups(self.keys.batches)
-        before, groups = pipe.execute(raise_on_error=False)
-        if isinstance(before, Exception) or not int(before):
-            return False
-        keep = int(before) - max(1, int(before) // 4)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xtrim(self.keys.batches, maxlen=keep, approximate=False)
-        pipe.xlen(self.keys.batches)
-        trimmed, _ = pipe.execute()
-        delivered = int(before) - _undelivered(int(before), groups)
-        self.stats.dropped += max(0, int(trimmed) - delivered)
-        return int(trimmed) > 0
+        # dropOldest never waits for learners: the oldest entries go, unread ones counted.
+        trimmed, unread = drop_oldest(self.client, self.keys.batches)
+        self.stats.dropped += unread
+        return trimmed > 0
 
     def _full_message(self, waited: float) -> str:
-        memory: dict[str, Any] = {}
-        with contextlib.suppress(redis.RedisError):
-            memory = self.client.info("memory")
-        limit = memory.get("maxmemory_human", "?")
-        used = memory.get("used_memory_human", "?")
-        policy = memory.get("maxmemory_policy", "noeviction")
         try:
             load = self.load()
         except redis.RedisError:
@@ -583,11 +542,7 @@ class BatchPublisher:
             else f"no consumer group has read within {self.learner_idle_s:g} s, so nothing is consumed to trim: "
             "is the learner running?"
         )
-        return (
-            f"Redis at {self._retry.where} has refused writes to {self.keys.batches} for {waited:.1f} s "
-            f"(blockTimeoutSeconds {self.block_timeout_s:g}): out of memory, {used} used of maxmemory {limit} "
-            f"(policy {policy}); {reason} Otherwise raise maxmemory."
-        )
+        return full_message(self.client, self.keys.batches, waited, self.block_timeout_s, reason)
 
     def close(self) -> None:
         self.client.close()
@@ -597,11 +552,6 @@ class BatchPublisher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _stream_id(value: bytes | str) -> tuple[int, int]:
-    ms, _, seq = _text(value).partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _wire_columns(batch: Mapping[str, Any]) -> dict[str, Any]:
