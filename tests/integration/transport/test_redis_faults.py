@@ -215,11 +215,12 @@ def test_redis_out_of_memory_is_backpressure_not_a_crash(full_redis: RedisServer
     stop = threading.Event()
     consumer = BatchConsumer(url, "cartpole", block_s=0.05)
 
-    def learn() -> None:
+    def learn() -> None:  # slower than the publisher: unconsumed entries fill the memory
         while not stop.is_set():
-            messages = consumer.read(timeout=0.2)
+            messages = consumer.read(count=1, timeout=0.2)
             consumer.ack(messages)
             received.extend(values_of(messages))
+            stop.wait(0.01)
 
     learner = threading.Thread(target=learn, daemon=True)
     learner.start()
@@ -228,15 +229,15 @@ def test_redis_out_of_memory_is_backpressure_not_a_crash(full_redis: RedisServer
     try:
         for value in range(count):
             publisher.publish(batch(5000, value))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while len(received) < count and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         stop.set()
         learner.join(10)
     assert sorted(received) == list(range(count))
-    assert publisher.stats.oom_waits >= 1 and publisher.stats.trimmed >= 1
-    assert full_redis.client().xlen(publisher.keys.batches) < count
+    assert publisher.stats.oom_waits >= 1, "Redis never filled up"
+    assert full_redis.client().xlen(publisher.keys.batches) < count  # what was consumed was trimmed
 
 
 def test_a_full_redis_nobody_drains_fails_the_publish_with_one_clear_line(full_redis: RedisServer) -> None:

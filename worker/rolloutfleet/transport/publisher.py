@@ -41,9 +41,11 @@ learner to come (back).
   out), which ``rolloutfleet streams`` shows. The measurement rides in the same round trip as an XADD
   and decides whether the *next* publish waits; while the stream is less than half full
   it is repeated only every few publishes (spaced by the number of producers, at most
-  16). So concurrent producers can overshoot ``max_len`` by about one entry each; the
-  stream is trimmed at ``max_len + trim_headroom`` entries so that this overshoot never
-  trims an unconsumed entry, while consumed entries are freed.
+  16). So concurrent producers can overshoot ``max_len`` by about one entry each. The
+  stream is trimmed only of what every learner group has consumed (XADD MINID: entries
+  before the oldest one still pending or not yet delivered in any learner group, as of the
+  last measurement), never by length: entries a learner that died left pending stay until
+  another consumer of its group reclaims them, however far the others have read on.
 * ``dropOldest``: XADD trims to about ``max_len`` entries (approximate trimming: whole
   radix-tree nodes, far cheaper than exact), and the number of trimmed entries that no
   group had been given yet is counted in :attr:`PublisherStats.dropped`.
@@ -99,7 +101,7 @@ from rolloutfleet.transport.connection import (
     explain,
     where,
 )
-from rolloutfleet.transport.room import drop_oldest, full_message, trim_consumed, undelivered
+from rolloutfleet.transport.room import consumed_bound, drop_oldest, full_message, trim_consumed, undelivered
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +221,6 @@ class BatchPublisher:
         block_timeout_s: float | None = None,
         compression: Compression | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        trim_headroom: int | None = None,
         reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         policy: str | None = None,
         learner_idle_s: float = DEFAULT_LEARNER_IDLE_S,
@@ -240,9 +241,8 @@ class BatchPublisher:
             raise ValueError(f"learner_idle_s must be > 0, got {learner_idle_s}")
         self.learner_idle_s = learner_idle_s
         self._groups: list[str] = []  # the stream's groups at the last measurement
+        self._trim_before: str | None = None  # block: entries before this id are consumed (last measurement)
         self.max_payload_bytes = max_payload_bytes
-        # Room for each concurrent producer's one-entry overshoot (see the module doc).
-        self.trim_headroom = max(64, replicas) if trim_headroom is None else trim_headroom
         self.stats = PublisherStats()
         self.producer_id = uuid.uuid4().hex[:16]
         self._seq = 0
@@ -375,18 +375,17 @@ class BatchPublisher:
     def _add_once(self, fields: dict[Any, Any]) -> str:
         key = self.keys.batches
         if self.backpressure == "block":
-            maxlen = self.max_len + self.trim_headroom
             if self._full:
                 self._wait_for_room()
             if self._until_check > 0:
                 # Far from full: a bare XADD. Measuring costs a third of a publish, and
                 # matters only near the limit (where the learner sets the pace anyway).
                 self._until_check -= 1
-                entry_id = self.client.xadd(key, fields, maxlen=maxlen, approximate=True)
+                entry_id = self.client.xadd(key, fields, minid=self._trim_before, approximate=True)
             else:
                 # One round trip: the XADD, and what it left behind (decides the next publishes).
                 pipe = self.client.pipeline(transaction=False)
-                pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
+                pipe.xadd(key, fields, minid=self._trim_before, approximate=True)
                 self._queue_measure(pipe)
                 entry_id, *replies = pipe.execute(raise_on_error=False)
                 if isinstance(entry_id, Exception):
@@ -430,17 +429,18 @@ class BatchPublisher:
         return self._load(pipe.execute(raise_on_error=False))
 
     def _queue_measure(self, pipe: Any) -> None:
-        # Consumers of the groups seen last time ride in the same round trip; a new group
-        # costs one more (see _load).
+        # Consumers and pending summaries of the groups seen last time ride in the same
+        # round trip; a new group costs one more (see _load).
         pipe.xlen(self.keys.batches)
         pipe.xinfo_groups(self.keys.batches)
         pipe.hgetall(self.keys.learners)
         pipe.time()
         for name in self._groups:
             pipe.xinfo_consumers(self.keys.batches, name)
+            pipe.xpending(self.keys.batches, name)
 
     def _load(self, replies: list[Any]) -> StreamLoad:
-        length, groups, reading, now, *consumers = replies
+        length, groups, reading, now, *per_group = replies
         if isinstance(length, Exception):
             raise length
         names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
@@ -449,9 +449,18 @@ class BatchPublisher:
             pipe = self.client.pipeline(transaction=False)
             for name in names:
                 pipe.xinfo_consumers(self.keys.batches, name)
-            consumers = pipe.execute(raise_on_error=False) if names else []
+                pipe.xpending(self.keys.batches, name)
+            per_group = pipe.execute(raise_on_error=False) if names else []
+        consumers, pending = per_group[0::2], per_group[1::2]
         idle = group_idle_ms(names, consumers, reading, now)
-        return stream_load(int(length), groups, idle, self.learner_idle_s)
+        load = stream_load(int(length), groups, idle, self.learner_idle_s)
+        learners = [(name, summary) for name, summary in zip(names, pending, strict=True) if name not in load.ignored]
+        bound = None
+        if load.group is not None and not any(isinstance(summary, Exception) for _, summary in learners):
+            bound = consumed_bound(groups, [summary for _, summary in learners], [name for name, _ in learners])
+        # Unknown (no learner group, a group gone meanwhile): no trimming until it is known.
+        self._trim_before = None if bound is None else f"{bound[0]}-{bound[1]}"
+        return load
 
     def _record_hold(self, load: StreamLoad, waited_s: float) -> None:
         """Say who holds the fleet back, for ``rolloutfleet streams``; the record expires once
