@@ -342,3 +342,29 @@ def test_drop_oldest_in_a_full_redis_drops_the_oldest_and_counts_them(full_redis
     assert publisher.stats.dropped == 200 - length  # every entry trimmed was unread: each one counted
     reader = BatchConsumer(full_redis.url, "cartpole", block_s=0.05)
     assert values_of(reader.read(count=1000, timeout=1)) == list(range(200 - length, 200))  # the newest kept
+
+
+def test_entries_a_dead_learner_left_pending_are_not_trimmed_before_they_are_reclaimed(redis_url: str) -> None:
+    """Found by the chaos drill: under ``block`` the stream was trimmed by length (maxLen +
+    headroom), so entries a SIGKILLed learner held pending were trimmed away while the rest
+    of its group read on, before anyone reclaimed them: lost, uncounted."""
+    publisher = BatchPublisher(redis_url, "cartpole", max_len=8, backpressure="block", block_timeout_s=10)
+    dead = BatchConsumer(redis_url, "cartpole", consumer="dead", block_s=0.05)
+    publisher.publish(batch(1, 0))
+    publisher.publish(batch(1, 1))
+    assert values_of(dead.read(count=2, timeout=5)) == [0, 1]  # then SIGKILLed: never acknowledged
+    survivor = BatchConsumer(redis_url, "cartpole", consumer="survivor", block_s=0.05, reclaim_idle_s=3600)
+    for value in range(2, 300):  # far past maxLen + headroom
+        publisher.publish(batch(1, value))
+        survivor.ack(survivor.read(count=16, timeout=0.01))
+    survivor.ack(survivor.read(count=16, timeout=0.1))
+    survivor.reclaim_idle_s = 0.01
+    survivor._next_reclaim = 0.0
+    time.sleep(0.05)
+    reclaimed = survivor.read(count=16, timeout=5)
+    assert sorted(values_of(reclaimed)) == [0, 1]
+    survivor.ack(reclaimed)
+    for value in range(300, 310):  # with nothing pending, what was consumed is freed
+        publisher.publish(batch(1, value))
+        survivor.ack(survivor.read(count=16, timeout=0.01))
+    assert redis.Redis.from_url(redis_url).xlen(publisher.keys.batches) < 20
