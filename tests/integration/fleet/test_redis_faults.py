@@ -37,6 +37,14 @@ def blocking_spec(max_len: int) -> str:
 
 
 def metric(port: int, name: str) -> float:
+    """A worker's metric; 0 while its /metrics does not answer yet."""
+    try:
+        return _metric(port, name)
+    except OSError:
+        return 0.0
+
+
+def _metric(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         for line in response.read().decode().splitlines():
             if line.startswith(name + "{"):
@@ -87,15 +95,21 @@ def test_a_full_redis_holds_the_worker_back_instead_of_crash_looping(full_redis:
     restarted in a loop, and the stream never shrank though the learner drained it."""
     port = free_port()
     log = tmp_path / "worker.stderr"
+    learner = Learner(full_redis.url)  # its group exists; it reads once Redis is full
     with log.open("w") as stderr:
         # maxLen far above what fits in 4 MB (~10 KB a batch): only memory limits the stream.
         worker = start_worker(full_redis.url, port, tmp_path, stderr=stderr, ROLLOUTFLEET_SPEC=blocking_spec(100_000))
     try:
-        with Learner(full_redis.url, pause_s=0.05) as learner:  # slower than the worker: Redis fills up
+        wait_until(
+            lambda: worker.poll() is not None or metric(port, "rolloutfleet_redis_full_wait_seconds_total") > 0,
+            240,
+            "Redis filling up",
+        )
+        assert worker.poll() is None, log.read_text()[-2000:]
+        with learner:
             wait_until(lambda: len(learner.received) >= 800 or worker.poll() is not None, 240, "800 batches")
             assert worker.poll() is None, log.read_text()[-2000:]
             assert learner.error is None, learner.error
-            assert metric(port, "rolloutfleet_redis_full_wait_seconds_total") > 0, "Redis never filled up"
         seqs = [m.metadata.seq for m in learner.received]
         assert seqs == list(range(len(seqs))), "a batch lost or delivered twice"
         assert full_redis.client().xlen(KEYS.batches) < len(seqs)  # consumed entries were trimmed
