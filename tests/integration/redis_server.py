@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 
 import pytest
 import redis
@@ -26,7 +28,13 @@ class RedisServer(EmbeddedRedis):
         return redis.Redis(port=self.port)
 
     def close(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)  # a test that failed while it was paused
         self.stop()
+
+    def pause(self) -> Pause:
+        """SIGSTOP the server; ``resume()`` the returned :class:`Pause` (or use it in ``with``)."""
+        return Pause(self).start()
 
 
 def redis_server_binary() -> str:
@@ -38,3 +46,40 @@ def redis_server_binary() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return binary
+
+
+class Pause:
+    """``redis-server`` stopped by SIGSTOP (a Redis that hangs: a long fork, a frozen VM, a
+    node under memory pressure) until :meth:`resume` (SIGCONT) or the end of the ``with``.
+
+    Clients' connections stay open and their commands queue in the kernel: a reply that
+    timed out on the client side may still be executed once the server resumes.
+    """
+
+    def __init__(self, server: RedisServer) -> None:
+        self.server = server
+        self.paused = False
+
+    def start(self) -> Pause:
+        assert self.server.process is not None
+        self.server.process.send_signal(signal.SIGSTOP)
+        self.paused = True
+        return self
+
+    def resume(self) -> None:
+        if self.paused and self.server.process is not None:
+            self.server.process.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def resume_after(self, seconds: float) -> threading.Timer:
+        """Resume from a timer thread ``seconds`` from now (the test's own thread keeps calling)."""
+        timer = threading.Timer(seconds, self.resume)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def __enter__(self) -> Pause:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.resume()

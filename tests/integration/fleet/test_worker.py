@@ -186,7 +186,6 @@ def test_nan_from_the_env_is_counted_in_metrics_and_heartbeat_not_in_the_filter(
     from rolloutfleet.spec.job import RolloutJob
     from rolloutfleet.transport.filter_sync import read_filter
     from rolloutfleet.transport.heartbeat import read_heartbeats
-    from rolloutfleet.transport.reader import BatchReader
 
     spec = {
         "env": {"entryPoint": "tests.unit.sampling.poison_envs:make_nan_env", "numEnvs": 2,
@@ -199,7 +198,7 @@ def test_nan_from_the_env_is_counted_in_metrics_and_heartbeat_not_in_the_filter(
         worker = start_worker(redis_url, port, tmp_path, stderr=stderr, ROLLOUTFLEET_SPEC=json.dumps(spec))
         try:
             consumer = BatchConsumer(redis_url, "w", group="test")
-            read_until(consumer, lambda ms: len(ms) >= 3, timeout=90)
+            seen = read_until(consumer, lambda ms: len(ms) >= 3, timeout=90)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
                 metrics = response.read().decode()
             worker.send_signal(signal.SIGTERM)
@@ -207,9 +206,11 @@ def test_nan_from_the_env_is_counted_in_metrics_and_heartbeat_not_in_the_filter(
         finally:
             worker.kill()
     job = RolloutJob.from_dict({"metadata": {"name": "w"}, "spec": spec})
-    reader, published = BatchReader(redis_url, job), []
-    while messages := reader.read(count=100, timeout=1.0):
-        published += [nonfinite_rows(m.batch) for m in messages]
+    # Every batch the worker published, once: through the group (entries it has consumed may
+    # be trimmed already, so a reader of the stream could miss them).
+    while messages := consumer.read(timeout=1.0):
+        seen += messages
+    published = [nonfinite_rows(m.batch) for m in seen]
     beat = read_heartbeats(redis_url, job)[0]
     # The heartbeat's lifetime counts are the published batches' own, row for row.
     assert beat["nonfinite_obs"] == sum(p[0] for p in published) > 0

@@ -7,7 +7,14 @@ import pytest
 
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.codec import DecodeError
-from rolloutfleet.transport.entries import BatchMetadata, fresh_rows
+from rolloutfleet.transport.entries import (
+    BatchMetadata,
+    Message,
+    fresh_rows,
+    majority_schema,
+    schema_mismatch,
+    schema_of,
+)
 
 
 def metadata(newest: int, oldest: int | None = None) -> BatchMetadata:
@@ -68,3 +75,25 @@ def test_metadata_reads_the_oldest_version_and_entries_written_before_it_existed
     assert (old.weights_seq_no, old.weights_seq_no_min) == (7, 7)
     with pytest.raises(DecodeError, match="field 'weights_seq_no_min' is not a number"):
         BatchMetadata.from_fields(fields(weights_seq_no_min=b"three"))
+
+
+def test_a_batch_joins_others_of_its_columns_dtypes_and_row_shapes() -> None:
+    reference = schema_of({"obs": np.zeros((4, 3), np.float32), "agent_id": np.array(["a", "b", "c", "d"])})
+    same = {"obs": np.ones((9, 3), np.float32), "agent_id": np.array(["longer-id"] * 9)}  # text width is free
+    assert schema_mismatch(same, reference) is None
+    assert "missing ['agent_id']" in str(schema_mismatch({"obs": np.ones((2, 3), np.float32)}, reference))
+    assert "is float64, the batch's is float32" in str(
+        schema_mismatch({"obs": np.ones((2, 3)), "agent_id": np.array(["a", "b"])}, reference)
+    )
+    assert "shape (2,), the batch's have (3,)" in str(
+        schema_mismatch({"obs": np.ones((2, 2), np.float32), "agent_id": np.array(["a", "b"])}, reference)
+    )
+
+
+def test_the_majority_schema_wins_and_ties_go_to_the_earliest() -> None:
+    def message(width: int) -> Message:
+        columns = {"obs": np.zeros((1, width), np.float32)}
+        return Message(str(width), SampleBatch(columns), BatchMetadata(0, 0, 1, 0.0), None)
+
+    assert majority_schema([message(5), message(2), message(2)]) == (("obs", "float32", (2,)),)
+    assert majority_schema([message(5), message(2)]) == (("obs", "float32", (5,)),)

@@ -64,7 +64,12 @@ def add_consume_parser(commands: Any) -> argparse.ArgumentParser:
         help=f"read as this consumer group (learners use {DEFAULT_GROUP!r}); default: no group, only look",
     )
     parser.add_argument("--consumer", default=None, help="consumer name within --group (default: host-pid)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds without data")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="give up after this many seconds without data (or with Redis unavailable)",
+    )
     parser.set_defaults(run=run_consume)
     return parser
 
@@ -93,6 +98,11 @@ def run_consume(args: argparse.Namespace) -> int:
     if args.consumer is not None and args.group is None:
         print("rolloutfleet consume: --consumer names a consumer of --group; give --group too", file=sys.stderr)
         return 2
+    if not args.timeout > 0:
+        print(f"rolloutfleet consume: --timeout must be > 0 s, got {args.timeout:g}", file=sys.stderr)
+        return 2
+    import redis
+
     try:
         if args.group is None:
             return _look(args)
@@ -100,6 +110,9 @@ def run_consume(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a job name or policy id that cannot be a key
         print(f"rolloutfleet consume: {exc}", file=sys.stderr)
         return 2
+    except redis.RedisError as exc:  # away past --timeout, refusing writes, not a stream: one line
+        print(f"rolloutfleet consume: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
 
 
 def _worker_index(metadata: Any) -> int:
@@ -109,11 +122,14 @@ def _worker_index(metadata: Any) -> int:
 def _look(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from rolloutfleet.transport.entries import Message, concat_messages
+    from rolloutfleet.transport.entries import Message, concat_messages, schema_mismatch, schema_of
     from rolloutfleet.transport.reader import BatchReader
 
     messages: list[Message] = []
-    with BatchReader(args.redis, args.job, args.namespace, policy=args.policy) as reader:
+    unfit: list[str] = []
+    with BatchReader(
+        args.redis, args.job, args.namespace, policy=args.policy, reconnect_timeout_s=args.timeout
+    ) as reader:
         while len(messages) < args.count:
             got = reader.read(count=args.count - len(messages), timeout=args.timeout)
             if not got:
@@ -131,11 +147,19 @@ def _look(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 1
-            messages.extend(got)
+            for message in got:
+                reason = schema_mismatch(message.batch, schema_of((messages or [message])[0].batch))
+                if reason is None:
+                    messages.append(message)
+                else:
+                    unfit.append(f"{message.id} ({reason})")
         skipped = reader.stats.decode_failures
     columns = concat_messages(messages, extra={"worker_index": _worker_index})
     np.savez(args.output, **columns)  # type: ignore[arg-type]
-    _report(columns, messages, args.output, f"; {skipped} undecodable entries skipped" if skipped else "")
+    note = f"; {skipped} undecodable entries skipped" if skipped else ""
+    if unfit:
+        note += f"; skipped, unlike the first batch: {', '.join(unfit[:3])}" + (" ..." if len(unfit) > 3 else "")
+    _report(columns, messages, args.output, note)
     return 0
 
 
@@ -146,8 +170,9 @@ def _consume(args: argparse.Namespace) -> int:
     import numpy as np
 
     from rolloutfleet.transport.consumer import BatchConsumer
-    from rolloutfleet.transport.entries import Message, concat_messages
+    from rolloutfleet.transport.entries import Message, concat_messages, schema_mismatch, schema_of
 
+    new_group = _new_group_note(args)
     output = Path(args.output)
     try:
         # Beside the output: a directory that cannot be written is found before anything
@@ -157,10 +182,19 @@ def _consume(args: argparse.Namespace) -> int:
         print(f"rolloutfleet consume: cannot write beside {output}: {exc}", file=sys.stderr)
         return 2
     consumer = BatchConsumer(
-        args.redis, args.job, args.namespace, group=args.group, consumer=args.consumer, policy=args.policy
+        args.redis,
+        args.job,
+        args.namespace,
+        group=args.group,
+        consumer=args.consumer,
+        policy=args.policy,
+        reconnect_timeout_s=args.timeout,
     )
+    if new_group is not None:
+        print(f"rolloutfleet consume: {new_group}", file=sys.stderr)
     messages: list[Message] = []
-    names: list[str] | None = None
+    schema = None
+    unfit: list[str] = []
     try:
         while len(messages) < args.count:
             got = consumer.read(count=args.count - len(messages), timeout=args.timeout)
@@ -174,21 +208,21 @@ def _consume(args: argparse.Namespace) -> int:
                 if not messages:
                     shutil.rmtree(spool, ignore_errors=True)
                 return 1
+            kept = []
             for message in got:
-                if names is None:
-                    names = sorted(message.batch)
-                elif sorted(message.batch) != names:
-                    print(
-                        f"rolloutfleet consume: entry {message.id} has columns {sorted(message.batch)}, expected "
-                        f"{names}; left pending; the {len(messages)} batches before it are saved in {spool}",
-                        file=sys.stderr,
-                    )
-                    return 1
+                schema = schema or schema_of(message.batch)
+                reason = schema_mismatch(message.batch, schema)
+                if reason is not None:
+                    # Not this file's: left pending, for the group's learner to judge (and
+                    # move to the dead letters) when it reclaims it.
+                    unfit.append(f"{message.id} ({reason})")
+                    continue
                 part = concat_messages([message], extra={"worker_index": _worker_index})
                 np.savez(spool / f"{len(messages):08d}.npz", **part)  # type: ignore[arg-type]
                 messages.append(message)
+                kept.append(message)
             # Acknowledged once on disk, so the workers never wait for what this command holds.
-            consumer.ack(got)
+            consumer.ack(kept)
     finally:
         consumer.close()
     parts = [dict(np.load(path, allow_pickle=False)) for path in sorted(spool.glob("*.npz"))]
@@ -199,8 +233,35 @@ def _consume(args: argparse.Namespace) -> int:
         print(f"rolloutfleet consume: cannot write {output} ({exc}); the batches are saved in {spool}", file=sys.stderr)
         return 1
     shutil.rmtree(spool, ignore_errors=True)
-    _report(columns, messages, output, f", acknowledged as group {args.group!r}")
+    note = f", acknowledged as group {args.group!r}"
+    if unfit:
+        note += f"; left pending, unlike the first batch: {', '.join(unfit[:3])}" + (" ..." if len(unfit) > 3 else "")
+    if consumer.stats.decode_failures:
+        note += f"; {consumer.stats.decode_failures} undecodable entries left for the dead letters"
+    _report(columns, messages, output, note)
     return 0
+
+
+def _new_group_note(args: argparse.Namespace) -> str | None:
+    """A line saying that ``--group`` is new (a typo starts a group of its own at the oldest
+    entry, reading everything still in the stream), or None when it exists."""
+    import redis
+
+    from rolloutfleet.transport.connection import connect
+    from rolloutfleet.transport.stream_status import as_text
+
+    keys = job_keys(args.namespace, args.job, args.policy)
+    client = connect(args.redis, socket_timeout=10.0)
+    try:
+        groups = [as_text(g["name"]) for g in client.xinfo_groups(keys.batches)]
+    except redis.ResponseError:  # no stream yet (or not a stream: the consumer says so)
+        groups = []
+    finally:
+        client.close()
+    if args.group in groups:
+        return None
+    existing = f"its groups: {', '.join(groups)}" if groups else "it had no consumer group"
+    return f"consumer group {args.group!r} did not exist on {keys.batches} ({existing}); created it at the oldest entry"
 
 
 def _report(columns: dict[str, Any], messages: list[Any], output: Path, note: str) -> None:
@@ -211,10 +272,11 @@ def _report(columns: dict[str, Any], messages: list[Any], output: Path, note: st
 
 def run_streams(args: argparse.Namespace) -> int:
     """Print one row per job stream found in the Redis at ``args.redis``."""
+    import redis
     from rich.console import Console
     from rich.table import Table
 
-    from rolloutfleet.transport.connection import connect
+    from rolloutfleet.transport.connection import connect, where
     from rolloutfleet.transport.stream_status import GroupStatus, read_stream_status
 
     client = connect(args.redis, socket_timeout=10.0)
@@ -232,6 +294,9 @@ def run_streams(args: argparse.Namespace) -> int:
             (policy, read_stream_status(client, job_keys(namespace, name, policy)))
             for namespace, name, policy in streams
         ]
+    except redis.RedisError as exc:
+        print(f"rolloutfleet streams: Redis at {where(client)}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     finally:
         client.close()
     table = Table(title=f"{len(statuses)} job streams", title_justify="left")

@@ -83,6 +83,15 @@ class WorkerMetrics:
         self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
         self.weights_seq_no = gauge("rolloutfleet_weights_seq_no", "Version of the weights being sampled with")
         self.backpressure_seconds = counter("rolloutfleet_backpressure_wait_seconds", "Time blocked on a full stream")
+        self.redis_full_seconds = counter(
+            "rolloutfleet_redis_full_wait_seconds", "Time waiting for room in a Redis out of memory (maxmemory)"
+        )
+        self.batches_resent = counter(
+            "rolloutfleet_batches_resent", "Batches re-sent with their identity after a failed publish"
+        )
+        self.weights_resets = counter(
+            "rolloutfleet_weights_resets", "Published weights version found gone or older than the one held"
+        )
         self.publish_latency = Histogram(
             "rolloutfleet_publish_seconds",
             "Time to publish one batch",
@@ -117,6 +126,7 @@ class Worker:
         self.transport: WorkerTransport | None = None
         self.nonfinite = NonFiniteTally()
         self._interrupt_envs: Callable[[], None] | None = None
+        self._counted: dict[str, float] = {}
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
@@ -156,6 +166,7 @@ class Worker:
         stop_deadline = 0.0  # set at the first Redis error after a stop request
         while not self.stopping or pending is not None:
             self.probes.beat()
+            self._count_transport(transport)
             try:
                 if not filters_pulled:
                     transport.pull_filters(runner)  # a replacement worker normalizes like the fleet
@@ -222,6 +233,20 @@ class Worker:
         if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
             m.episode_return.set(stats["episode_return_mean"])
         m.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
+
+    def _count_transport(self, transport: WorkerTransport) -> None:
+        """Carry the transport's own counters (publishers', weights subscribers') into the metrics."""
+        publishers = [p.stats for p in transport.publishers.values()]
+        totals = {
+            "backpressure_seconds": sum(p.blocked_seconds for p in publishers),
+            "redis_full_seconds": sum(p.oom_wait_seconds for p in publishers),
+            "batches_resent": sum(p.resent for p in publishers),
+            "weights_resets": sum(s.resets for s in transport.subscribers.values()),
+        }
+        for name, total in totals.items():
+            if total > self._counted.get(name, 0):
+                getattr(self.metrics, name).inc(total - self._counted.get(name, 0))
+                self._counted[name] = total
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

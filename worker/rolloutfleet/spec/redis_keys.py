@@ -104,6 +104,12 @@ class JobKeys:
         """INCR counter handing out weight sequence numbers."""
         return f"{self.weights_prefix}counter"
 
+    @property
+    def weights_held(self) -> str:
+        """The highest version a worker held when it saw the published version go back or
+        vanish (Redis lost its state): the learner's next version goes on above it."""
+        return f"{self.weights_prefix}held"
+
     def weights_chunk(self, seq_no: int, index: int) -> str:
         """Chunk ``index`` of the encoded weights of version ``seq_no`` (immutable once written)."""
         return f"{self.weights_prefix}{seq_no}:{index}"

@@ -1,9 +1,20 @@
 """Opening Redis clients the same way everywhere: password from the environment, timeouts
-that never hang, and which errors mean "Redis is away, try again".
+that never hang, which errors mean "Redis is away, try again", and one clear line when it
+stays away past the caller's deadline.
 
     >>> client = connect("redis://127.0.0.1:6379/0")   # doctest: +SKIP
     >>> client.ping()                                    # doctest: +SKIP
     True
+
+**Deadlines.** A :class:`RetryLoop` keeps calling while Redis refuses connections
+(restarting), does not answer (paused: SIGSTOP, a frozen VM, a long fork), is still
+loading its data set, or refuses writes (out of memory, a read-only replica), until
+``timeout_s`` after the call began; then it raises :class:`RedisUnavailable`, one line
+naming the server, how long it was tried and the last error. A call in flight when
+Redis stops answering fails after the client's socket timeout, so that must be shorter
+than the deadline (else the first timeout uses up the whole window and nothing is
+retried): the clients here keep it well below theirs, and a deadline is kept to within
+one socket timeout.
 """
 
 from __future__ import annotations
@@ -27,11 +38,46 @@ RETRYABLE: tuple[type[Exception], ...] = (
     redis.exceptions.BusyLoadingError,  # a restarted server still loading its data set
     redis.exceptions.TryAgainError,
     redis.exceptions.ReadOnlyError,  # a replica during failover
+    redis.exceptions.OutOfMemoryError,  # maxmemory reached (noeviction): room comes back as learners consume
     ConnectionResetError,
 )
-"""Errors after which the same call may succeed later (Redis restarting, failing over)."""
+"""Errors after which the same call may succeed later (Redis restarting, failing over, full)."""
+
+
+class RedisUnavailable(redis.ConnectionError):
+    """Redis stayed away (or kept refusing writes) past a caller's deadline; the message is
+    one line saying where, for how long, and the last error. A ``ConnectionError``, so a
+    caller with a retry loop of its own (a worker) still treats it as Redis being away."""
+
+
+def where(client: redis.Redis) -> str:
+    """``host:port/db`` (or the unix socket's path) of ``client``, never its password."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+def explain(exc: BaseException) -> str:
+    """What a retryable error means, in words a user can act on (one line)."""
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return (
+            "it refuses writes: out of memory (maxmemory reached with policy noeviction); "
+            "learners consuming free room, or raise maxmemory"
+        )
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return "it refuses writes: it is a read-only replica (failing over?)"
+    if isinstance(exc, redis.exceptions.BusyLoadingError):
+        return "it is still loading its data set"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
 
 T = TypeVar("T")
+
+DEFAULT_RECONNECT_TIMEOUT_S = 120.0
+"""How long a learner-side call (consume, publish weights, look) rides out a Redis that is
+away before it fails with :class:`RedisUnavailable`: a Redis pod rescheduled, restarted or
+paused takes well under that. Workers retry for ever in their own loop instead."""
 
 
 def connect(
@@ -70,6 +116,8 @@ class RetryLoop:
     ``stop``: once set, a failed attempt is re-raised at once instead of retried, and a
     backoff sleep in progress ends: a process told to stop must not spend its grace period
     waiting for a Redis that is gone.
+
+    ``where``: the server, for the message of :class:`RedisUnavailable` (see :func:`where`).
     """
 
     def __init__(
@@ -78,25 +126,41 @@ class RetryLoop:
         first_delay_s: float = 0.05,
         max_delay_s: float = 2.0,
         stop: threading.Event | None = None,
+        where: str = "",
     ) -> None:
+        if timeout_s < 0:
+            raise ValueError(f"reconnect timeout must be >= 0 s, got {timeout_s}")
         self.timeout_s = timeout_s
         self.first_delay_s = first_delay_s
         self.max_delay_s = max_delay_s
         self.stop = stop
+        self.where = where
         self.retries = 0
         """Failed attempts that were retried, over the loop's lifetime (a metric)."""
 
     def call(self, operation: Callable[[], T], on_retry: Callable[[Exception], None] | None = None) -> T:
-        """``operation()``, retried on :data:`RETRYABLE` errors until ``timeout_s`` has passed."""
-        deadline = time.monotonic() + self.timeout_s
+        """``operation()``, retried on :data:`RETRYABLE` errors until ``timeout_s`` after the
+        call began; then :class:`RedisUnavailable` (the last error as its cause)."""
+        started = time.monotonic()
+        deadline = started + self.timeout_s
         delay = self.first_delay_s
+        attempts = 0
         while True:
+            attempts += 1
             try:
                 return operation()
+            except RedisUnavailable:
+                raise  # an inner loop's deadline passed: it has said everything
             except RETRYABLE as exc:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopped():
+                if self._stopped():
                     raise
+                if remaining <= 0:
+                    raise RedisUnavailable(
+                        f"Redis {'at ' + self.where + ' ' if self.where else ''}unavailable for "
+                        f"{time.monotonic() - started:.0f} s, past the reconnect deadline of {self.timeout_s:g} s "
+                        f"({attempts} attempt{'s' if attempts > 1 else ''}): {explain(exc)}"
+                    ) from exc
                 self.retries += 1
                 if on_retry is not None:
                     on_retry(exc)

@@ -26,7 +26,18 @@ longest time a learner holds a message before acking it.
 **Poison entries.** An entry whose payload or metadata cannot be decoded stays pending
 (another consumer, e.g. one with the compression library installed, may succeed); once it
 has been delivered ``max_deliveries`` times it is moved, with the reason, to the job's
-dead-letter stream and acked.
+dead-letter stream and acked. An entry that decodes but cannot become part of the batch
+``get()`` makes (other columns, dtypes or per-row shapes than the batches this consumer
+returned before; before the first, than most entries read with it) is moved to the dead
+letters at once, with the reason, and the good entries read with it are delivered. Whatever
+``get()`` raises, the entries it had read stay with the consumer, unacknowledged, for the
+next call. While Redis is out of memory a dead letter cannot be written: the entry is
+left pending and moved when it comes round again.
+
+**Redis away.** Every call rides out a Redis that restarts, pauses or refuses writes for up
+to ``reconnect_timeout_s`` (default 120 s) after it began, then raises
+:class:`~rolloutfleet.transport.connection.RedisUnavailable`, one line saying where and
+why. A restart without persistence loses the group: it is created again.
 
 **Duplicates and staleness.** A batch re-sent by a publisher after a lost reply carries
 the same (producer, seq) and is dropped (acked, counted). With ``max_policy_lag=k``,
@@ -35,7 +46,8 @@ row from the batch's ``weights_seq_no`` column (a fragment can hold rows carried
 from before a weights update, older than the rest): the other rows of the batch are
 delivered, and a batch with no row left is dropped whole (acked). Both are counted
 (:attr:`ConsumerStats.stale_rows`, :attr:`ConsumerStats.stale`). ``policy_version`` is
-the job's published weights version unless the learner sets it.
+the job's published weights version unless the learner sets it; should that go back
+(Redis lost its state), it is logged and counted (:attr:`ConsumerStats.weights_resets`).
 """
 
 from __future__ import annotations
@@ -56,13 +68,17 @@ from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.learners import LEARNERS_TTL_MS, READING_SCRIPT
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, job_keys
-from rolloutfleet.transport.connection import RetryLoop, connect
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where
 from rolloutfleet.transport.entries import (
     Message,
+    Schema,
     check_versions,
     concat_messages,
     decode_entry,
     fresh_rows,
+    majority_schema,
+    schema_mismatch,
+    schema_of,
 )
 from rolloutfleet.transport.stream_status import as_text, read_stream_status, weights_version
 
@@ -74,6 +90,21 @@ T = TypeVar("T")
 
 DEAD_LETTER_MAX_LEN = 10_000
 _SEEN_CAPACITY = 1 << 16
+SOCKET_MARGIN_S = 10.0
+"""A read's socket timeout is its BLOCK plus this."""
+
+
+class _Full(Exception):
+    """Redis is out of memory: an OutOfMemoryError kept from the retry loop."""
+
+
+def _refusing_oom(operation: Callable[[], T]) -> T:
+    try:
+        return operation()
+    except (redis.exceptions.OutOfMemoryError, redis.exceptions.ExecAbortError) as exc:
+        if isinstance(exc, redis.exceptions.ExecAbortError) and "OOM" not in str(exc) and "memory" not in str(exc):
+            raise
+        raise _Full(str(exc)) from exc
 
 
 @dataclass
@@ -92,7 +123,12 @@ class ConsumerStats:
     from batches whose other rows were delivered."""
     decode_failures: int = 0
     dead_lettered: int = 0
+    """Entries moved to the dead letters: undecodable ones, and ones no batch could be made with."""
+    unfit: int = 0
+    """Entries that decoded but could not join the batch ``get()`` made (other columns, dtypes, shapes)."""
     retries: int = 0
+    weights_resets: int = 0
+    """Times the job's published weights version was seen to go back (Redis lost its state)."""
 
 
 @dataclass(frozen=True)
@@ -141,8 +177,9 @@ class BatchConsumer:
         read_count: int = 16,
         block_s: float = 1.0,
         start: str = "0",
-        reconnect_timeout_s: float = 30.0,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         policy: str | None = None,
+        socket_timeout_s: float | None = None,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
@@ -163,9 +200,12 @@ class BatchConsumer:
         self.block_s = block_s
         self.start = start
         self.stats = ConsumerStats()
-        self.client = connect(redis_url, password, socket_timeout=max(30.0, block_s + 20.0))
+        # Silence longer than the BLOCK plus this margin is a Redis that is away (a retry
+        # follows), well within the reconnect deadline.
+        timeout = block_s + SOCKET_MARGIN_S if socket_timeout_s is None else socket_timeout_s
+        self.client = connect(redis_url, password, socket_timeout=timeout)
         self._reading = self.client.register_script(READING_SCRIPT)
-        self._retry = RetryLoop(reconnect_timeout_s)
+        self._retry = RetryLoop(reconnect_timeout_s, where=where(self.client))
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._in_flight: set[str] = set()
         self._carry: list[Message] = []
@@ -174,6 +214,9 @@ class BatchConsumer:
         self._next_reading = 0.0
         self._reclaim_cursor = "0-0"
         self._last_min_seq_no: int | None = None
+        self._schema: Schema | None = None
+        """Columns, dtypes and row shapes of the last batch get() returned."""
+        self._published_version: int | None = None
         self._call(self._create_group)
 
     # -- Redis calls ---------------------------------------------------------------------
@@ -181,9 +224,25 @@ class BatchConsumer:
     def _create_group(self) -> None:
         try:
             self.client.xgroup_create(self.keys.batches, self.group, id=self.start, mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
+        except redis.exceptions.OutOfMemoryError:
+            # Refused before Redis looked: a group that exists is all we need.
+            if self.group not in self._groups():
                 raise
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" in str(exc):
+                return
+            if "WRONGTYPE" in str(exc):
+                raise redis.ResponseError(
+                    f"{self.keys.batches} holds a {as_text(self.client.type(self.keys.batches))}, not a stream: "
+                    "something else wrote that key"
+                ) from None
+            raise
+
+    def _groups(self) -> list[str]:
+        try:
+            return [as_text(g["name"]) for g in self.client.xinfo_groups(self.keys.batches)]
+        except redis.ResponseError:  # no stream
+            return []
 
     def _call(self, operation: Callable[[], T]) -> T:
         """``operation`` with reconnect/backoff, re-creating the group if Redis lost it."""
@@ -223,7 +282,16 @@ class BatchConsumer:
                 self._next_reading = now + 0.5
                 self._reading(keys=[self.keys.learners], args=[self.group, LEARNERS_TTL_MS], client=pipe)
             pipe.xreadgroup(self.group, self.consumer, {self.keys.batches: ">"}, count=count, block=max(block_ms, 1))
-            return pipe.execute()[-1]
+            *stamp, reply = pipe.execute(raise_on_error=False)
+            if isinstance(reply, Exception):
+                raise reply
+            if stamp and isinstance(stamp[0], Exception):
+                # Out of memory refuses the stamp, not the read: a learner draining a full
+                # Redis is what frees it (the workers trim what it consumed).
+                if not isinstance(stamp[0], redis.exceptions.OutOfMemoryError):
+                    raise stamp[0]
+                self._next_reading = 0.0
+            return reply
 
         reply = self._call(read)
         if not reply:
@@ -255,7 +323,17 @@ class BatchConsumer:
     def _current_policy_version(self) -> int | None:
         if self.policy_version is not None:
             return self.policy_version
-        return weights_version(self._call(lambda: self.client.get(self.keys.weights_version)))
+        version = weights_version(self._call(lambda: self.client.get(self.keys.weights_version)))
+        if version is not None:
+            if self._published_version is not None and version < self._published_version:
+                self.stats.weights_resets += 1
+                log.warning(
+                    "the published weights version of %s went back from %d to %d (Redis lost its state?): "
+                    "policy lag is judged by %d from now on",
+                    self.keys.weights_version, self._published_version, version, version,
+                )  # fmt: skip
+            self._published_version = version
+        return version
 
     # -- turning entries into messages ------------------------------------------------
 
@@ -318,7 +396,11 @@ class BatchConsumer:
             log.warning("entry %s of %s: %s (delivery %d of %d; left pending for another try)",
                         entry_id, self.keys.batches, reason, deliveries, self.max_deliveries)  # fmt: skip
             return
-        log.error("entry %s of %s: %s; moved to %s", entry_id, self.keys.batches, reason, self.keys.dead_letters)
+        self._dead_letter(entry_id, fields, reason, deliveries)
+
+    def _dead_letter(self, entry_id: str, fields: Mapping[bytes, bytes], reason: str, deliveries: int) -> bool:
+        """Move an entry with ``reason`` to the dead letters (and ack it); whether it was moved
+        (not while Redis is out of memory: it is left pending, to be reclaimed and judged again)."""
         letter: dict[bytes | str, bytes | str | int] = {
             **{k: v for k, v in fields.items() if isinstance(k, bytes)},
             "dead_letter_reason": reason,
@@ -334,8 +416,38 @@ class BatchConsumer:
             pipe.xack(self.keys.batches, self.group, entry_id)
             pipe.execute()
 
-        self._call(move)
+        try:
+            # Not retried through a full Redis: the entry waits in the group instead.
+            self._call(lambda: _refusing_oom(move))
+        except _Full:
+            log.warning("entry %s of %s: %s; left pending: Redis is out of memory, no dead letter can be written",
+                        entry_id, self.keys.batches, reason)  # fmt: skip
+            self._in_flight.discard(entry_id)
+            return False
+        log.error("entry %s of %s: %s; moved to %s", entry_id, self.keys.batches, reason, self.keys.dead_letters)
+        self._in_flight.discard(entry_id)
         self.stats.dead_lettered += 1
+        return True
+
+    def _set_aside(self, messages: list[Message]) -> list[Message]:
+        """The messages that fit the batch ``get()`` makes; the others go to the dead letters."""
+        if not messages:
+            return messages
+        reference = self._schema or majority_schema(messages)
+        fit = []
+        for message in messages:
+            reason = schema_mismatch(message.batch, reference)
+            if reason is None:
+                fit.append(message)
+                continue
+            self.stats.unfit += 1
+            self.stats.delivered -= 1
+            # Judged again if it comes back (left pending while Redis is full): not a duplicate then.
+            self._seen.pop((message.metadata.producer, message.metadata.seq), None)
+            reply = self._call(lambda m=message: self.client.xrange(self.keys.batches, m.id, m.id))  # type: ignore[misc]
+            fields = cast(Mapping[bytes, bytes], reply[0][1]) if reply else {}
+            self._dead_letter(message.id, fields, f"cannot join the batch: {reason}", 1)
+        return fit
 
     # -- public API -------------------------------------------------------------------
 
@@ -392,9 +504,24 @@ class BatchConsumer:
             remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
             if remaining <= 0:
                 return None
-            self._carry.extend(self._fetch(self.read_count, int(max(remaining, 0.001) * 1000)))
+            fetched = self._fetch(self.read_count, int(max(remaining, 0.001) * 1000))
+            if self._schema is not None:
+                self._carry += self._set_aside(fetched)
+            else:  # the first batch: judged with everything read so far, the majority decides
+                self._carry = self._set_aside(self._carry + fetched)
         messages, self._carry = self._carry, []
+        try:
+            result = self._assemble(messages, as_torch, device, pin_memory)
+        except BaseException:
+            # Nothing is lost or acknowledged unseen: the next get() starts from these.
+            self._carry = messages + self._carry
+            raise
         self._uncommitted = messages
+        self._schema = schema_of(messages[0].batch) if messages else self._schema
+        return result
+
+    @staticmethod
+    def _assemble(messages: list[Message], as_torch: bool, device: str | torch.device | None, pin_memory: bool) -> Any:
         columns = concat_messages(messages)
         if not as_torch:
             return SampleBatch(columns)

@@ -1,10 +1,12 @@
 """One stream entry as a learner sees it: the publisher's :class:`BatchMetadata`, the
 decoded batch (:func:`decode_entry`), the rows recent enough for a policy-lag bound
-(:func:`fresh_rows`) and many entries' rows in one batch (:func:`concat_messages`)."""
+(:func:`fresh_rows`), whether it can join other entries' rows (:func:`schema_mismatch`)
+and many entries' rows in one batch (:func:`concat_messages`)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -147,6 +149,52 @@ def check_versions(batch: SampleBatch) -> None:
         raise DecodeError(
             f"column {WEIGHTS_SEQ_NO!r} must be one integer per row, got {column.dtype} of shape {column.shape}"
         )
+
+
+Schema = tuple[tuple[str, str, tuple[int, ...]], ...]
+"""Per column, sorted by name: (name, dtype, shape of one row); text columns' width is left out."""
+
+
+def schema_of(batch: Mapping[str, np.ndarray]) -> Schema:
+    """What a batch must share with others to be concatenated with them.
+
+    >>> schema_of({"obs": np.zeros((5, 4), np.float32), "agent_id": np.array(["a", "bb"])})
+    (('agent_id', 'U', ()), ('obs', 'float32', (4,)))
+    """
+    return tuple(
+        sorted(
+            (str(name), "U" if column.dtype.kind == "U" else str(column.dtype), tuple(column.shape[1:]))
+            for name, column in batch.items()
+        )
+    )
+
+
+def majority_schema(messages: Sequence[Message]) -> Schema:
+    """The schema most of ``messages`` have (the earliest of those tied)."""
+    counts = Counter(schema_of(m.batch) for m in messages)
+    best = max(counts.values())
+    return next(schema for m in messages if counts[schema := schema_of(m.batch)] == best)
+
+
+def schema_mismatch(batch: Mapping[str, np.ndarray], reference: Schema) -> str | None:
+    """Why ``batch`` cannot be concatenated with batches of ``reference`` (one line), or None.
+
+    >>> schema_mismatch({"obs": np.zeros((2, 3), np.float32)}, (("obs", "float32", (4,)),))
+    "column 'obs' has rows of shape (3,), the batch's have (4,)"
+    """
+    mine = {name: (dtype, shape) for name, dtype, shape in schema_of(batch)}
+    theirs = {name: (dtype, shape) for name, dtype, shape in reference}
+    if set(mine) != set(theirs):
+        missing, extra = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
+        parts = ([f"missing {missing}"] if missing else []) + ([f"extra {extra}"] if extra else [])
+        return f"columns {sorted(mine)} are not the batch's {sorted(theirs)} ({', '.join(parts)})"
+    for name in sorted(mine):
+        (dtype, shape), (want_dtype, want_shape) = mine[name], theirs[name]
+        if dtype != want_dtype:
+            return f"column {name!r} is {dtype}, the batch's is {want_dtype}"
+        if shape != want_shape:
+            return f"column {name!r} has rows of shape {shape}, the batch's have {want_shape}"
+    return None
 
 
 def concat_messages(

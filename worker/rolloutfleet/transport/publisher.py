@@ -13,8 +13,16 @@ and its metadata as fields:
 | ``worker_index``, ``env_steps`` | who produced it, how many rows |
 | ``weights_seq_no``, ``weights_seq_no_min`` | the newest and the oldest weights version among its rows |
 | ``created_at`` | unix seconds when it was published |
-| ``producer``, ``seq`` | a random id of this publisher and a per-publisher counter: a batch re-sent after a
-  lost reply carries the same pair, and consumers drop the duplicate |
+| ``producer``, ``seq`` | a random id of this publisher and a per-publisher counter: the batch's identity |
+
+**A batch is published once, whatever Redis does.** An XADD whose reply never came (Redis
+paused past the socket timeout, the connection dropped) may still have been written: a
+paused server executes what waited in its socket once it resumes. So a publish that failed
+is re-sent with the same identity, within :meth:`BatchPublisher.publish`'s reconnect
+window and also when the caller calls ``publish`` again with the same batch object (what
+a worker does when its own loop retries the fragment in hand): the fields are those of the
+first try, ``created_at`` included. Consumers drop the second copy (same producer and
+seq) and count it; :attr:`PublisherStats.resent` counts the re-sends.
 
 **Backpressure** (``spec.redis.backpressure``), judged by the entries the slowest *learner*
 group has not finished (undelivered + pending). A consumer group is a learner's while it
@@ -33,12 +41,24 @@ learner to come (back).
   out), which ``rolloutfleet streams`` shows. The measurement rides in the same round trip as an XADD
   and decides whether the *next* publish waits; while the stream is less than half full
   it is repeated only every few publishes (spaced by the number of producers, at most
-  16). So concurrent producers can overshoot ``max_len`` by about one entry each; the
-  stream is trimmed at ``max_len + trim_headroom`` entries so that this overshoot never
-  trims an unconsumed entry, while consumed entries are freed.
+  16). So concurrent producers can overshoot ``max_len`` by about one entry each. The
+  stream is trimmed only of what every learner group has consumed (XADD MINID: entries
+  before the oldest one still pending or not yet delivered in any learner group, as of the
+  last measurement), never by length: entries a learner that died left pending stay until
+  another consumer of its group reclaims them, however far the others have read on.
 * ``dropOldest``: XADD trims to about ``max_len`` entries (approximate trimming: whole
   radix-tree nodes, far cheaper than exact), and the number of trimmed entries that no
   group had been given yet is counted in :attr:`PublisherStats.dropped`.
+
+**Redis out of memory** (``maxmemory`` reached, policy ``noeviction``: Redis refuses the
+XADD, and with it the trimming the XADD would have done) is backpressure too: the
+publisher trims what every learner group has consumed (XTRIM MINID, which Redis allows when
+full; counted in :attr:`PublisherStats.trimmed`) and tries again, waiting for the learners
+while nothing consumed is left, for at most ``block_timeout_s``; then it raises
+:class:`RedisFull` (a :class:`BackpressureTimeout`: a worker waits and tries again, it does
+not crash). ``dropOldest`` trims the oldest entries too when nothing consumed is left
+(unread ones counted in ``dropped``). Waits are counted in ``oom_waits`` and
+``oom_wait_seconds``.
 
 **Size limit**: a payload above ``max_payload_bytes`` (default 32 MiB) is rejected with
 :class:`PayloadTooLarge` rather than split: Redis serves one client at a time, so 8 MB+
@@ -56,6 +76,7 @@ batch without the column (one built by hand) is taken to be sampled, every row, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -66,18 +87,29 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import redis
 
 from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.data.codec import Compression, encode, encode_multi
 from rolloutfleet.spec.job import RedisSpec, RolloutJob
 from rolloutfleet.spec.learners import DEFAULT_LEARNER_IDLE_S, StreamLoad, group_idle_ms, stream_load
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import RetryLoop, connect
+from rolloutfleet.transport.connection import (
+    DEFAULT_RECONNECT_TIMEOUT_S,
+    RetryLoop,
+    connect,
+    explain,
+    where,
+)
+from rolloutfleet.transport.room import consumed_bound, drop_oldest, full_message, trim_consumed, undelivered
 
 log = logging.getLogger(__name__)
 
 Backpressure = Literal["block", "dropOldest"]
 DEFAULT_MAX_PAYLOAD_BYTES = 32 << 20
+PUBLISH_SOCKET_TIMEOUT_S = 20.0
+"""A reply slower than this fails the attempt (a retry follows); it also bounds sending one
+payload (32 MiB in 20 s: 13 Mbit/s)."""
 
 
 class PayloadTooLarge(ValueError):
@@ -86,6 +118,11 @@ class PayloadTooLarge(ValueError):
 
 class BackpressureTimeout(TimeoutError):
     """The stream stayed full (``block`` backpressure) for longer than ``block_timeout_s``."""
+
+
+class RedisFull(BackpressureTimeout):
+    """Redis stayed out of memory (``maxmemory``, ``noeviction``) for ``block_timeout_s``
+    though everything the learner groups had consumed was trimmed."""
 
 
 class PublishInterrupted(RuntimeError):
@@ -106,6 +143,14 @@ class PublisherStats:
     """Entries trimmed before any consumer group was given them (``dropOldest``)."""
     retries: int = 0
     """Redis calls that failed (connection lost, server loading) and were retried."""
+    resent: int = 0
+    """Calls of ``publish`` for a batch whose earlier call failed: re-sent with its identity
+    (retries within one call are in ``retries``)."""
+    oom_waits: int = 0
+    """Publishes that found Redis out of memory (``maxmemory``) and waited for room."""
+    oom_wait_seconds: float = 0.0
+    trimmed: int = 0
+    """Entries every learner group had consumed, trimmed to free memory for a refused XADD."""
 
 
 _HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
@@ -133,12 +178,6 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _undelivered(length: int, groups: Any) -> int:
-    if isinstance(groups, Exception) or not groups:
-        return length
-    return max(length if g.get("lag") is None else min(int(g["lag"]), length) for g in groups)
-
-
 def _options(job: str | RolloutJob, namespace: str) -> tuple[str, str, RedisSpec, int]:
     if isinstance(job, RolloutJob):
         return job.namespace, job.name, job.spec.redis, job.spec.replicas
@@ -156,7 +195,10 @@ class BatchPublisher:
     0
 
     ``reconnect_timeout_s``: how long one ``publish`` keeps retrying (with backoff) while
-    Redis is unreachable before it re-raises the connection error.
+    Redis is unreachable before it raises
+    :class:`~rolloutfleet.transport.connection.RedisUnavailable`; ``socket_timeout_s``: how
+    long a reply may take before the attempt counts as failed (keep it below
+    ``reconnect_timeout_s`` to leave room for retries; it also bounds sending one payload).
 
     ``learner_idle_s``: a consumer group whose consumers have not read for this long is
     not a learner's and does not hold ``block`` backpressure (see the module doc); make
@@ -179,10 +221,10 @@ class BatchPublisher:
         block_timeout_s: float | None = None,
         compression: Compression | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        trim_headroom: int | None = None,
-        reconnect_timeout_s: float = 30.0,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         policy: str | None = None,
         learner_idle_s: float = DEFAULT_LEARNER_IDLE_S,
+        socket_timeout_s: float = PUBLISH_SOCKET_TIMEOUT_S,
     ) -> None:
         namespace, name, spec, replicas = _options(job, namespace)
         self.keys = job_keys(namespace, name, policy)
@@ -199,9 +241,8 @@ class BatchPublisher:
             raise ValueError(f"learner_idle_s must be > 0, got {learner_idle_s}")
         self.learner_idle_s = learner_idle_s
         self._groups: list[str] = []  # the stream's groups at the last measurement
+        self._trim_before: str | None = None  # block: entries before this id are consumed (last measurement)
         self.max_payload_bytes = max_payload_bytes
-        # Room for each concurrent producer's one-entry overshoot (see the module doc).
-        self.trim_headroom = max(64, replicas) if trim_headroom is None else trim_headroom
         self.stats = PublisherStats()
         self.producer_id = uuid.uuid4().hex[:16]
         self._seq = 0
@@ -211,10 +252,12 @@ class BatchPublisher:
         self.producers = max(1, replicas)
         """How many publishers share the stream (the job's replicas), to space the checks."""
         self._interrupted = threading.Event()
+        self.client = connect(redis_url, password, socket_timeout=socket_timeout_s)
         # interrupt() also ends a wait for a Redis that is away (a stopping worker drops the batch).
-        self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted)
-        self.client = connect(redis_url, password, socket_timeout=max(30.0, reconnect_timeout_s))
+        self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted, where=where(self.client))
         self._hold_script = self.client.register_script(_HOLD_SCRIPT)
+        self._unsent: tuple[Mapping[str, Any], dict[Any, Any]] | None = None
+        """The batch whose publish failed, and the fields it was sent with (its identity)."""
 
     def publish(
         self,
@@ -230,9 +273,41 @@ class BatchPublisher:
         ``weights_seq_no`` is only for a batch without that column (the version of all its
         rows, default 0): given with the column, it must agree with every row.
 
-        Raises :class:`PayloadTooLarge`, :class:`BackpressureTimeout` (``block``), or the
-        connection error once Redis stayed away for ``reconnect_timeout_s``.
+        Called again with the same batch object after it raised, it re-sends the batch with
+        the identity of the first try (see the module doc): the failed XADD may have been
+        written after all, and consumers then drop the second copy.
+
+        Raises :class:`PayloadTooLarge`, :class:`BackpressureTimeout` (``block``; its
+        subclass :class:`RedisFull` when Redis stays out of memory), or
+        :class:`~rolloutfleet.transport.connection.RedisUnavailable` once Redis stayed away
+        for ``reconnect_timeout_s``.
         """
+        if self._unsent is not None and self._unsent[0] is batch:
+            fields = self._unsent[1]
+            self.stats.resent += 1
+        else:
+            fields = self._fields(batch, weights_seq_no, worker_index, env_steps, agent_ids)
+            self._unsent = (batch, fields)
+
+        def count_retry(exc: Exception) -> None:
+            self.stats.retries += 1
+            log.warning("redis unavailable while publishing to %s (%s); retrying", self.keys.batches, explain(exc))
+
+        entry_id = self._retry.call(lambda: self._add(fields), on_retry=count_retry)
+        self._unsent = None
+        self.stats.published += 1
+        self.stats.bytes += len(fields[b"payload"])
+        return entry_id
+
+    def _fields(
+        self,
+        batch: Mapping[str, Any],
+        weights_seq_no: int | None,
+        worker_index: int,
+        env_steps: int | None,
+        agent_ids: Sequence[str] | None,
+    ) -> dict[Any, Any]:
+        """The entry for a new batch, under the next seq of this producer."""
         oldest, newest = weights_versions(batch, weights_seq_no)
         if self.policy is not None:
             # One group named after the policy: the payload says whose it is on its own.
@@ -261,31 +336,56 @@ class BatchPublisher:
             fields[b"agent_steps"] = _rows(batch)
             fields[b"agent_ids"] = json.dumps(list(agent_ids or ()))
         self._seq += 1
-
-        def count_retry(exc: Exception) -> None:
-            self.stats.retries += 1
-            log.warning("redis unavailable while publishing to %s (%s); retrying", self.keys.batches, exc)
-
-        entry_id = self._retry.call(lambda: self._add(fields), on_retry=count_retry)
-        self.stats.published += 1
-        self.stats.bytes += len(payload)
-        return entry_id
+        return fields
 
     def _add(self, fields: dict[Any, Any]) -> str:
+        """XADD ``fields``; while Redis is out of memory, trim what the learners consumed and wait."""
+        started: float | None = None
+        delay = 0.01
+        while True:
+            try:
+                entry_id = self._add_once(fields)
+            except redis.exceptions.OutOfMemoryError:
+                if started is None:
+                    started = time.monotonic()
+                    self.stats.oom_waits += 1
+                    log.warning(
+                        "redis refuses writes to %s: out of memory (maxmemory); trimming what the learners "
+                        "consumed and waiting for room",
+                        self.keys.batches,
+                    )
+                if self._make_room():
+                    continue  # something was freed: try at once
+                waited = time.monotonic() - started
+                if self._interrupted.is_set():
+                    self.stats.oom_wait_seconds += waited
+                    raise PublishInterrupted(
+                        f"gave up waiting for room in {self.keys.batches} (Redis out of memory): interrupted"
+                    ) from None
+                if waited >= self.block_timeout_s:
+                    self.stats.oom_wait_seconds += waited
+                    raise RedisFull(self._full_message(waited)) from None
+                self._interrupted.wait(min(delay, self.block_timeout_s - waited))
+                delay = min(delay * 2, 0.5)
+                continue
+            if started is not None:
+                self.stats.oom_wait_seconds += time.monotonic() - started
+            return entry_id
+
+    def _add_once(self, fields: dict[Any, Any]) -> str:
         key = self.keys.batches
         if self.backpressure == "block":
-            maxlen = self.max_len + self.trim_headroom
             if self._full:
                 self._wait_for_room()
             if self._until_check > 0:
                 # Far from full: a bare XADD. Measuring costs a third of a publish, and
                 # matters only near the limit (where the learner sets the pace anyway).
                 self._until_check -= 1
-                entry_id = self.client.xadd(key, fields, maxlen=maxlen, approximate=True)
+                entry_id = self.client.xadd(key, fields, minid=self._trim_before, approximate=True)
             else:
                 # One round trip: the XADD, and what it left behind (decides the next publishes).
                 pipe = self.client.pipeline(transaction=False)
-                pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
+                pipe.xadd(key, fields, minid=self._trim_before, approximate=True)
                 self._queue_measure(pipe)
                 entry_id, *replies = pipe.execute(raise_on_error=False)
                 if isinstance(entry_id, Exception):
@@ -307,7 +407,7 @@ class BatchPublisher:
             trimmed = int(before) + 1 - int(after)
             if trimmed > 0:
                 # The trim removes the oldest entries; the delivered ones come first.
-                delivered = int(before) - _undelivered(int(before), groups)
+                delivered = int(before) - undelivered(int(before), groups)
                 self.stats.dropped += max(0, trimmed - delivered)
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
@@ -329,17 +429,18 @@ class BatchPublisher:
         return self._load(pipe.execute(raise_on_error=False))
 
     def _queue_measure(self, pipe: Any) -> None:
-        # Consumers of the groups seen last time ride in the same round trip; a new group
-        # costs one more (see _load).
+        # Consumers and pending summaries of the groups seen last time ride in the same
+        # round trip; a new group costs one more (see _load).
         pipe.xlen(self.keys.batches)
         pipe.xinfo_groups(self.keys.batches)
         pipe.hgetall(self.keys.learners)
         pipe.time()
         for name in self._groups:
             pipe.xinfo_consumers(self.keys.batches, name)
+            pipe.xpending(self.keys.batches, name)
 
     def _load(self, replies: list[Any]) -> StreamLoad:
-        length, groups, reading, now, *consumers = replies
+        length, groups, reading, now, *per_group = replies
         if isinstance(length, Exception):
             raise length
         names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
@@ -348,13 +449,26 @@ class BatchPublisher:
             pipe = self.client.pipeline(transaction=False)
             for name in names:
                 pipe.xinfo_consumers(self.keys.batches, name)
-            consumers = pipe.execute(raise_on_error=False) if names else []
+                pipe.xpending(self.keys.batches, name)
+            per_group = pipe.execute(raise_on_error=False) if names else []
+        consumers, pending = per_group[0::2], per_group[1::2]
         idle = group_idle_ms(names, consumers, reading, now)
-        return stream_load(int(length), groups, idle, self.learner_idle_s)
+        load = stream_load(int(length), groups, idle, self.learner_idle_s)
+        learners = [(name, summary) for name, summary in zip(names, pending, strict=True) if name not in load.ignored]
+        bound = None
+        if load.group is not None and not any(isinstance(summary, Exception) for _, summary in learners):
+            bound = consumed_bound(groups, [summary for _, summary in learners], [name for name, _ in learners])
+        # Unknown (no learner group, a group gone meanwhile): no trimming until it is known.
+        self._trim_before = None if bound is None else f"{bound[0]}-{bound[1]}"
+        return load
 
     def _record_hold(self, load: StreamLoad, waited_s: float) -> None:
         """Say who holds the fleet back, for ``rolloutfleet streams``; the record expires once
-        no waiting worker refreshes it."""
+        no waiting worker refreshes it. Skipped while Redis refuses writes (out of memory)."""
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+            self._record_hold_now(load, waited_s)
+
+    def _record_hold_now(self, load: StreamLoad, waited_s: float) -> None:
         self._hold_script(
             keys=[self.keys.backpressure],
             args=[
@@ -400,6 +514,44 @@ class BatchPublisher:
             self.stats.blocked += 1
             self.stats.blocked_seconds += time.monotonic() - started
         self._full = False
+
+    def trim_consumed(self) -> int:
+        """Remove the entries every learner group has consumed (see :mod:`rolloutfleet.transport.room`);
+        returns how many. Groups not counted as learners' (see the module doc) are not waited for."""
+        load = self.load()
+        learners = [name for name in self._groups if name not in load.ignored]
+        if load.group is None:
+            return 0  # no learner reads: nothing is consumed
+        trimmed = trim_consumed(self.client, self.keys.batches, learners)
+        self.stats.trimmed += trimmed
+        if trimmed:
+            log.info("trimmed %d consumed entries of %s to free memory", trimmed, self.keys.batches)
+        return trimmed
+
+    def _make_room(self) -> bool:
+        """Redis refused an XADD for memory: free what may be freed; whether anything was."""
+        if self.trim_consumed():
+            return True
+        if self.backpressure != "dropOldest":
+            return False
+        # dropOldest never waits for learners: the oldest entries go, unread ones counted.
+        trimmed, unread = drop_oldest(self.client, self.keys.batches)
+        self.stats.dropped += unread
+        return trimmed > 0
+
+    def _full_message(self, waited: float) -> str:
+        try:
+            load = self.load()
+        except redis.RedisError:
+            load = StreamLoad(0, None)
+        reason = (
+            f"learner group {load.group!r} has {load.unconsumed} unconsumed entries and nothing it consumed is left to "
+            "trim: is the learner keeping up?"
+            if load.group is not None
+            else f"no consumer group has read within {self.learner_idle_s:g} s, so nothing is consumed to trim: "
+            "is the learner running?"
+        )
+        return full_message(self.client, self.keys.batches, waited, self.block_timeout_s, reason)
 
     def close(self) -> None:
         self.client.close()

@@ -25,7 +25,7 @@ import redis
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import RetryLoop, connect
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where
 from rolloutfleet.transport.entries import Message, decode_entry
 
 _SEEN_CAPACITY = 1 << 16
@@ -52,7 +52,7 @@ class BatchReader:
         password: str | None = None,
         policy: str | None = None,
         block_s: float = 1.0,
-        reconnect_timeout_s: float = 30.0,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
@@ -62,8 +62,9 @@ class BatchReader:
         self.stats = ReaderStats()
         self.position = "0-0"
         """The id of the last entry read: the next read returns what follows it."""
-        self.client = connect(redis_url, password, socket_timeout=max(30.0, block_s + 20.0))
-        self._retry = RetryLoop(reconnect_timeout_s)
+        # A BLOCK's silence plus a margin, well within the reconnect deadline (retries fit in it).
+        self.client = connect(redis_url, password, socket_timeout=block_s + 10.0)
+        self._retry = RetryLoop(reconnect_timeout_s, where=where(self.client))
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     def read(self, count: int = 16, timeout: float | None = None) -> list[Message]:
@@ -76,9 +77,18 @@ class BatchReader:
                 return messages
 
     def _fetch(self, count: int, block_ms: int) -> list[Message]:
-        reply: Any = self._retry.call(
-            lambda: self.client.xread({self.keys.batches: self.position}, count=count, block=max(block_ms, 1))
-        )
+        try:
+            reply: Any = self._retry.call(
+                lambda: self.client.xread({self.keys.batches: self.position}, count=count, block=max(block_ms, 1))
+            )
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            kind = self.client.type(self.keys.batches)
+            raise redis.ResponseError(
+                f"{self.keys.batches} holds a {kind.decode() if isinstance(kind, bytes) else kind}, not a stream: "
+                "something else wrote that key"
+            ) from None
         messages = []
         for _, entries in reply or []:  # RESP2: [[stream, entries]]
             for raw_id, fields in entries:

@@ -23,6 +23,21 @@ How a version is published, so that a reader never sees a mix of two versions:
 A poll is one GET of the small version key; the chunks are fetched only when it names a
 newer version.
 
+**Versions never go back, even when Redis loses its state** (restarted without
+persistence, flushed): the counter would start again at 1, and workers holding version 5
+would ignore versions 1 to 5 of the learner, sampling with old weights. Instead:
+
+* a :class:`WeightPublisher` continues above the higher of the version it published last
+  and the version workers report they hold (step 1 is a script that moves the counter
+  past them); a publisher that had to do so logs a warning and
+  counts it (:attr:`WeightPublisher.resets`);
+* a :class:`WeightSubscriber` that finds the version key gone, or naming a version older
+  than the one it holds, keeps its weights, logs a warning, counts it once per reset
+  (:attr:`WeightSubscriber.resets`) and reports the version it holds under
+  ``weights:held``, so the learner's next version is newer than every worker's: the
+  workers load it as usual. Workers poll before every fragment and a learner publishes
+  after reading fragments, so the report is there before the learner's next version.
+
 Multi-agent jobs: ``policy="red"`` on both sides publishes and polls that policy's weights
 under its own keys (``weights:red:version``...), with a sequence of its own::
 
@@ -31,21 +46,25 @@ under its own keys (``weights:red:version``...), with a sequence of its own::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import redis
 
 from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, encode_tensors
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import RetryLoop, connect
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 64 << 20
+WEIGHTS_SOCKET_TIMEOUT_S = 60.0
+"""Also bounds sending one chunk (64 MiB in 60 s: 9 Mbit/s)."""
 UPLOAD_TTL_S = 600
 """Chunks of a version that never became current (its publisher died) vanish after this."""
 
@@ -67,6 +86,33 @@ for i = 2, #KEYS do
   redis.call('PERSIST', KEYS[i])
 end
 redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+
+
+# KEYS: counter, held key; ARGV: the version this publisher published last.
+# Returns {seq, floor it had to go above (0: none), who held the floor}.
+_NEXT_SEQ_LUA = """
+local seq = redis.call('INCR', KEYS[1])
+local floor, source = tonumber(ARGV[1]), 'this publisher'
+local held = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if held > floor then
+  floor, source = held, 'a worker'
+end
+if seq <= floor then
+  seq = floor + 1
+  redis.call('SET', KEYS[1], seq)
+  return {seq, floor, source}
+end
+return {seq, 0, ''}
+"""
+
+# KEYS: held key; ARGV: the version a worker holds.
+_HELD_LUA = """
+local held = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if tonumber(ARGV[1]) > held then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
 return 1
 """
 
@@ -113,6 +159,9 @@ class WeightPublisher:
     1
 
     ``policy``: the policy of a multi-agent job whose weights these are.
+
+    ``reconnect_timeout_s``: how long a publish rides out a Redis that is away, then
+    :class:`~rolloutfleet.transport.connection.RedisUnavailable`.
     """
 
     def __init__(
@@ -125,8 +174,9 @@ class WeightPublisher:
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         grace_s: int = 30,
         compression: Compression = "none",
-        reconnect_timeout_s: float = 30.0,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         policy: str | None = None,
+        socket_timeout_s: float = WEIGHTS_SOCKET_TIMEOUT_S,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
@@ -136,9 +186,14 @@ class WeightPublisher:
         self.chunk_bytes = chunk_bytes
         self.grace_s = grace_s
         self.compression: Compression = compression
-        self.client = connect(redis_url, password, socket_timeout=120.0)
+        self.client = connect(redis_url, password, socket_timeout=socket_timeout_s)
         self._script = self.client.register_script(_PUBLISH_LUA)
-        self._retry = RetryLoop(reconnect_timeout_s)
+        self._next_seq = self.client.register_script(_NEXT_SEQ_LUA)
+        self._retry = RetryLoop(reconnect_timeout_s, where=where(self.client))
+        self.seq_no = 0
+        """The version this publisher published last."""
+        self.resets = 0
+        """Times the version counter was found behind (Redis lost its state) and moved past."""
 
     def publish(self, weights: Any) -> int:
         """Publish ``weights`` (module, state dict, or name -> array); returns its seq no.
@@ -146,7 +201,7 @@ class WeightPublisher:
         Atomic: readers see the previous version until this one is complete.
         """
         payload = memoryview(encode_tensors(to_numpy_state(weights), self.compression))
-        seq = int(self._retry.call(lambda: self.client.incr(self.keys.weights_counter)))
+        seq = self._retry.call(self._take_seq)
         chunks = [payload[i : i + self.chunk_bytes] for i in range(0, len(payload), self.chunk_bytes)] or [payload]
         names = [self.keys.weights_chunk(seq, i) for i in range(len(chunks))]
 
@@ -165,7 +220,21 @@ class WeightPublisher:
 
         if not self._retry.call(upload):
             log.warning("weights version %d was not made current: a newer version was published meanwhile", seq)
+        self.seq_no = max(self.seq_no, seq)
         return seq
+
+    def _take_seq(self) -> int:
+        """The next version: the counter's, moved past what Redis forgot (see the module doc)."""
+        keys = [self.keys.weights_counter, self.keys.weights_held]
+        seq, floor, source = self._next_seq(keys=keys, args=[self.seq_no], client=self.client)
+        if int(floor):
+            self.resets += 1
+            log.warning(
+                "weights version counter %s went back (Redis lost its state?): continuing at %d, above version %d "
+                "held by %s",
+                self.keys.weights_counter, int(seq), int(floor), source.decode() if isinstance(source, bytes) else source,
+            )  # fmt: skip
+        return int(seq)
 
     def close(self) -> None:
         self.client.close()
@@ -195,12 +264,18 @@ class WeightSubscriber:
         password: str | None = None,
         seq_no: int = 0,
         policy: str | None = None,
+        socket_timeout_s: float = WEIGHTS_SOCKET_TIMEOUT_S,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
         self.keys = job_keys(namespace, job, policy)
         self.seq_no = seq_no
-        self.client = connect(redis_url, password, socket_timeout=120.0)
+        self.client = connect(redis_url, password, socket_timeout=socket_timeout_s)
+        self._held = self.client.register_script(_HELD_LUA)
+        self.resets = 0
+        """Times the published version was found gone or older than the one held (Redis lost
+        its state): logged and counted once per reset."""
+        self._in_reset = False
 
     def current_seq_no(self) -> int | None:
         """The published version (one GET), or None if none was published."""
@@ -211,6 +286,9 @@ class WeightSubscriber:
         """One GET; the download only when that names a version newer than ``seq_no``."""
         for _ in range(8):
             version = _parse_version(self.client.get(self.keys.weights_version))
+            if self.seq_no > 0 and (version is None or version[0] < self.seq_no):
+                self._went_back(None if version is None else version[0])
+                return None
             if version is None or version[0] <= self.seq_no:
                 return None
             seq, count, size = version
@@ -231,9 +309,25 @@ class WeightSubscriber:
             del parts
             weights = decode_tensors(buffer)
             self.seq_no = seq
+            self._in_reset = False
             return WeightsUpdate(seq, weights)
         log.warning("weights kept changing while downloading %s; trying again next poll", self.keys.weights_version)
         return None
+
+    def _went_back(self, published: int | None) -> None:
+        """The published version is gone or older than ours: keep our weights, say so once,
+        and report ours so that the learner's next version is newer."""
+        if not self._in_reset:
+            self._in_reset = True
+            self.resets += 1
+            seen = "is gone" if published is None else f"went back to {published}"
+            log.warning(
+                "weights version %s %s while this worker holds version %d (Redis lost its state?): keeping it; "
+                "the learner's next version continues above it",
+                self.keys.weights_version, seen, self.seq_no,
+            )  # fmt: skip
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):  # reported again on the next poll
+            self._held(keys=[self.keys.weights_held], args=[self.seq_no], client=self.client)
 
     def close(self) -> None:
         self.client.close()
