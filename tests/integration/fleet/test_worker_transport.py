@@ -101,3 +101,15 @@ def test_heartbeats_of_several_workers_round_trip_and_expire_together(redis_url:
 
 def test_read_heartbeats_is_empty_when_redis_is_away() -> None:
     assert read_heartbeats("redis://127.0.0.1:1/0", config("redis://127.0.0.1:1/0").job) == {}
+
+
+def test_the_runner_is_the_record_of_the_loaded_version(redis_url: str) -> None:
+    transport = WorkerTransport(config(redis_url))
+    publisher = WeightPublisher(redis_url, "cartpole", "team")
+    publisher.publish({"w": np.ones(2)})
+    publisher.publish({"w": np.full(2, 2.0)})
+    # A runner restored (set_state) with version 2 already: nothing newer to download.
+    assert transport.poll_weights(held={"default": 2}) == {}
+    # A runner that holds version 1 (the subscriber has not seen any): version 2 is newer.
+    updates = transport.poll_weights(held={"default": 1})
+    assert updates["default"].seq_no == 2 and updates["default"].weights["w"].tolist() == [2.0, 2.0]

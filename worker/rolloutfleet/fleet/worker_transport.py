@@ -91,11 +91,12 @@ class WorkerTransport:
         scheduled = any(spec.exploration.follows_global_step for spec in specs)
         self.global_step = GlobalStepReader(self.client, self.keys) if scheduled else None
 
-    def poll_weights(self) -> dict[str, WeightsUpdate]:
-        """Each policy's newer weights (``"default"`` for a single-agent job); absent when not newer."""
+    def poll_weights(self, held: Mapping[str, int] | None = None) -> dict[str, WeightsUpdate]:
+        """Each policy's newer weights (``"default"`` for a single-agent job); absent when not
+        newer than ``held[policy]`` (the runner's versions), or than the last one polled."""
         updates: dict[str, WeightsUpdate] = {}
         for policy, subscriber in self.subscribers.items():
-            update = subscriber.poll()
+            update = subscriber.poll(held=None if held is None else held.get(policy))
             if update is not None:
                 updates[policy] = update
         return updates
@@ -104,7 +105,8 @@ class WorkerTransport:
         """Poll and load newer weights into ``runner``; returns the newest seq no loaded, if any.
         A job with an exploration schedule also takes the learner's global step, when it changed."""
         loaded = None
-        for policy, update in self.poll_weights().items():
+        # The runner's versions are the one record of what is loaded (set_state can change them).
+        for policy, update in self.poll_weights(held=runner.weights_seq_nos).items():
             if runner.set_weights(policy, update.weights, update.seq_no):
                 loaded = max(loaded or 0, update.seq_no)
         if self.global_step is not None and (step := self.global_step.poll()) is not None:

@@ -5,7 +5,7 @@
     1
     >>> subscriber = WeightSubscriber("redis://127.0.0.1:6379/0", "cartpole")  # doctest: +SKIP
     >>> update = subscriber.poll()              # None until a newer version exists  # doctest: +SKIP
-    >>> runner.set_weights(update.weights, update.seq_no)                      # doctest: +SKIP
+    >>> runner.set_weights("default", update.weights, update.seq_no)           # doctest: +SKIP
 
 How a version is published, so that a reader never sees a mix of two versions:
 
@@ -251,8 +251,8 @@ class WeightSubscriber:
     last returned (or ``seq_no``) is current, else ``None``.
 
     >>> subscriber = WeightSubscriber(url, "cartpole")   # doctest: +SKIP
-    >>> if (update := subscriber.poll()) is not None:    # doctest: +SKIP
-    ...     runner.set_weights(update.weights, update.seq_no)
+    >>> if (update := subscriber.poll(held=runner.weights_seq_nos["default"])) is not None:  # doctest: +SKIP
+    ...     runner.set_weights("default", update.weights, update.seq_no)
     """
 
     def __init__(
@@ -282,8 +282,14 @@ class WeightSubscriber:
         version = _parse_version(self.client.get(self.keys.weights_version))
         return None if version is None else version[0]
 
-    def poll(self) -> WeightsUpdate | None:
-        """One GET; the download only when that names a version newer than ``seq_no``."""
+    def poll(self, held: int | None = None) -> WeightsUpdate | None:
+        """One GET; the download only when that names a version newer than ``seq_no``.
+
+        ``held``: the version the caller samples with (a worker passes its runner's, so the
+        runner stays the one record of what is loaded); default: the last version returned.
+        """
+        if held is not None:
+            self.seq_no = held
         for _ in range(8):
             version = _parse_version(self.client.get(self.keys.weights_version))
             if self.seq_no > 0 and (version is None or version[0] < self.seq_no):
