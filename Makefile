@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-peer demo lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-peer soak demo lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -63,6 +63,10 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, mea
 	$(BIN)/python -m bench.bench_fleet
 	$(BIN)/python -m bench.bench_multiagent
 	$(BIN)/python -m bench.bench_operator
+
+DURATION ?= 1h
+soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 10m): RSS of every process, fails on worker growth > 5 %
+	$(BIN)/python -m bench.soak --duration $(DURATION)
 
 PEER_VENV ?= .venv-peer
 bench-peer: ## the sampling bench with RLlib measured in the same run (own venv: RLlib pins gymnasium 1.2.2; ~6 GB)
