@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer demo lock clean images chaos
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer soak chaos demo lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -65,10 +65,12 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, and
 	$(BIN)/python -m bench.bench_multiagent
 	$(BIN)/python -m bench.bench_operator
 
-DURATION ?= 600
 SEED ?= 0
 chaos: install ## fault drill: fleet + learner under seeded faults (DURATION=600 s, SEED=0), then a ledger of every batch; fails unless 0 lost
-	DURATION=$(DURATION) SEED=$(SEED) $(BIN)/python -m bench.chaos
+	DURATION=$(or $(DURATION),600) SEED=$(SEED) $(BIN)/python -m bench.chaos
+
+soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 10m): RSS of every process, fails on worker growth > 5 %
+	$(BIN)/python -m bench.soak --duration $(or $(DURATION),1h)
 
 PEER_VENV ?= .venv-peer
 bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
