@@ -33,6 +33,10 @@ ACTION_LOGP = "action_logp"
 ACTION_DIST_INPUTS = "action_dist_inputs"
 VF_PREDS = "vf_preds"
 WEIGHTS_SEQ_NO = "weights_seq_no"
+ACTION_MASK = "action_mask"
+"""Observations with an ``action_mask`` (turn-based games): the legal actions of each row's
+``obs`` (bool, one per action); actions were sampled among these, and a learner applies the
+same mask to its logits. Absent for unmasked observations."""
 AGENT_ID = "agent_id"
 """Multi-agent batches: the agent id of each row as text (``agent_index`` is its number)."""
 
