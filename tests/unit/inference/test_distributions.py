@@ -86,3 +86,32 @@ def test_tiny_probabilities_stay_tiny() -> None:
     logits = np.tile(np.array([[30.0, -30.0]], np.float32), (20_000_000, 1))
     actions, _ = Categorical(2).sample(logits, np.random.default_rng(6), explore=True, bounded=True)
     assert not actions.any()
+
+
+# -- action masks ------------------------------------------------------------------------
+
+
+def test_masked_sampling_never_draws_a_masked_action_even_the_best_one() -> None:
+    rng = np.random.default_rng(0)
+    logits = np.tile(np.array([[9.0, 0.0, 1.0, -2.0, 8.0]], np.float32), (2000, 1))
+    mask = np.tile(np.array([[0, 1, 1, 1, 0]], np.int8), (2000, 1))
+    dist = Categorical(5)
+    drawn, logp = dist.sample_masked(logits, mask, rng, explore=True)
+    assert set(np.unique(drawn)) <= {1, 2, 3} and len(np.unique(drawn)) == 3
+    legal = np.array([0.0, 1.0, -2.0])
+    expected = legal - np.log(np.exp(legal).sum())  # log-softmax over the legal actions only
+    np.testing.assert_allclose(logp, expected[drawn - 1], rtol=1e-5)
+    greedy, greedy_logp = dist.sample_masked(logits[:3], mask[:3], rng, explore=False)
+    assert greedy.tolist() == [2, 2, 2]  # the best legal action, not the best one
+    np.testing.assert_allclose(greedy_logp, expected[1], rtol=1e-5)
+
+
+def test_masked_sampling_holds_when_the_noise_draws_exactly_zero() -> None:
+    class ZeroNoise:
+        def standard_exponential(self, shape: tuple[int, ...]) -> np.ndarray:
+            return np.zeros(shape)
+
+    logits = np.zeros((4, 3), np.float32)
+    mask = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 1, 1]], np.bool_)
+    drawn, _ = Categorical(3, start=1).sample_masked(logits, mask, ZeroNoise(), explore=True)  # type: ignore[arg-type]
+    assert mask[np.arange(4), drawn - 1].all()

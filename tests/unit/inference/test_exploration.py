@@ -166,3 +166,19 @@ def test_per_worker_epsilon_comes_from_the_worker_index() -> None:
         for i in range(4)
     ]
     assert scales == pytest.approx([0.4 ** (1 + 7 * i / 3) for i in range(4)])
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 0.0])
+def test_epsilon_greedy_under_an_action_mask_never_picks_an_illegal_action(epsilon: float) -> None:
+    spec = PolicySpec(exploration=ExplorationSpec(type="epsilonGreedy", epsilon=epsilon), hidden=[8])
+    policy = Policy(spec, spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(5), seed=0)
+    obs = np.random.default_rng(1).uniform(-1, 1, (ROWS, 3)).astype(np.float32)
+    mask = np.zeros((ROWS, 5), np.bool_)
+    mask[:, [1, 3]] = True
+    actions, _, dist_inputs, _ = policy.act(explore=True)(obs, mask)
+    assert set(np.unique(actions).tolist()) <= {1, 3}
+    if epsilon == 1.0:  # uniform over the two legal actions
+        assert within_binomial(int((actions == 1).sum()), ROWS, 0.5)
+    else:  # greedy among the legal ones; dist_inputs stay the model's unmasked logits
+        legal = np.where(mask, dist_inputs, -np.inf)
+        assert np.array_equal(actions, legal.argmax(axis=1))

@@ -181,3 +181,41 @@ def test_auto_on_a_gpu_machine_acts_in_torch_on_the_gpu() -> None:
     np.testing.assert_allclose(policy.forward(obs)[0], cpu.forward(obs)[0], rtol=1e-4, atol=1e-5)
     with pytest.raises(SpecError, match="only"):
         Policy(PolicySpec(device=f"cuda:{usable_cuda_devices()}"), spaces.Box(-1, 1, (4,)), spaces.Discrete(2))
+
+
+# -- Dict observations and action masks ---------------------------------------------------
+
+CLASSIC = spaces.Dict(
+    {"observation": spaces.Box(0, 1, (3, 3, 2), np.int8), "action_mask": spaces.Box(0, 1, (9,), np.int8)}
+)
+
+
+@pytest.mark.parametrize("explore", [False, True])
+def test_masked_actions_are_legal_and_equal_in_the_numpy_and_torch_paths(explore: bool) -> None:
+    rng = np.random.default_rng(1)
+    boards = rng.integers(0, 2, (256, 3, 3, 2)).astype(np.int8)
+    masks = rng.random((256, 9)) < 0.4
+    masks[np.arange(256), rng.integers(0, 9, 256)] = True  # one legal move at least
+    outputs = []
+    for inference in ("auto", "torch"):
+        policy = Policy(PolicySpec(hidden=[16], inference=inference), CLASSIC, spaces.Discrete(9), seed=3, init_seed=4)
+        weights = policy.get_weights()
+        weights["pi.bias"][:] = np.arange(9, dtype=np.float32)  # the model prefers high actions, legal or not
+        policy.set_weights(weights)
+        actions, logp, dist_inputs, _ = policy.act(explore)(boards, masks)
+        assert masks[np.arange(256), actions].all(), inference
+        outputs.append((policy.inference, actions, logp, dist_inputs))
+    (numpy_kind, a_np, lp_np, d_np), (torch_kind, a_t, lp_t, d_t) = outputs
+    assert (numpy_kind, torch_kind) == ("numpy", "torch")
+    np.testing.assert_allclose(d_np, d_t, rtol=1e-4, atol=1e-5)  # unmasked logits are what the batch stores
+    np.testing.assert_array_equal(a_np, a_t)
+    np.testing.assert_allclose(lp_np, lp_t, rtol=1e-4, atol=1e-5)
+
+
+def test_random_actions_under_a_mask_are_uniform_over_the_legal_ones() -> None:
+    policy = Policy(PolicySpec(hidden=[8]), CLASSIC, spaces.Discrete(9), seed=0)
+    mask = np.zeros((3000, 9), np.bool_)
+    mask[:, [2, 5, 7]] = True
+    actions, logp, _, _ = policy.random_actions(3000, mask)
+    assert set(np.unique(actions)) == {2, 5, 7}
+    np.testing.assert_allclose(logp, -np.log(3.0), rtol=1e-6)

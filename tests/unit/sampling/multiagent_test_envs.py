@@ -58,7 +58,8 @@ class WalkEnv:
         self.steps = 0
         self.agents = [f"a{i}" for i in range(self.n)]
         self.pos = {agent: float(self.rng.integers(-5, 5)) for agent in self.possible_agents}
-        return self._observe(), {}
+        obs = self._observe()
+        return obs, {agent: {} for agent in obs}  # PettingZoo: infos keyed by agent
 
     def _observe(self) -> dict[str, np.ndarray]:
         acting = self.agents
@@ -97,7 +98,7 @@ class WalkEnv:
         if not self.pettingzoo:
             terminated["__all__"] = False
             truncated["__all__"] = over
-        return obs, rewards, terminated, truncated, {}
+        return obs, rewards, terminated, truncated, {agent: {} for agent in obs}
 
     def close(self) -> None:
         pass

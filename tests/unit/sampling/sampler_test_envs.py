@@ -156,3 +156,12 @@ class CounterVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
 
 gym.register("RolloutFleetCounterVec-v0", vector_entry_point=CounterVectorEnv)
+
+
+def make_masked_counter(ctx: dict[str, Any]) -> gym.Env[Any, np.int64]:
+    """CounterEnv with PettingZoo-classic style Dict observations (single-agent jobs refuse these so far)."""
+    env = CounterEnv(ctx)
+    env.observation_space = gym.spaces.Dict(
+        {"observation": env.observation_space, "action_mask": gym.spaces.MultiBinary(int(env.action_space.n))}
+    )
+    return env

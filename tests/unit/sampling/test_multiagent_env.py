@@ -62,15 +62,23 @@ def test_not_a_multi_agent_env_is_a_spec_error() -> None:
         make_multiagent_envs(EnvSpec(id="no_such_module_xyz"), 0, 1)
 
 
-def test_a_pettingzoo_aec_env_is_converted() -> None:
+def test_a_pettingzoo_aec_env_is_stepped_turn_by_turn() -> None:
     from pettingzoo.utils.conversions import parallel_to_aec
 
     from tests.unit.sampling.multiagent_test_envs import make_pettingzoo_walk
 
     aec = parallel_to_aec(make_pettingzoo_walk(EnvContext({"length": 3}, 0, 0, 1)))
     env = MultiAgentEnvAdapter(aec)
+    assert env.turn_based
     obs = env.reset(seed=0)
-    assert sorted(obs) == ["a0", "a1"]
-    for _ in range(2):
-        assert not env.step(dict.fromkeys(obs, 2)).episode_truncated
-    assert env.step(dict.fromkeys(obs, 2)).episode_truncated
+    turns = []
+    while True:
+        assert len(obs) == 1  # one agent acts per step
+        turns.append(next(iter(obs)))
+        result = env.step(dict.fromkeys(obs, 2))
+        if result.episode_terminated or result.episode_truncated:
+            break
+        obs = {agent: o for agent, o in result.obs.items() if not result.truncateds[agent]}
+    # 3 parallel steps of 2 agents are 6 turns, in the env's own order; then both are truncated.
+    assert turns == ["a0", "a1"] * 3
+    assert result.episode_truncated and result.truncateds == {"a0": True, "a1": True}

@@ -36,6 +36,10 @@ WEIGHTS_SEQ_NO = "weights_seq_no"
 EXPLORATION_SCALE = "exploration_scale"
 """Only with ``policy.exploration`` other than ``stochastic``: the ε or σ each row's action was
 taken with (0 when not exploring, NaN for uniform random actions)."""
+ACTION_MASK = "action_mask"
+"""Observations with an ``action_mask`` (turn-based games): the legal actions of each row's
+``obs`` (bool, one per action); actions were sampled among these, and a learner applies the
+same mask to its logits. Absent for unmasked observations."""
 AGENT_ID = "agent_id"
 """Multi-agent batches: the agent id of each row as text (``agent_index`` is its number)."""
 

@@ -81,6 +81,31 @@ class Categorical:
             actions += self.start
         return actions, logp.astype(np.float32, copy=False)
 
+    def sample_masked(
+        self, inputs: np.ndarray, mask: np.ndarray, rng: np.random.Generator, explore: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`sample`, over the actions whose ``mask`` entry is nonzero only.
+
+        Masked actions get logit -inf: weight 0, never the argmax, and their race time is
+        set to +inf outright (so not even a noise draw of exactly 0 can pick one). ``logp``
+        is under the renormalised (masked) distribution. Every row needs one allowed action.
+        """
+        allowed = mask.astype(np.bool_, copy=False)
+        logits = np.where(allowed, inputs, -np.inf)
+        logits -= logits.max(axis=-1, keepdims=True)
+        weights = np.exp(logits)
+        if explore:
+            noise = rng.standard_exponential(weights.shape)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                race = np.divide(noise, weights, out=noise)
+            actions = np.where(allowed, race, np.inf).argmin(axis=1)
+        else:
+            actions = logits.argmax(axis=1)
+        logp = logits[_row_numbers(len(inputs)), actions] - np.log(weights.sum(axis=-1))
+        if self.start:
+            actions += self.start
+        return actions, logp.astype(np.float32, copy=False)
+
     def logp(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         index = actions.astype(np.int64)[:, None] - self.start
         return np.take_along_axis(_log_softmax(inputs), index, axis=-1)[:, 0]

@@ -9,7 +9,7 @@ custom module, the default CNN, a GPU, or ``inference: torch``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -17,9 +17,10 @@ from gymnasium import spaces
 
 from rolloutfleet.inference.default_mlp import MLPLayout, initial_weights, is_image_space
 from rolloutfleet.inference.device import resolve_device
-from rolloutfleet.inference.distributions import distribution_for
+from rolloutfleet.inference.distributions import Categorical, distribution_for
 from rolloutfleet.inference.exploration import Exploration, OrnsteinUhlenbeckNoise, make_exploration
 from rolloutfleet.inference.numpy_inference import NumpyModel
+from rolloutfleet.inference.obs_spaces import obs_parts
 from rolloutfleet.spec.job import PolicySpec, SpecError
 
 if TYPE_CHECKING:
@@ -29,6 +30,14 @@ INIT_SEED_PATH = 0xFFFFFFFE
 """Seed path of the initial weights: derived from the job's seed only, equal on every worker."""
 POLICY_SEED_PATH = 0xFFFFFFFF
 """Seed path of a worker's action sampling: (seed, worker index, POLICY_SEED_PATH)."""
+
+
+class ActFn(Protocol):
+    """:meth:`Policy.act`'s result: ``(obs, mask=None) -> (actions, logp, dist_inputs, values)``."""
+
+    def __call__(
+        self, obs: np.ndarray, mask: np.ndarray | None = None, /
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
 
 class PolicyModel(Protocol):
@@ -84,15 +93,17 @@ class Policy:
         self.action_space = action_space
         try:
             self.distribution = distribution_for(action_space)
+            self.obs_parts = obs_parts(observation_space, action_space)
         except ValueError as exc:
             raise SpecError(f"spec.policy: {exc}") from None
         try:
             self.exploration: Exploration | None = make_exploration(spec.exploration, action_space, *worker)
         except ValueError as exc:
             raise SpecError(f"spec.policy.{exc}") from None
+        self.model_space = self.obs_parts.model_space  # what the model reads (a Dict's 'observation')
         device = resolve_device(spec.device)
         self._init_seed = init_seed
-        in_numpy = runs_in_numpy(spec, observation_space, device)
+        in_numpy = runs_in_numpy(spec, self.model_space, device)
         self.backend: PolicyModel = self._numpy(init_seed) if in_numpy else self._torch(device, init_seed)
         self.rng = np.random.default_rng(seed)
         self.weights_seq_no = 0
@@ -100,7 +111,7 @@ class Policy:
     def _numpy(self, init_seed: int | None) -> NumpyModel:
         spec = self.spec
         try:
-            layout = MLPLayout.of(self.observation_space, self.distribution, list(spec.hidden), spec.activation,
+            layout = MLPLayout.of(self.model_space, self.distribution, list(spec.hidden), spec.activation,
                                   spec.vf_share_layers)  # fmt: skip
         except ValueError as exc:
             raise SpecError(f"spec.policy: {exc}") from None
@@ -109,7 +120,7 @@ class Policy:
     def _torch(self, device: str, init_seed: int | None) -> PolicyModel:
         from rolloutfleet.inference.torch_model import TorchModel, build_module
 
-        module = build_module(self.spec, self.observation_space, self.action_space, self.distribution, init_seed)
+        module = build_module(self.spec, self.model_space, self.action_space, self.distribution, init_seed)
         return TorchModel(module, device, self.spec.num_threads, self.action_space, self.distribution)
 
     @property
@@ -134,7 +145,7 @@ class Policy:
 
         if isinstance(self.backend, TorchModel):
             return self.backend.module
-        module = build_module(self.spec, self.observation_space, self.action_space, self.distribution, self._init_seed)
+        module = build_module(self.spec, self.model_space, self.action_space, self.distribution, self._init_seed)
         module.load_state_dict({name: torch.from_numpy(value) for name, value in self.backend.state().items()})
         return module.eval()
 
@@ -147,23 +158,36 @@ class Policy:
         """Whether the numpy forward pass proves its logits small enough to skip the max-shift."""
         return self.backend.bounded
 
-    def act(self, explore: bool) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """A function ``obs -> (actions, logp, dist_inputs, values)`` bound for the sampling loop."""
+    def act(self, explore: bool) -> ActFn:
+        """A function ``(obs, mask=None) -> (actions, logp, dist_inputs, values)`` bound for the
+        sampling loop; with a ``mask`` (``action_mask`` rows, Discrete actions) only allowed
+        actions are drawn (``dist_inputs`` stay the model's unmasked logits)."""
         forward, sample, rng = self.forward, self.distribution.sample, self.rng
         bounded = self.logits_bounded
+        distribution = self.distribution
         if explore and self.exploration is not None:
             explorer = self.exploration.sample
 
-            def act_exploring(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            def act_exploring(
+                obs: np.ndarray, mask: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
                 dist_inputs, values = forward(obs)
-                actions, logp = explorer(dist_inputs, rng)
+                # A masked action's logit is -inf: the explorer never picks it (ε's uniform draw included).
+                logits = dist_inputs if mask is None else np.where(mask, dist_inputs, -np.inf).astype(np.float32)
+                actions, logp = explorer(logits, rng)
                 return actions, logp, dist_inputs, values
 
             return act_exploring
 
-        def act(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        def act(
+            obs: np.ndarray, mask: np.ndarray | None = None
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             dist_inputs, values = forward(obs)
-            actions, logp = sample(dist_inputs, rng, explore, bounded)
+            if mask is None:
+                actions, logp = sample(dist_inputs, rng, explore, bounded)
+            else:
+                assert isinstance(distribution, Categorical)  # obs_parts allows masks for Discrete only
+                actions, logp = distribution.sample_masked(dist_inputs, mask, rng, explore)
             return actions, logp, dist_inputs, values
 
         return act
@@ -194,9 +218,19 @@ class Policy:
         noise = self.exploration
         return noise if explore and isinstance(noise, OrnsteinUhlenbeckNoise) else None
 
-    def random_actions(self, num: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Uniform actions (no forward pass); logp is the uniform density, model outputs NaN."""
+    def random_actions(
+        self, num: int, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Uniform actions (no forward pass; with a ``mask``, uniform over the allowed ones);
+        logp is the uniform density, model outputs NaN."""
         space = self.action_space
+        dist_inputs = np.full((num, self.distribution.num_inputs), np.nan, np.float32)
+        if mask is not None:
+            allowed = mask.astype(np.bool_, copy=False)
+            scores = np.where(allowed, self.rng.random(allowed.shape), -1.0)
+            actions = scores.argmax(axis=1) + int(space.start)  # type: ignore[attr-defined]
+            logp = -np.log(allowed.sum(axis=1)).astype(np.float32)
+            return actions, logp, dist_inputs, np.full(num, np.nan, np.float32)
         if isinstance(space, spaces.Box):
             low = np.where(np.isfinite(space.low), space.low, -1.0)
             high = np.where(np.isfinite(space.high), space.high, 1.0)
@@ -206,7 +240,6 @@ class Policy:
         else:
             actions = self.rng.integers(0, space.nvec, (num, *space.nvec.shape))  # type: ignore[attr-defined]
         logp = np.full(num, self.distribution.uniform_logp(), np.float32)
-        dist_inputs = np.full((num, self.distribution.num_inputs), np.nan, np.float32)
         return actions, logp, dist_inputs, np.full(num, np.nan, np.float32)
 
     # -- weights ---------------------------------------------------------------------

@@ -100,6 +100,11 @@ class EnvRunner(Runner[SampleBatch]):
             init_seed=derive_seed(self._seed, INIT_SEED_PATH),
             worker=(worker_index, self.num_workers),
         )
+        if self.policy.obs_parts.leaf is not None:
+            raise SpecError(
+                f"spec.env: Dict observations ({self.observation_space}) are read in multi-agent jobs only so far; "
+                "flatten them in the env (gymnasium.wrappers.FlattenObservation) or use spec.multiAgent"
+            )
         self.filter = self._build_filter()
         self.policies = {DEFAULT_POLICY: self.policy}
         self.filters = {DEFAULT_POLICY: self.filter} if self.filter is not None else {}

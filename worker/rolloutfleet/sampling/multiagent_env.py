@@ -5,8 +5,8 @@ Two APIs are common, and they differ in how an episode ends:
 * PettingZoo's Parallel API (``pettingzoo.ParallelEnv``): ``reset(seed=) -> (obs, infos)``,
   ``step(actions) -> (obs, rewards, terminations, truncations, infos)``, all dicts keyed by
   agent; spaces from ``observation_space(agent)``; the episode is over when ``env.agents``
-  is empty. PettingZoo AEC envs are turned into Parallel ones by PettingZoo's own
-  ``aec_to_parallel``.
+  is empty. PettingZoo AEC envs (turn-based: ``agent_selection``, ``last()``) are stepped
+  through their own protocol, one turn per step (:mod:`rolloutfleet.sampling.aec_env`).
 * RLlib's ``MultiAgentEnv`` convention: the same dicts, but ``terminateds`` / ``truncateds``
   carry ``"__all__"``, which ends the episode; spaces from ``observation_spaces[agent]``,
   ``get_observation_space(agent)``, or a ``spaces.Dict`` keyed by agent.
@@ -15,9 +15,11 @@ Either way only the agents in an observation dict act next, so agents can appear
 and take turns. PettingZoo itself is imported only when an env needs it (an ``id`` naming
 a PettingZoo module, or an AEC env), so single-agent workers run without it.
 
-``spec.env.id`` of a multi-agent job names a module with a ``parallel_env`` factory, as
-PettingZoo's environments do (``pettingzoo.classic.rps_v2``); ``spec.env.entryPoint`` is a
-callable taking an :class:`~rolloutfleet.sampling.envs.EnvContext`, as for single-agent envs.
+``spec.env.id`` of a multi-agent job names a PettingZoo environment module: its
+``parallel_env`` factory when it has one (``pettingzoo.classic.rps_v2``), else its AEC
+``env`` factory (``pettingzoo.classic.tictactoe_v3``); ``spec.config`` is passed as keyword
+arguments. ``spec.env.entryPoint`` is a callable taking an
+:class:`~rolloutfleet.sampling.envs.EnvContext`, as for single-agent envs.
 
 >>> from rolloutfleet.examples.team_tag import TeamTag
 >>> env = MultiAgentEnvAdapter(TeamTag({}))
@@ -29,12 +31,12 @@ True
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from gymnasium import spaces
 
+from rolloutfleet.sampling.aec_env import AECDriver, is_aec
 from rolloutfleet.sampling.envs import EnvContext, reset_or_fail
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
@@ -62,10 +64,7 @@ class MultiAgentEnvAdapter:
 
     def __init__(self, env: Any, field: str = "spec.env") -> None:
         self.field = field
-        if _is_pettingzoo_aec(env):
-            from pettingzoo.utils.conversions import aec_to_parallel  # type: ignore[import-untyped]
-
-            env = aec_to_parallel(env)
+        self._aec = AECDriver(env, field) if is_aec(env) else None
         for method in ("reset", "step"):
             if not callable(getattr(env, method, None)):
                 raise SpecError(
@@ -104,7 +103,14 @@ class MultiAgentEnvAdapter:
             )
         return space
 
+    @property
+    def turn_based(self) -> bool:
+        """A PettingZoo AEC env: one agent acts per step."""
+        return self._aec is not None
+
     def reset(self, seed: int | None = None) -> dict[Any, Any]:
+        if self._aec is not None:
+            return self._aec.reset(seed)
         result = reset_or_fail(self.env.reset, self.field, "a sub-env", seed=seed)
         obs = result[0] if isinstance(result, tuple) else result
         if not isinstance(obs, Mapping):
@@ -112,6 +118,8 @@ class MultiAgentEnvAdapter:
         return dict(obs)
 
     def step(self, actions: Mapping[Any, Any]) -> MultiAgentStep:
+        if self._aec is not None:
+            return MultiAgentStep(*self._aec.step(dict(actions)))
         obs, rewards, terminateds, truncateds, _ = self.env.step(actions)
         terminateds, truncateds = dict(terminateds), dict(truncateds)
         if ALL in terminateds or ALL in truncateds:
@@ -133,15 +141,6 @@ class MultiAgentEnvAdapter:
         close = getattr(self.env, "close", None)
         if callable(close):
             close()
-
-
-def _is_pettingzoo_aec(env: Any) -> bool:
-    # An AEC env comes from a module that imported pettingzoo already; never import it here.
-    if "pettingzoo" not in sys.modules:
-        return False
-    from pettingzoo import AECEnv  # type: ignore[import-untyped]
-
-    return isinstance(env, AECEnv)
 
 
 def _space_lookup(env: Any, kind: str) -> Callable[[Any], Any] | None:
@@ -178,12 +177,14 @@ def multiagent_env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -
         module = importlib.import_module(env_id)
     except Exception as exc:  # noqa: BLE001 - one line naming the field
         raise SpecError(
-            f"spec.env.id: a multi-agent id names a module with a parallel_env() factory, like PettingZoo's "
-            f"'pettingzoo.classic.rps_v2'; importing {env_id!r} failed: {type(exc).__name__}: {exc}"
+            f"spec.env.id: a multi-agent id names a module with a parallel_env() or env() factory, like "
+            f"PettingZoo's 'pettingzoo.classic.rps_v2' or 'pettingzoo.classic.tictactoe_v3'; importing {env_id!r} failed: {type(exc).__name__}: {exc}"
         ) from None
     factory = getattr(module, "parallel_env", None)
     if not callable(factory):
-        raise SpecError(f"spec.env.id: module {env_id!r} has no parallel_env(); use spec.env.entryPoint")
+        factory = getattr(module, "env", None)  # PettingZoo's AEC factory (turn-based games)
+    if not callable(factory):
+        raise SpecError(f"spec.env.id: module {env_id!r} has no parallel_env() or env(); use spec.env.entryPoint")
 
     def create_registered(vector_index: int) -> MultiAgentEnvAdapter:
         return MultiAgentEnvAdapter(factory(**spec.config), "spec.env.id")

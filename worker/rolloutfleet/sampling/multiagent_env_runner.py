@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,8 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
-from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
+from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks
+from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
 from rolloutfleet.sampling.episode_stats import EpisodeStats
@@ -54,8 +55,6 @@ from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
-
-ActFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
 def policy_seed_path(policy_id: str) -> int:
@@ -326,7 +325,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         for policy_id, policy in self.policies.items():
             exploring = policy.spec.explore if explore is None else explore
             if random_actions:
-                acts[policy_id] = lambda obs, p=policy: p.random_actions(len(obs))  # type: ignore[misc]
+                acts[policy_id] = lambda obs, mask=None, p=policy: p.random_actions(len(obs), mask)  # type: ignore[misc]
             else:
                 acts[policy_id] = policy.act(exploring)
                 if (noise := policy.noise_state(exploring)) is not None:
@@ -361,17 +360,15 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             end = start + k
             cols = rows.columns
             obs = cols[sb.OBS][start:end]
-            try:
-                np.stack(obs_list, out=obs, casting="unsafe")
-            except ValueError as exc:
-                raise SpecError(
-                    f"spec.env: observations of policy {policy_id!r}'s agents {agents[:4]} do not fit its "
-                    f"observation space {self.policies[policy_id].observation_space}: {exc}"
-                ) from None
+            mask = None
+            if rows.leaf is None:
+                self._stack(policy_id, obs_list, obs, agents)
+            else:
+                mask = self._stack_dict(policy_id, rows, obs_list, start, agents)
             if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
                 starts = [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in zip(envs, agents, strict=True)]
                 self._noise[policy_id].bind(zip(envs, agents, strict=True), starts)
-            action, logp, dist_inputs, values = acts[policy_id](obs)
+            action, logp, dist_inputs, values = acts[policy_id](obs) if mask is None else acts[policy_id](obs, mask)
             cols[sb.ACTIONS][start:end] = action
             cols[sb.ACTION_LOGP][start:end] = logp
             cols[sb.ACTION_DIST_INPUTS][start:end] = dist_inputs
@@ -416,6 +413,39 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self.stats.period.env_steps += n
         self.stats.period.agent_steps += sum(len(group[0]) for group in groups.values())
 
+    def _stack(self, policy_id: str, obs_list: list[Any], out: np.ndarray, agents: list[Any]) -> None:
+        try:
+            np.stack(obs_list, out=out, casting="unsafe")
+        except (ValueError, TypeError) as exc:
+            raise SpecError(
+                f"spec.env: observations of policy {policy_id!r}'s agents {agents[:4]} do not fit its "
+                f"observation space {self.policies[policy_id].observation_space}: {exc}"
+            ) from None
+
+    def _stack_dict(
+        self, policy_id: str, rows: PolicyRows, obs_list: list[Any], start: int, agents: list[Any]
+    ) -> np.ndarray | None:
+        """Dict observations: the model's leaf into ``obs``, the ``action_mask`` (checked) into its column."""
+        end = start + len(obs_list)
+        try:
+            leaves = [o[rows.leaf] for o in obs_list]
+            masks = [o[MASK_KEY] for o in obs_list] if rows.masked else None
+        except (KeyError, TypeError, IndexError) as exc:
+            raise SpecError(
+                f"spec.env: an observation of policy {policy_id!r}'s agents {agents[:4]} lacks leaf {exc} of its "
+                f"observation space {self.policies[policy_id].observation_space}"
+            ) from None
+        self._stack(policy_id, leaves, rows.obs[start:end], agents)
+        if masks is None:
+            return None
+        mask = rows.columns[sb.ACTION_MASK][start:end]
+        self._stack(policy_id, masks, mask, agents)
+        try:
+            check_masks(mask, agents)
+        except ValueError as exc:
+            raise SpecError(f"spec.env: {exc}") from None
+        return mask
+
     def _record(
         self,
         env_index: int,
@@ -444,7 +474,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             truncated = bool(truncateds.get(agent, False))
             ref = open_rows.pop(agent, None)
             if ref is not None:
-                self._close_row(ref[0], ref[1], agent_obs, terminated, truncated)
+                leaf = policy_rows[ref[0]].leaf
+                self._close_row(ref[0], ref[1], agent_obs if leaf is None else agent_obs[leaf], terminated, truncated)
                 sub.agent_t[agent] = sub.agent_t.get(agent, 0) + 1
             done = terminated or truncated
             if not done:
@@ -485,9 +516,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             self._remap_open(policy_id, remap)
             # Trajectories contiguous: by sub-env, then agent; time order kept within (stable sort).
             order = np.lexsort((taken[sb.AGENT_INDEX], taken[sb.ENV_ID]))
-            columns = {name: taken[name][order] for name in sb.COLUMNS}
-            if sb.EXPLORATION_SCALE in taken:
-                columns[sb.EXPLORATION_SCALE] = taken[sb.EXPLORATION_SCALE][order]
+            columns = {name: column[order] for name, column in taken.items()}
             columns[sb.AGENT_ID] = agent_ids[columns[sb.AGENT_INDEX]]
             batches[policy_id] = SampleBatch(columns)
         seq_nos = {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}

@@ -28,8 +28,12 @@ class PolicyRows:
     def __init__(
         self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
     ) -> None:
-        obs_shape, act_shape = obs_space.shape or (), act_space.shape or ()
-        obs_dtype = np.float32 if filtered else obs_space.dtype
+        parts = policy.obs_parts
+        self.leaf = parts.leaf  # a Dict observation's model input: stored as obs / new_obs
+        self.masked = parts.masked
+        stored = obs_space[parts.leaf] if parts.leaf is not None else obs_space  # type: ignore[index]
+        obs_shape, act_shape = stored.shape or (), act_space.shape or ()
+        obs_dtype = np.float32 if filtered else stored.dtype
         self.specs: dict[str, tuple[tuple[int, ...], Any]] = {
             sb.OBS: (obs_shape, obs_dtype),
             sb.NEW_OBS: (obs_shape, obs_dtype),
@@ -45,10 +49,12 @@ class PolicyRows:
             sb.ACTION_DIST_INPUTS: ((policy.distribution.num_inputs,), np.float32),
             sb.VF_PREDS: ((), np.float32),
             sb.WEIGHTS_SEQ_NO: ((), np.int64),
-            COMPLETE: ((), np.bool_),
         }
         if policy.exploration is not None:
             self.specs[sb.EXPLORATION_SCALE] = ((), np.float32)
+        if parts.masked:
+            self.specs[sb.ACTION_MASK] = ((policy.distribution.num_inputs,), np.bool_)
+        self.specs[COMPLETE] = ((), np.bool_)
         self.size = 0
         self.capacity = 0
         self.columns: dict[str, np.ndarray] = {}

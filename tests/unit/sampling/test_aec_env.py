@@ -1,0 +1,211 @@
+"""PettingZoo AEC games sampled turn by turn: every sampled game re-played in a fresh env.
+
+The facts checked come from PettingZoo's own envs, not from our code: whose turn it is
+(``agent_iter``), what each agent observes and may do (``last()``'s observation and its
+``action_mask``), what it is paid (``last()``'s reward) and when it is done. PettingZoo's
+``TerminateIllegalWrapper`` (part of ``tictactoe_v3.env()``/``connect_four_v3.env()``) is
+counted on any illegal move, during sampling and the re-play: none may happen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rolloutfleet import RolloutJob, SpecError
+from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+from rolloutfleet.sampling.aec_env import AECDriver
+from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+
+GAMES = ["pettingzoo.classic.tictactoe_v3", "pettingzoo.classic.connect_four_v3"]
+
+
+@pytest.fixture(autouse=True)
+def illegal_moves() -> Iterator[list[str]]:
+    """Counts PettingZoo's illegal-move warnings (sampling and re-play); none may fire.
+
+    Not raised inside the env: the runner would take that for a failing sub-env and rebuild it."""
+    from pettingzoo.utils.env_logger import EnvLogger
+
+    fired: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(EnvLogger, "warn_on_illegal_move", staticmethod(lambda: fired.append("illegal move")))
+        yield fired
+    assert not fired, f"PettingZoo's illegal-move check fired {len(fired)} times"
+
+
+def game_job(env_id: str, num_envs: int = 4, **policy: Any) -> RolloutJob:
+    return RolloutJob.from_dict(
+        {
+            "metadata": {"name": "game"},
+            "spec": {
+                "env": {"id": env_id, "numEnvs": num_envs},
+                "policy": {"hidden": [16], "device": "cpu", **policy},
+                "multiAgent": {
+                    "policies": {"main": {}, "opponent": {}},
+                    "policyMapping": {"rules": [{"regex": "^player_1$", "policy": "main"}], "default": "opponent"},
+                },
+                "sampling": {"rolloutFragmentLength": 8, "seed": 5},
+            },
+        }
+    )
+
+
+def rows_by_game(batch: MultiAgentBatch) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """eps_id -> agent -> its rows in time order."""
+    games: dict[int, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for policy_batch in batch.values():
+        for i in range(len(policy_batch)):
+            row = {name: column[i] for name, column in policy_batch.items()}
+            games[int(row["eps_id"])][str(row["agent_id"])].append(row)
+    for agents in games.values():
+        for rows in agents.values():
+            rows.sort(key=lambda row: int(row["t"]))
+    return games
+
+
+def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]]) -> int:
+    """Play the rows' actions in a fresh env, checking every row against it; the number of turns."""
+    env = importlib.import_module(env_id).env()
+    env.reset()
+    next_row: dict[str, int] = defaultdict(int)
+    pending: dict[str, dict[str, Any]] = {}
+    turns = 0
+    for agent in env.agent_iter():
+        obs, reward, terminated, truncated, _ = env.last()
+        row = pending.pop(agent, None)
+        if row is not None:  # the agent's previous move: closed by what it sees and got since
+            np.testing.assert_array_equal(row["new_obs"], obs["observation"])
+            assert float(row["rewards"]) == pytest.approx(float(reward)), (agent, turns)
+            assert (bool(row["terminateds"]), bool(row["truncateds"])) == (terminated, truncated)
+        if terminated or truncated:
+            env.step(None)
+            continue
+        rows = agents_rows[agent]
+        row = rows[next_row[agent]]
+        assert int(row["t"]) == next_row[agent]  # the agent's own turn count
+        np.testing.assert_array_equal(row["obs"], obs["observation"])
+        np.testing.assert_array_equal(row["action_mask"], obs["action_mask"].astype(bool))
+        assert obs["action_mask"][int(row["actions"])] == 1, f"{agent} made an illegal move"
+        env.step(int(row["actions"]))
+        pending[agent], next_row[agent] = row, next_row[agent] + 1
+        turns += 1
+    assert not pending  # every move's row was closed by the game
+    assert {agent: len(rows) for agent, rows in agents_rows.items()} == dict(next_row)  # no row left over
+    return turns
+
+
+@pytest.mark.parametrize("env_id", GAMES)
+@pytest.mark.parametrize("mode", ["explore", "greedy", "random"])
+def test_every_sampled_game_replays_move_by_move_in_a_fresh_env(env_id: str, mode: str) -> None:
+    with MultiAgentEnvRunner(game_job(env_id)) as runner:
+        batch = runner.sample(num_episodes=12, explore=mode == "explore", random_actions=mode == "random")
+    games = rows_by_game(batch)
+    assert len(games) == 12
+    turns = sum(replay(env_id, agents_rows) for agents_rows in games.values())
+    assert turns == batch.agent_steps() == batch.env_steps()  # one turn per env step, each a row
+    for agents_rows in games.values():
+        finals = [rows[-1] for rows in agents_rows.values()]
+        assert all(bool(row["terminateds"]) for row in finals)  # the game's end reaches every agent
+        assert sum(float(row["rewards"]) for row in finals) == 0.0  # zero-sum: the loser's row holds the loss
+
+
+@pytest.mark.parametrize("env_id", GAMES)
+@pytest.mark.parametrize("explore", [False, True])
+def test_a_model_that_insists_on_an_illegal_move_never_makes_it(env_id: str, explore: bool) -> None:
+    """Both policies' logits favour action 0 by far; once column/cell 0 is taken, only the mask stops it."""
+    with MultiAgentEnvRunner(game_job(env_id)) as runner:
+        for policy in runner.policies.values():
+            weights = policy.get_weights()
+            weights["pi.bias"][0] = 25.0
+            policy.set_weights(weights)
+        batch = runner.sample(num_episodes=8, explore=explore)
+    for agents_rows in rows_by_game(batch).values():
+        replay(env_id, agents_rows)
+    favoured_illegal = np.concatenate([~policy_batch["action_mask"][:, 0] for policy_batch in batch.values()])
+    assert favoured_illegal.any()  # the model's own choice was illegal in these rows: the mask decided
+
+
+def test_all_agents_of_all_sub_envs_whose_turn_it_is_act_in_one_call_per_policy() -> None:
+    calls: list[tuple[str, int]] = []
+    with MultiAgentEnvRunner(game_job(GAMES[0], num_envs=6)) as runner:
+        for policy_id, policy in runner.policies.items():
+            act = policy.act
+
+            def counting(explore: bool, act: Any = act, policy_id: str = policy_id) -> Any:
+                inner = act(explore)
+
+                def call(obs: np.ndarray, mask: np.ndarray | None = None) -> Any:
+                    calls.append((policy_id, len(obs)))
+                    return inner(obs, mask)
+
+                return call
+
+            policy.act = counting  # type: ignore[method-assign]
+        runner.sample(num_timesteps=6)
+    # The 6 games start together: player_1 (main) moves in all of them, then player_2 (opponent).
+    assert calls == [("main", 6)]
+    calls.clear()
+    with MultiAgentEnvRunner(game_job(GAMES[0], num_envs=6)) as runner:
+        batch = runner.sample(num_timesteps=12)
+    assert batch.env_steps() == 12 and batch.agent_steps() == 12 - 6  # player_2's first 6 rows wait for its next turn
+
+
+def no_legal_moves(ctx: Any) -> Any:
+    """Tic-tac-toe whose observations allow no move (an entry point for the test below)."""
+    from pettingzoo.classic import tictactoe_v3
+    from pettingzoo.utils.wrappers import BaseWrapper
+
+    class NoLegalMoves(BaseWrapper):  # type: ignore[misc]
+        def observe(self, agent: str) -> Any:
+            obs = dict(super().observe(agent))
+            obs["action_mask"] = np.zeros_like(obs["action_mask"])
+            return obs
+
+    return NoLegalMoves(tictactoe_v3.env())
+
+
+def test_an_all_zero_action_mask_is_one_error_naming_the_agent() -> None:
+    job = game_job(GAMES[0])
+    env = job.spec.env.model_copy(update={"id": None, "entry_point": "tests.unit.sampling.test_aec_env:no_legal_moves"})
+    job = job.model_copy(update={"spec": job.spec.model_copy(update={"env": env})})
+    with (
+        MultiAgentEnvRunner(job) as runner,
+        pytest.raises(SpecError, match=r"agent 'player_1': its action_mask allows no action"),
+    ):
+        runner.sample(num_timesteps=1)
+
+
+def test_a_done_agent_selected_again_is_an_error_not_a_hang() -> None:
+    class Stuck:
+        """An AEC-like env whose done agent never leaves."""
+
+        agents = ["a"]
+        agent_selection = "a"
+
+        def reset(self, seed: int | None = None) -> None:
+            pass
+
+        def last(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+            return np.zeros(1), 0.0, True, False, {}
+
+        def step(self, action: Any) -> None:
+            pass
+
+    with pytest.raises(SpecError, match=r"selected agent 'a' again after removing it"):
+        AECDriver(Stuck(), "spec.env.entryPoint").reset(seed=0)
+
+
+def test_sampled_batches_are_policy_batches_with_a_mask_column() -> None:
+    with MultiAgentEnvRunner(game_job(GAMES[0])) as runner:
+        batch = runner.sample()
+    for policy_batch in batch.values():
+        assert isinstance(policy_batch, SampleBatch)
+        assert policy_batch["action_mask"].dtype == np.bool_ and policy_batch["action_mask"].shape[1:] == (9,)
+        assert policy_batch["obs"].shape[1:] == (3, 3, 2)

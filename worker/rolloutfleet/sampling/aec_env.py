@@ -1,0 +1,92 @@
+"""PettingZoo AEC envs stepped through their own turn protocol (``agent_selection``/``last()``).
+
+An AEC env (every board and card game of ``pettingzoo.classic``) lets one agent act at a
+time. :class:`AECDriver` turns it into the runner's step shape without PettingZoo's
+``aec_to_parallel`` (which refuses turn-based envs):
+
+* after ``reset`` and after each move, the env's next selected agents are read with
+  ``last()``: the reward it reports is what that agent received since it last acted;
+* an agent that is done (terminated or truncated) is reported with its last observation,
+  reward and flags, then removed by ``step(None)``, as PettingZoo's ``agent_iter`` loop
+  does; this repeats until an agent that is not done is selected (it acts next) or no
+  agent is left (the game is over);
+* so at a game's end every agent's final reward arrives, the loser's included, though
+  only the winner moved last.
+
+The driver never imports PettingZoo; :func:`is_aec` recognises an AEC env only when the
+process imported PettingZoo already.
+
+>>> import pettingzoo.classic.tictactoe_v3 as ttt  # doctest: +SKIP
+>>> driver = AECDriver(ttt.env(), "spec.env.id")   # doctest: +SKIP
+>>> list(driver.reset(seed=0))                     # doctest: +SKIP
+['player_1']
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rolloutfleet.sampling.envs import reset_or_fail
+from rolloutfleet.spec.job import SpecError
+
+AECStep = tuple[dict[Any, Any], dict[Any, float], dict[Any, bool], dict[Any, bool], bool, bool]
+"""``(obs, rewards, terminateds, truncateds, episode_terminated, episode_truncated)``."""
+
+
+def is_aec(env: Any) -> bool:
+    """Whether ``env`` is a PettingZoo AEC env (never imports PettingZoo itself)."""
+    if "pettingzoo" not in sys.modules:
+        return False
+    from pettingzoo import AECEnv  # type: ignore[import-untyped]
+
+    return isinstance(env, AECEnv)
+
+
+class AECDriver:
+    """One AEC env, stepped a turn at a time: ``reset`` and ``step`` as the runner expects."""
+
+    def __init__(self, env: Any, field: str) -> None:
+        self.env = env
+        self.field = field
+
+    def reset(self, seed: int | None = None) -> dict[Any, Any]:
+        """The first agent to act, with its observation."""
+        reset_or_fail(self.env.reset, self.field, "a sub-env", seed=seed)
+        obs, _, _, _, ended_term, ended_trunc = self._advance()
+        if ended_term or ended_trunc:
+            raise SpecError(f"{self.field}: the AEC env ended its episode at reset: no agent is left to act")
+        acting = self.env.agent_selection
+        return {acting: obs[acting]}
+
+    def step(self, actions: dict[Any, Any]) -> AECStep:
+        """The selected agent's move, then the done agents' removal up to the next turn."""
+        agent = self.env.agent_selection
+        if agent not in actions:
+            raise SpecError(f"{self.field}: it is agent {agent!r}'s turn, but actions came for {sorted(actions)}")
+        self.env.step(actions[agent])
+        return self._advance()
+
+    def _advance(self) -> AECStep:
+        """Read ``last()`` for each selected agent until one that is not done, or none, is left."""
+        env = self.env
+        obs: dict[Any, Any] = {}
+        rewards: dict[Any, float] = {}
+        terminateds: dict[Any, bool] = {}
+        truncateds: dict[Any, bool] = {}
+        while env.agents:
+            agent = env.agent_selection
+            if agent in terminateds and (terminateds[agent] or truncateds[agent]):
+                raise SpecError(
+                    f"{self.field}: the AEC env selected agent {agent!r} again after removing it with step(None); "
+                    "a done agent must leave env.agents"
+                )
+            agent_obs, reward, terminated, truncated, _ = env.last()
+            obs[agent] = agent_obs
+            rewards[agent] = rewards.get(agent, 0.0) + float(reward)
+            terminateds[agent], truncateds[agent] = bool(terminated), bool(truncated)
+            if not (terminated or truncated):
+                return obs, rewards, terminateds, truncateds, False, False
+            env.step(None)
+        ended_term = any(terminateds.values())
+        return obs, rewards, terminateds, truncateds, ended_term, not ended_term
