@@ -44,6 +44,17 @@ def test_fleet_publishes_and_replaces_a_killed_worker(redis_url: str) -> None:
         assert fleet.workers[1].state == "running" and fleet.tracker.workers[1].restarts == 0
     # SIGTERM drained both workers: exit code 0, nothing left running.
     assert all(w.process is not None and w.process.returncode == 0 for w in fleet.workers.values())
+    # A worker failed during the run: its temporary log folder is kept, with the logs.
+    assert fleet.kept_logs == fleet.log_dir and (fleet.log_dir / "worker-0.log").exists()
+
+
+def test_a_clean_run_leaves_no_temporary_folder(redis_url: str) -> None:
+    job = small_job("tidy", replicas=1)
+    consumer = BatchConsumer(redis_url, job.name, group="test")
+    with LocalFleet(job, redis_url=redis_url) as fleet:
+        read_until(consumer, lambda ms: len(ms) >= 1, timeout=90)
+        assert (fleet.log_dir / "worker-0.log").exists()
+    assert fleet.kept_logs is None and not fleet.log_dir.exists()
 
 
 def test_restart_budget_is_spent_and_reported(redis_url: str, caplog) -> None:  # type: ignore[no-untyped-def]

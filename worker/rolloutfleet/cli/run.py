@@ -140,6 +140,8 @@ def run_fleet(args: argparse.Namespace) -> int:
         stop.restore()
         unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
         console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
+        if fleet.kept_logs is not None:
+            console.print(f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}")
     return code
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +64,10 @@ class LocalFleet:
         self._redis_url = redis_url
         self.redis_password = redis_password
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"rolloutfleet-{job.name}-"))
+        self._own_log_dir = log_dir is None  # ours to remove after a clean run
+        self.kept_logs: Path | None = None
+        """Set by :meth:`stop` when the logs of a run with a failed worker were kept (a temporary
+        folder of ours): where they are."""
         self.extra_env = dict(extra_env or {})
         self.tracker = RestartTracker(job.spec.restart_policy)
         self.workers = {i: WorkerProcess(i) for i in range(job.spec.replicas)}
@@ -189,7 +194,22 @@ class LocalFleet:
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+        self._tidy_logs(codes)
         return codes
+
+    def _tidy_logs(self, codes: Mapping[int, int | None]) -> None:
+        """Our temporary log folder goes when every worker ended cleanly and none ever failed;
+        otherwise it stays (``kept_logs``) for the error it holds."""
+        if not self._own_log_dir or not self.log_dir.exists():
+            return
+        if (
+            self.tracker.total_restarts
+            or any(w.state == "failed" for w in self.workers.values())
+            or any(code not in (0, None) for code in codes.values())
+        ):
+            self.kept_logs = self.log_dir
+            return
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalFleet:
         return self.start()
