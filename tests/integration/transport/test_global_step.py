@@ -13,7 +13,7 @@ from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
-from rolloutfleet.transport.global_step import GlobalStepPublisher
+from rolloutfleet.transport.global_step import GlobalStepPublisher, parse_global_step
 
 pytestmark = pytest.mark.integration
 
@@ -51,12 +51,25 @@ def test_jobs_without_a_schedule_never_read_the_key(redis_url: str) -> None:
         transport.close()
 
 
-def test_a_global_step_key_that_is_not_a_number_is_one_line_naming_the_key(redis_url: str) -> None:
+def test_a_global_step_key_that_is_not_a_step_is_logged_once_and_ignored(redis_url: str, caplog) -> None:  # type: ignore[no-untyped-def]
     scheduled = job({"type": "epsilonGreedy", "schedule": {"initial": 1.0, "final": 0.1, "steps": 100}})
     transport = WorkerTransport(WorkerConfig(job=scheduled, worker_index=0, num_workers=1, redis_url=redis_url))
+    client = redis.Redis.from_url(redis_url)
     key = job_keys("team", "dqn").global_step
-    redis.Redis.from_url(redis_url).set(key, "soon")
-    assert transport.global_step is not None
-    with pytest.raises(DecodeError, match=r"global-step holds b'soon', expected a non-negative integer global step"):
-        transport.global_step.poll()
+    reader = transport.global_step
+    assert reader is not None
+    for value in ("soon", "soon", "1000.0"):  # hand-written, or a float from a learner of another kind
+        client.set(key, value)
+        assert reader.poll() is None  # no crash (a worker would restart on it forever)
+    assert reader.refused == 2 and reader.step is None
+    assert caplog.text.count("global-step holds b'soon', expected a non-negative integer global step") == 1
+    client.set(key, "40")
+    assert reader.poll() == 40
+    with GlobalStepPublisher(redis_url, "dqn", "team") as learner:
+        learner.set_global_step(np.int64(70))  # numpy (and torch) integers are steps too
+        assert reader.poll() == 70
+        with pytest.raises(ValueError, match=r"global step must be an integer >= 0, got 1\.5"):
+            learner.set_global_step(1.5)  # type: ignore[arg-type]
+    with pytest.raises(DecodeError, match="expected a non-negative integer global step"):
+        parse_global_step(b"-3", key)
     transport.close()

@@ -219,3 +219,12 @@ def test_random_actions_under_a_mask_are_uniform_over_the_legal_ones() -> None:
     actions, logp, _, _ = policy.random_actions(3000, mask)
     assert set(np.unique(actions)) == {2, 5, 7}
     np.testing.assert_allclose(logp, -np.log(3.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_compute_actions_takes_the_mask_too(explore: bool) -> None:
+    policy = Policy(PolicySpec(hidden=[8]), spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(5), seed=0)
+    obs = np.random.default_rng(2).uniform(-1, 1, (500, 3)).astype(np.float32)
+    mask = np.zeros((500, 5), np.bool_)
+    mask[:, 2] = True
+    assert (policy.compute_actions(obs, explore, mask).actions == 2).all()

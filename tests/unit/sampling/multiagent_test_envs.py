@@ -150,3 +150,34 @@ class DiscreteObsWalk(WalkEnv):
 
 def make_discrete_obs(ctx: EnvContext) -> DiscreteObsWalk:
     return DiscreteObsWalk(dict(ctx))
+
+
+class AllDoneEnv:
+    """RLlib-style: the episode's end only as ``{"__all__": True}``, no per-agent flags
+    (``config["truncate"]``: as a truncation instead)."""
+
+    possible_agents = ["a", "b"]
+    observation_space = OBS_SPACE
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, ctx: EnvContext) -> None:
+        self.t, self.truncate = 0, bool(ctx.get("truncate", False))
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        self.t = 0
+        return {a: self.obs() for a in self.possible_agents}, {}
+
+    def obs(self) -> np.ndarray:
+        return np.full(OBS_SPACE.shape, self.t / 10, OBS_SPACE.dtype)
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        self.t += 1
+        done = self.t >= 3
+        obs = {a: self.obs() for a in actions}
+        flags = {"__all__": done}
+        cut = {"__all__": False}
+        return obs, dict.fromkeys(actions, 1.0), cut if self.truncate else flags, flags if self.truncate else cut, {}
+
+
+def make_all_done(ctx: EnvContext) -> AllDoneEnv:
+    return AllDoneEnv(ctx)

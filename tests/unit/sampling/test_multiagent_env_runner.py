@@ -346,3 +346,18 @@ def test_mean_std_filter_needs_box_observations() -> None:
     env = {"entryPoint": "tests.unit.sampling.multiagent_test_envs:make_discrete_obs", "numEnvs": 1}
     with pytest.raises(SpecError, match=r"spec\.sampling\.observationFilter.*policy 'even'"):
         MultiAgentEnvRunner(job(env=env, sampling={"observationFilter": "meanStd"}))
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_an_episode_ended_by_all_ends_every_agents_last_row(truncate: bool) -> None:
+    # RLlib-style envs end an episode with {"__all__": True} and no per-agent flag.
+    env = {"entryPoint": "tests.unit.sampling.multiagent_test_envs:make_all_done", "numEnvs": 1,
+           "config": {"truncate": truncate}}  # fmt: skip
+    multi = {"policies": {"even": {}}, "policyMapping": {"rules": [{"regex": ".*", "policy": "even"}]}}
+    batch = MultiAgentEnvRunner(job(env, multi)).sample(num_episodes=1)["even"]
+    for agent in ("a", "b"):
+        rows = batch.rows(batch["agent_id"] == agent)
+        assert rows["t"].tolist() == [0, 1, 2]
+        ended = rows["truncateds"] if truncate else rows["terminateds"]
+        assert ended.tolist() == [False, False, True]
+        assert not (rows["terminateds"] if truncate else rows["truncateds"]).any()

@@ -84,7 +84,7 @@ class WorkerTransport:
         self.publisher = next(iter(self.publishers.values()))
         self.weights = next(iter(self.subscribers.values()))
         self.client = self.publisher.client
-        self._sent: tuple[int, set[str]] = (0, set())  # (id of the batch being published, policies done)
+        self._sent: tuple[object, set[str]] = (None, set())  # (the batch being published, policies done)
         self._filter_syncs: dict[str, FilterSync] = {}
         # Exploration schedules follow the learner's global step: read only by jobs that have one.
         specs = [job.spec.policy] if multi is None else [o.apply(job.spec.policy) for o in multi.policies.values()]
@@ -118,8 +118,9 @@ class WorkerTransport:
         batch: the job's stream). The weights versions go with the rows (their
         ``weights_seq_no`` column), not beside them. A retry with the same batch after an
         interrupted publish skips the parts already sent."""
-        if self._sent[0] != id(batch):
-            self._sent = (id(batch), set())
+        # The batch object itself, not its id(): a freed batch's address is often the next one's.
+        if self._sent[0] is not batch:
+            self._sent = (batch, set())
         done = self._sent[1]
         parts = batch.by_policy()
         for policy, publisher in self.publishers.items():
@@ -130,6 +131,7 @@ class WorkerTransport:
                 part, worker_index=self.worker_index, env_steps=batch.env_steps(), agent_ids=batch.agent_ids
             )
             done.add(policy)
+        self._sent = (None, set())  # all sent: the next call is a new batch, whatever it is
 
     def _filters(self, runner: AnyEnvRunner) -> list[tuple[MeanStdFilter, FilterSync]]:
         """The runner's observation filters (one per policy) with their syncs."""

@@ -192,12 +192,11 @@ class Policy:
 
         return act
 
-    def compute_actions(self, obs: np.ndarray, explore: bool) -> ActionOutput:
-        dist_inputs, values = self.forward(obs)
-        if explore and self.exploration is not None:
-            actions, logp = self.exploration.sample(dist_inputs, self.rng)
-        else:
-            actions, logp = self.distribution.sample(dist_inputs, self.rng, explore, self.logits_bounded)
+    def compute_actions(self, obs: np.ndarray, explore: bool, mask: np.ndarray | None = None) -> ActionOutput:
+        """Actions for a batch of observations (the model's input: a Dict's ``observation``
+        leaf); with a ``mask`` (``action_mask`` rows) only allowed actions are taken, as in
+        :meth:`act`, which this is the one-call form of."""
+        actions, logp, dist_inputs, values = self.act(explore)(obs, mask)
         return ActionOutput(actions, logp, dist_inputs, values)
 
     # -- exploration -----------------------------------------------------------------

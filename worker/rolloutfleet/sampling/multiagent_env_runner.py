@@ -470,8 +470,9 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         next_obs: dict[Any, Any] = {}
         filters = self.filters
         for agent, agent_obs in obs.items():
-            terminated = bool(terminateds.get(agent, False))
-            truncated = bool(truncateds.get(agent, False))
+            # The episode's end ("__all__") ends every agent's row, flagged or not.
+            terminated = bool(terminateds.get(agent, False)) or ended_term
+            truncated = (bool(truncateds.get(agent, False)) or ended_trunc) and not terminated
             ref = open_rows.pop(agent, None)
             if ref is not None:
                 leaf = policy_rows[ref[0]].leaf

@@ -12,6 +12,8 @@ A worker whose job has no schedule never reads it.
 
 from __future__ import annotations
 
+import logging
+import operator
 from typing import Any
 
 import redis
@@ -20,6 +22,8 @@ from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.connection import RetryLoop, connect
+
+log = logging.getLogger(__name__)
 
 
 def parse_global_step(raw: Any, key: str) -> int | None:
@@ -54,10 +58,15 @@ class GlobalStepPublisher:
         self._retry = RetryLoop(reconnect_timeout_s)
 
     def set_global_step(self, step: int) -> None:
-        """Make ``step`` (an int >= 0, e.g. the env steps trained on) the job's global step."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        """Make ``step`` (an integer >= 0, e.g. the env steps trained on; numpy and torch integers
+        too) the job's global step."""
+        try:
+            value = operator.index(step)
+        except TypeError:
+            raise ValueError(f"global step must be an integer >= 0, got {step!r}") from None
+        if isinstance(step, bool) or value < 0:
             raise ValueError(f"global step must be an integer >= 0, got {step!r}")
-        self._retry.call(lambda: self.client.set(self.keys.global_step, step))
+        self._retry.call(lambda: self.client.set(self.keys.global_step, value))
 
     def close(self) -> None:
         self.client.close()
@@ -76,10 +85,23 @@ class GlobalStepReader:
         self.client = client
         self.key: str = keys.global_step
         self.step: int | None = None
+        self.refused = 0
+        """Distinct values of the key that were not a step (each logged once)."""
+        self._refused: Any = None
 
     def poll(self) -> int | None:
-        """One GET; the step if it changed since the last poll, else None."""
-        step = parse_global_step(self.client.get(self.key), self.key)
+        """One GET; the step if it changed since the last poll, else None. A value that is not
+        a step (written by hand, or by a learner of another kind) is logged once and ignored:
+        the schedules stay where they are, and the worker keeps sampling."""
+        raw = self.client.get(self.key)
+        try:
+            step = parse_global_step(raw, self.key)
+        except DecodeError as exc:
+            if raw != self._refused:
+                self._refused = raw
+                self.refused += 1
+                log.warning("%s; keeping global step %s", exc, self.step)
+            return None
         if step is None or step == self.step:
             return None
         self.step = step
