@@ -162,6 +162,11 @@ def test_a_worker_told_to_stop_during_a_redis_outage_exits_at_once(own_redis: Re
     ("spec_json", "field"),
     [
         ('{"env": {"entryPoint": "no_such_module_anywhere:make"}}', "spec.env.entryPoint"),
+        ('{"env": {"id": "NoSuchEnv-v0"}}', "spec.env.id: Environment `NoSuchEnv` doesn't exist"),
+        (
+            '{"env": {"entryPoint": "tests.unit.sampling.poison_envs:make_failing_reset_at_build"}}',
+            "licence server is unreachable",
+        ),
         ('{"env": {"id": "CartPole-v1"}, "policy": {"device": "cuda:7"}}', "spec.policy.device"),
         pytest.param(
             '{"env": {"id": "CartPole-v1"}, "policy": {"device": "cuda"}}',

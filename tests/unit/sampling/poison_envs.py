@@ -89,3 +89,8 @@ class WrongShapeEnv(FailingEnv):
 
 def make_wrong_shape_env(ctx: Any) -> WrongShapeEnv:
     return WrongShapeEnv({**ctx, "fail_env": 0})
+
+
+def make_failing_reset_at_build(ctx: Any) -> gym.Env[np.ndarray, np.int64]:
+    """An entry point whose env cannot be built (its constructor raises)."""
+    raise RuntimeError("the simulator's licence server is unreachable")

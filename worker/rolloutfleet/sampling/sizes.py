@@ -140,12 +140,26 @@ def problems(job: RolloutJob, size: SizeEstimate) -> list[str]:
     return found
 
 
+def _one_env(job: RolloutJob) -> gym.Env[Any, Any]:
+    """One sub-env for its spaces; a failure is a SpecError naming the field (as the runner says it)."""
+    spec = job.spec.env
+    field = "spec.env.id" if spec.id is not None else "spec.env.entryPoint"
+    try:
+        return env_creator(spec, worker_index=0, num_workers=max(job.spec.replicas, 1))(0)
+    except SpecError:
+        raise
+    except gym.error.Error as exc:
+        raise SpecError(f"{field}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
+        raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
+
+
 def check_sizes(job: RolloutJob) -> SizeEstimate | None:
     """Build one sub-env, estimate, and raise :class:`SpecError` naming each field that cannot
     work; None for a multi-agent job (not estimated)."""
     if job.spec.multi_agent is not None:
         return None
-    env: gym.Env[Any, Any] = env_creator(job.spec.env, worker_index=0, num_workers=max(job.spec.replicas, 1))(0)
+    env = _one_env(job)
     try:
         size = estimate(job, env.observation_space, env.action_space)
     finally:
