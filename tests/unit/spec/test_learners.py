@@ -46,3 +46,12 @@ def test_a_group_is_as_recent_as_its_latest_sign_of_reading() -> None:
     idle = group_idle_ms(["delivered", "declared", "inspect"], consumers, reading, now)
     assert idle == {"delivered": 4_000, "declared": 1_000, "inspect": 10_500}
     assert group_idle_ms(["gone"], [RuntimeError("NOGROUP")], {}, now) == {"gone": None}
+
+
+def test_a_group_delivered_up_to_the_last_entry_has_nothing_undelivered_whatever_its_lag() -> None:
+    # Seen after Redis restarts: lag 1342, last-delivered-id the stream's last entry, nothing pending.
+    stale = {**group("learner", 1342), "last-delivered-id": b"1795458011515-0"}
+    assert stream_load(70, [stale], {"learner": 50}, 120) == StreamLoad(70, "learner")
+    assert stream_load(70, [stale], {"learner": 50}, 120, "1795458011515-0") == StreamLoad(0, "learner")
+    behind = {**group("learner", 3), "last-delivered-id": b"1795458011000-0"}
+    assert stream_load(70, [behind], {"learner": 50}, 120, "1795458011515-0") == StreamLoad(3, "learner")

@@ -52,9 +52,13 @@ class StreamLoad:
     """Groups left out: not seen reading within ``learner_idle_s``."""
 
 
-def stream_load(length: int, groups: Any, idle_ms: Mapping[str, int | None], learner_idle_s: float) -> StreamLoad:
+def stream_load(
+    length: int, groups: Any, idle_ms: Mapping[str, int | None], learner_idle_s: float, last_id: str | None = None
+) -> StreamLoad:
     """The load of a stream of ``length`` entries from its XINFO GROUPS reply and, per
-    group, how long ago it was last seen reading (None: never)."""
+    group, how long ago it was last seen reading (None: never). ``last_id``: the stream's
+    last entry; a group delivered up to it has nothing undelivered, whatever its ``lag``
+    says (Redis's entries-read counter can stay behind after restarts)."""
     if isinstance(groups, Exception) or not groups:
         return StreamLoad(length, None)
     worst, holder, ignored = 0, None, []
@@ -68,6 +72,8 @@ def stream_load(length: int, groups: Any, idle_ms: Mapping[str, int | None], lea
         # lag is NULL when Redis cannot tell (entries deleted past the group's position):
         # count the whole stream, the safe side for both policies.
         undelivered = length if lag is None else min(int(lag), length)
+        if last_id is not None and _text(group.get("last-delivered-id", "")) == last_id:
+            undelivered = 0
         load = min(undelivered + int(group.get("pending", 0)), length)
         if holder is None or load > worst:
             worst, holder = load, name

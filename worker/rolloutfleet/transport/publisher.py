@@ -435,12 +435,13 @@ class BatchPublisher:
         pipe.xinfo_groups(self.keys.batches)
         pipe.hgetall(self.keys.learners)
         pipe.time()
+        pipe.xrevrange(self.keys.batches, count=1)  # the last entry: a group past it has nothing undelivered
         for name in self._groups:
             pipe.xinfo_consumers(self.keys.batches, name)
             pipe.xpending(self.keys.batches, name)
 
     def _load(self, replies: list[Any]) -> StreamLoad:
-        length, groups, reading, now, *per_group = replies
+        length, groups, reading, now, last, *per_group = replies
         if isinstance(length, Exception):
             raise length
         names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
@@ -453,7 +454,8 @@ class BatchPublisher:
             per_group = pipe.execute(raise_on_error=False) if names else []
         consumers, pending = per_group[0::2], per_group[1::2]
         idle = group_idle_ms(names, consumers, reading, now)
-        load = stream_load(int(length), groups, idle, self.learner_idle_s)
+        last_id = _text(last[0][0]) if isinstance(last, list) and last else None
+        load = stream_load(int(length), groups, idle, self.learner_idle_s, last_id)
         learners = [(name, summary) for name, summary in zip(names, pending, strict=True) if name not in load.ignored]
         bound = None
         if load.group is not None and not any(isinstance(summary, Exception) for _, summary in learners):
