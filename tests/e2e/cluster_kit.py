@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -148,6 +150,31 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def worker_port_block(size: int = 100) -> int:
+    """A base port whose next ``size`` ports are free, below the kernel's ephemeral range.
+
+    Pods of the test kubelet share this host's network, so a job's workers listen on
+    base + index. Ports in the ephemeral range (32768-60999 by default) can be taken at any
+    moment as the local port of an outgoing connection (a Redis or API client), and a
+    worker's probe port taken that way fails its start ("Address already in use")."""
+    low = 20000
+    high = 32768 - size
+    for _ in range(200):
+        base = random.randrange(low, high) // 10 * 10
+        if all(_bindable(base + i) for i in range(size)):
+            return base
+    raise RuntimeError(f"no {size} free ports in a row between {low} and {high + size}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 class OperatorFactory:

@@ -37,6 +37,7 @@ from tests.e2e.cluster_kit import (
     cluster_diagnostics,
     kubelet_diagnostics,
     missing,
+    worker_port_block,
 )
 from tests.e2e.jobs import Jobs
 
@@ -192,8 +193,7 @@ def operators(
     cluster: Cluster, operator_rbac: str, kubelet: LocalKubelet, namespace: str, tmp_path: Path
 ) -> Iterator[OperatorFactory]:
     # Workers of one job listen on base + index (pods share this host's network).
-    port_base = 20000 + (abs(hash(namespace)) % 400) * 100
-    factory = OperatorFactory(cluster, namespace, tmp_path, port_base)
+    factory = OperatorFactory(cluster, namespace, tmp_path, worker_port_block())
     try:
         yield factory
     finally:

@@ -17,7 +17,7 @@ import yaml
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 from rolloutfleet_operator.rbac import CLUSTER, NAMESPACED, RULES
 from tests.cluster.kubelet import LocalKubelet
-from tests.e2e.cluster_kit import REPO, Cluster, describe_namespace, wait_for
+from tests.e2e.cluster_kit import REPO, Cluster, describe_namespace, wait_for, worker_port_block
 
 CHART = REPO / "charts" / "rolloutfleet"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
@@ -145,7 +145,7 @@ def test_install_run_the_operator_as_the_chart_does_upgrade_uninstall(
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         # This single-host test cluster runs pods as local processes on one network:
         "ROLLOUTFLEET_WORKER_COMMAND": json.dumps([sys.executable, "-m", "rolloutfleet.cli.main", "worker"]),
-        "ROLLOUTFLEET_WORKER_METRICS_PORT": str(free_port() // 10 * 10),
+        "ROLLOUTFLEET_WORKER_METRICS_PORT": str(worker_port_block()),
         "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
     }
     args = [a for a in container["args"] if not a.startswith(("--liveness-port", "--metrics-port"))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -283,3 +284,16 @@ def test_a_fragment_above_the_payload_cap_is_refused_before_sampling(redis_url: 
     lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
     assert len(lines) == 1 and "spec.sampling.rolloutFragmentLength" in lines[0] and "32.0 MiB" in lines[0]
     assert "spec.sampling.rolloutFragmentLength" in (tmp_path / "termination").read_text()
+
+
+def test_a_taken_probe_port_exits_with_one_line(redis_url: str, tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        worker = start_worker(redis_url, port, tmp_path, ROLLOUTFLEET_SPEC='{"env": {"id": "CartPole-v1"}}')
+        _, stderr = worker.communicate(timeout=90)
+    assert worker.returncode == 3, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("rolloutfleet worker:")]
+    assert lines == [f"rolloutfleet worker: probes and metrics port {port}: Address already in use"], stderr
+    assert "Traceback" not in stderr

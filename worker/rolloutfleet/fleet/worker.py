@@ -145,7 +145,10 @@ class Worker:
         from rolloutfleet.sampling.sizes import check_sizes
 
         config = self.config
-        server = serve(self.probes, self.metrics.registry, config.metrics_port)
+        try:
+            server = serve(self.probes, self.metrics.registry, config.metrics_port)
+        except OSError as exc:  # another process holds the port: a setting to change, not to retry
+            raise SpecError(f"probes and metrics port {config.metrics_port}: {exc.strerror or exc}") from None
         log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
                  config.job.name, server.server_port)  # fmt: skip
         size = check_sizes(config.job)  # before the model and the first fragment are allocated
