@@ -5,11 +5,13 @@ Rows (env steps/s, every sub-env step counted, medians of interleaved repeats):
 * ceiling: ``gymnasium.make_vec(..., vectorization_mode="vector_entry_point")`` stepped
   with ``action_space.sample()`` — the fastest way gymnasium offers to step CartPole;
 * SyncVectorEnv with random actions;
-* EnvRunner with the default 64x64 MLP (auto vectorization), full ``sample()`` calls;
+* EnvRunner with the default 64x64 MLP (auto vectorization), full ``sample()`` calls, with
+  numpy's BLAS threads limited to ``policy.numThreads`` (1) as in a worker process (the
+  limit is process-wide, so it holds for every row);
 * RLlib's SingleAgentEnvRunner: measured here when ray is installed (``make bench-peer``
   runs this in a venv with RLlib), else the figure measured earlier on a 2-core machine of this kind, marked as such.
 
-Usage: ``python -m bench.bench_sampling [--seconds 2] [--repeats 3] [--envs 1 8 64]``
+Usage: ``python -m bench.bench_sampling [--seconds 2] [--repeats 3] [--envs 1 8 64 256 1024]``
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 import gymnasium as gym
 
 from rolloutfleet import EnvRunner, RolloutJob
+from rolloutfleet.inference.cpu_threads import limit_cpu_threads
 
 # Measured earlier, 2-core machine of this workplace, same env and model: used only when ray
 # is not installed, and printed as "(anchors)".
@@ -57,6 +60,7 @@ def ours(num_envs: int) -> Callable[[], int]:
             "spec": {"env": {"id": "CartPole-v1", "numEnvs": num_envs}, "sampling": {"seed": 0}},
         }
     )
+    limit_cpu_threads(job.spec.policy.num_threads)  # as `rolloutfleet worker` does
     runner = EnvRunner(job)
     return lambda: len(runner.sample())
 
@@ -83,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64, 256, 1024])
     args = parser.parse_args()
     print(
         f"sampling, CartPole-v1, MLP 64x64, env steps/s, median of {args.repeats} x {args.seconds}s (pid {os.getpid()})"
@@ -107,10 +111,14 @@ def main() -> None:
                 samples[name].append(rate(step, args.seconds))
         med = {k: statistics.median(v) for k, v in samples.items()}
         peer_rate = med.get("rllib", RLLIB_ANCHOR.get(n, float("nan")))
-        peer_label = f"{peer_rate:>11,.0f}" + ("" if "rllib" in med else " (anc)")
+        if peer_rate != peer_rate:  # no anchor at this size
+            peer_label, peer_ratio = "n/a", "n/a"
+        else:
+            peer_label = f"{peer_rate:>11,.0f}" + ("" if "rllib" in med else " (anc)")
+            peer_ratio = f"{med['ours'] / peer_rate:.1f}x"
         print(
             f"{n:>5} {med['ceiling']:>11,.0f} {med['sync']:>11,.0f} {med['ours']:>11,.0f} {peer_label:>16}"
-            f" {med['ours'] / med['ceiling']:>12.0%} {med['ours'] / peer_rate:>10.1f}x"
+            f" {med['ours'] / med['ceiling']:>12.0%} {peer_ratio:>11}"
         )
     if importlib.util.find_spec("ray") is None:
         print(

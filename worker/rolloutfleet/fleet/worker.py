@@ -140,6 +140,7 @@ class Worker:
     def run(self) -> int:
         from rolloutfleet.fleet.probes import serve
         from rolloutfleet.fleet.worker_transport import WorkerTransport
+        from rolloutfleet.inference.cpu_threads import limit_cpu_threads
         from rolloutfleet.sampling.envs import EnvInterrupted, interrupt_failing_envs
         from rolloutfleet.sampling.runners import make_env_runner
         from rolloutfleet.sampling.sizes import check_sizes
@@ -154,6 +155,7 @@ class Worker:
         size = check_sizes(config.job)  # before the model and the first fragment are allocated
         if size is not None:
             log.info("sizes: %s", size.describe())
+        limit_cpu_threads(config.job.spec.policy.num_threads)
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         self.metrics.record_policies(runner.policies)
         transport = self.transport = WorkerTransport(config)

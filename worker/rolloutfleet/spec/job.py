@@ -154,7 +154,8 @@ class PolicySpec(_Model):
     """``auto`` runs the default MLP's forward pass through a numpy mirror of its weights on the
     CPU (several times faster for per-step batches); ``torch`` always calls the module."""
     num_threads: int | None = Field(default=1, ge=1)
-    """torch intra-op threads for CPU inference; 1 is fastest for small models (null: torch's default)."""
+    """CPU inference threads: torch's intra-op pool and numpy's BLAS pool in a worker process; 1 is
+    fastest for per-step batches (null: the libraries' defaults, one thread per CPU)."""
 
     @field_validator("entry_point")
     @classmethod
