@@ -12,6 +12,7 @@ from gymnasium import spaces
 from rolloutfleet.data import batch as sb
 from rolloutfleet.inference.policy import Policy
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
+from rolloutfleet.spec.job import SpecError
 
 COMPLETE = "_complete"
 """Column: the row's next observation (or its episode's end) has arrived."""
@@ -29,6 +30,11 @@ class PolicyRows:
         self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
     ) -> None:
         parts = policy.obs_parts
+        if parts.encoded:
+            raise SpecError(
+                f"spec.env: observations {obs_space} (Dict/Tuple read as encoded leaves) are read in single-agent "
+                "jobs only so far; give multi-agent policies a Box or {'observation', 'action_mask'} Dict"
+            )
         self.leaf = parts.leaf  # a Dict observation's model input: stored as obs / new_obs
         self.masked = parts.masked
         stored = obs_space[parts.leaf] if parts.leaf is not None else obs_space  # type: ignore[index]

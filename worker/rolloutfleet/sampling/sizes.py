@@ -27,6 +27,7 @@ from gymnasium import spaces
 
 from rolloutfleet.inference.default_mlp import MLPLayout, is_image_space
 from rolloutfleet.inference.distributions import distribution_for
+from rolloutfleet.inference.obs_spaces import obs_parts
 from rolloutfleet.sampling.envs import env_creator
 from rolloutfleet.spec.job import RolloutJob, SpecError, parse_quantity
 
@@ -88,6 +89,10 @@ def model_parameters(job: RolloutJob, obs_space: spaces.Space[Any], act_space: s
     (shapes, no memory); None when it cannot be built there (its real build reports why)."""
     spec = job.spec.policy
     distribution = distribution_for(act_space)
+    try:
+        obs_space = obs_parts(obs_space, act_space).model_space  # a Dict/Tuple's model input
+    except ValueError:
+        return None  # the worker's own build names the problem
     if spec.entry_point is None and not is_image_space(obs_space):
         try:
             layout = MLPLayout.of(obs_space, distribution, list(spec.hidden), spec.activation, spec.vf_share_layers)
