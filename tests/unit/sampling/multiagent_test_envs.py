@@ -181,3 +181,22 @@ class AllDoneEnv:
 
 def make_all_done(ctx: EnvContext) -> AllDoneEnv:
     return AllDoneEnv(ctx)
+
+
+class TupleObsWalk(WalkEnv):
+    """WalkEnv whose agents observe a Tuple: (their position as a Box, their number as a
+    Discrete, the env step as a Box)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__(config)
+        space = spaces.Tuple(
+            (spaces.Box(-1000.0, 1000.0, (1,), np.float32), spaces.Discrete(8), spaces.Box(0, 1000, (), np.int32))
+        )
+        self.observation_spaces = dict.fromkeys(self.possible_agents, space)
+
+    def obs(self, agent: str) -> Any:
+        return (np.array([self.pos[agent]], np.float32), self.number(agent), np.int32(self.steps))
+
+
+def make_tuple_obs(ctx: EnvContext) -> TupleObsWalk:
+    return TupleObsWalk(dict(ctx))

@@ -81,7 +81,8 @@ def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]]) -> int:
         obs, reward, terminated, truncated, _ = env.last()
         row = pending.pop(agent, None)
         if row is not None:  # the agent's previous move: closed by what it sees and got since
-            np.testing.assert_array_equal(row["new_obs"], obs["observation"])
+            np.testing.assert_array_equal(row["new_obs/observation"], obs["observation"])
+            np.testing.assert_array_equal(row["new_obs/action_mask"], obs["action_mask"])
             assert float(row["rewards"]) == pytest.approx(float(reward)), (agent, turns)
             assert (bool(row["terminateds"]), bool(row["truncateds"])) == (terminated, truncated)
         if terminated or truncated:
@@ -90,7 +91,8 @@ def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]]) -> int:
         rows = agents_rows[agent]
         row = rows[next_row[agent]]
         assert int(row["t"]) == next_row[agent]  # the agent's own turn count
-        np.testing.assert_array_equal(row["obs"], obs["observation"])
+        np.testing.assert_array_equal(row["obs/observation"], obs["observation"])
+        np.testing.assert_array_equal(row["obs/action_mask"], obs["action_mask"])
         np.testing.assert_array_equal(row["action_mask"], obs["action_mask"].astype(bool))
         assert obs["action_mask"][int(row["actions"])] == 1, f"{agent} made an illegal move"
         env.step(int(row["actions"]))
@@ -208,4 +210,6 @@ def test_sampled_batches_are_policy_batches_with_a_mask_column() -> None:
     for policy_batch in batch.values():
         assert isinstance(policy_batch, SampleBatch)
         assert policy_batch["action_mask"].dtype == np.bool_ and policy_batch["action_mask"].shape[1:] == (9,)
-        assert policy_batch["obs"].shape[1:] == (3, 3, 2)
+        assert policy_batch["obs/observation"].shape[1:] == (3, 3, 2)
+        assert policy_batch["obs/observation"].dtype == policy_batch["obs/action_mask"].dtype == np.int8
+        assert "obs" not in policy_batch
