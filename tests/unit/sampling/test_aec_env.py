@@ -213,3 +213,60 @@ def test_sampled_batches_are_policy_batches_with_a_mask_column() -> None:
         assert policy_batch["obs/observation"].shape[1:] == (3, 3, 2)
         assert policy_batch["obs/observation"].dtype == policy_batch["obs/action_mask"].dtype == np.int8
         assert "obs" not in policy_batch
+
+
+def rps_payoff(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """Rock-paper-scissors' rule as PettingZoo's rps_v2 states it: same action 0; same parity:
+    the lower action wins; different parity: the higher action wins."""
+    same_parity = (mine + theirs) % 2 == 0
+    win = np.where(same_parity, mine < theirs, mine > theirs)
+    return np.where(mine == theirs, 0.0, np.where(win, 1.0, -1.0))
+
+
+@pytest.mark.parametrize("max_cycles", [1, 4])
+def test_a_game_truncated_by_its_turn_limit_ends_every_agents_last_row_truncated(max_cycles: int) -> None:
+    from tests.unit.sampling import multiagent_test_envs
+
+    multiagent_test_envs.RECORDED.clear()
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "rps"},
+            "spec": {
+                "env": {
+                    "entryPoint": "tests.unit.sampling.multiagent_test_envs:make_recorded_rps",
+                    "config": {"max_cycles": max_cycles},
+                    "numEnvs": 3,
+                },
+                "policy": {"hidden": [8], "device": "cpu"},
+                "multiAgent": {
+                    "policies": {"main": {}},
+                    "policyMapping": {"rules": [{"prefix": "player_", "policy": "main"}]},
+                },
+                "sampling": {"rolloutFragmentLength": 8, "seed": 5},
+            },
+        }
+    )
+    with MultiAgentEnvRunner(job) as runner:
+        batch = runner.sample(num_episodes=9)
+        metrics = runner.get_metrics()
+    rows = batch["main"]
+    recorded = {j: list(e.finished) for j, e in enumerate(multiagent_test_envs.RECORDED)}
+    games = 0
+    for j in range(3):
+        mine = rows.rows(rows["env_id"] == j)
+        for k, eps in enumerate(dict.fromkeys(mine["eps_id"].tolist())):
+            game = recorded[j][k]  # the env's own counts of this sub-env's k-th game
+            assert game["num_moves"] == max_cycles
+            for agent in ("player_0", "player_1"):
+                run = mine.rows((mine["eps_id"] == eps) & (mine["agent_id"] == agent))
+                assert run["t"].tolist() == list(range(max_cycles))  # one row per round the env counted
+                assert run["truncateds"].tolist() == [False] * (max_cycles - 1) + [True]
+                assert not run["terminateds"].any()
+                assert float(run["rewards"].sum()) == game["returns"][agent]
+                # Each row's reward is the rule applied to its move and the opponent's (its new_obs).
+                np.testing.assert_array_equal(run["rewards"], rps_payoff(run["actions"], run["new_obs"]))
+            games += 1
+    assert games == 9
+    assert batch.env_steps() == 9 * 2 * max_cycles == batch.agent_steps()  # one turn per env step
+    assert metrics["num_episodes"] == 9 and metrics["episode_len_mean"] == 2 * max_cycles
+    assert metrics["episode_return_mean"] == 0.0  # zero-sum
