@@ -270,3 +270,27 @@ def test_a_game_truncated_by_its_turn_limit_ends_every_agents_last_row_truncated
     assert batch.env_steps() == 9 * 2 * max_cycles == batch.agent_steps()  # one turn per env step
     assert metrics["num_episodes"] == 9 and metrics["episode_len_mean"] == 2 * max_cycles
     assert metrics["episode_return_mean"] == 0.0  # zero-sum
+
+
+def recorded_rps() -> Any:
+    from tests.unit.sampling.multiagent_test_envs import make_recorded_rps
+
+    return make_recorded_rps({"max_cycles": 4})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: importlib.import_module(GAMES[0]).env(),
+        lambda: importlib.import_module(GAMES[1]).env(),
+        lambda: importlib.import_module("pettingzoo.classic.rps_v2").env(max_cycles=4),
+        recorded_rps,
+    ],
+    ids=["tictactoe_v3", "connect_four_v3", "rps_v2_aec", "recorded_rps_wrapper"],
+)
+def test_the_aec_envs_we_sample_pass_pettingzoos_own_api_test(make: Any) -> None:
+    """The AEC envs these tests (and examples/tictactoe.yaml) sample, and our recording wrapper:
+    PettingZoo's api_test holds for them, so what the runner is checked against is a conforming env."""
+    from pettingzoo.test import api_test
+
+    api_test(make(), num_cycles=300)
