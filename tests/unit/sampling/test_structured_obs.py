@@ -143,3 +143,20 @@ def test_an_all_zero_mask_names_the_sub_env() -> None:
     runner = EnvRunner(job({"entryPoint": MASKED, "numEnvs": 2, "config": {"empty_mask_at": 2}}))
     with pytest.raises(SpecError, match=r"^spec\.env: sub-env 0: its action_mask allows no action \(all zeros\)"):
         runner.sample()
+
+
+def test_a_learner_model_reads_the_leaves_as_the_worker_did() -> None:
+    """build_model's torch module, fed batch_input(batch), gives the logits the numpy worker acted on."""
+    import torch
+
+    from rolloutfleet.sampling.runners import build_model
+
+    the_job = job({"id": "Blackjack-v1", "numEnvs": 2}, {"rolloutFragmentLength": 10}, {"hidden": [16]})
+    runner = EnvRunner(the_job)
+    assert runner.policy.inference == "numpy"
+    batch = runner.sample()
+    model = build_model(the_job)
+    with torch.no_grad():
+        logits, values = model(torch.as_tensor(runner.parts.batch_input(batch)))
+    np.testing.assert_allclose(logits.numpy(), batch["action_dist_inputs"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values.numpy(), batch["vf_preds"], rtol=1e-5, atol=1e-5)

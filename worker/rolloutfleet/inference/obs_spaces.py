@@ -50,7 +50,7 @@ MASK_KEY = "action_mask"
 
 _MODEL_LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete)
 _LEAVES = (*_MODEL_LEAVES, spaces.MultiBinary)
-_HINT = "use policy.entryPoint with a wrapper that maps it to arrays, or flatten the env's observations"
+_HINT = "wrap the env so that it observes arrays, or a Dict or Tuple of them"
 
 Leaves = tuple[tuple[str, spaces.Space[Any]], ...]
 
