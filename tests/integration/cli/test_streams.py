@@ -196,3 +196,20 @@ def test_the_hold_is_dated_from_when_its_holder_began_to_hold(redis_url: str) ->
         learner.ack(held)
         waited.join(30)
     assert not waited.is_alive()
+
+
+def test_consume_saves_dict_observation_leaves_as_their_own_columns(redis_url: str, tmp_path: Path) -> None:
+    from rolloutfleet import EnvRunner, RolloutJob
+
+    job = RolloutJob.from_dict({"metadata": {"name": "masked"}, "spec": {
+        "env": {"entryPoint": "tests.unit.sampling.sampler_test_envs:make_masked_counter", "numEnvs": 2},
+        "sampling": {"rolloutFragmentLength": 4}}})  # fmt: skip
+    batch = EnvRunner(job).sample()
+    BatchPublisher(redis_url, "masked").publish(batch)
+    output = tmp_path / "out.npz"
+    assert run("consume", "--redis", redis_url, "--job", "masked", "--count", "1", "--output", str(output)) == 0
+    with np.load(output, allow_pickle=False) as data:
+        for name in ("obs/observation", "obs/action_mask", "new_obs/observation", "new_obs/action_mask", "action_mask"):
+            np.testing.assert_array_equal(data[name], batch[name])
+            assert data[name].dtype == batch[name].dtype
+        assert "obs" not in data.files

@@ -43,3 +43,15 @@ def test_nonfinite_rows_counts_rows_not_values() -> None:
     # Integer observations (Discrete spaces) are always finite.
     ints = SampleBatch({"obs": np.arange(3), "new_obs": np.arange(3), "rewards": np.ones(3)})
     assert nonfinite_rows(ints) == (0, 0)
+
+
+def test_nonfinite_leaf_columns_of_dict_observations_count() -> None:
+    from rolloutfleet.data.batch import nonfinite_rows
+
+    batch = {
+        "obs/pos": np.array([[0.0], [np.nan], [1.0]], np.float32),
+        "new_obs/pos": np.array([[0.0], [0.0], [np.inf]], np.float32),
+        "obs/action_mask": np.ones((3, 2), np.int8),
+        "rewards": np.zeros(3, np.float32),
+    }
+    assert nonfinite_rows(batch) == (2, 0)

@@ -181,3 +181,55 @@ class AllDoneEnv:
 
 def make_all_done(ctx: EnvContext) -> AllDoneEnv:
     return AllDoneEnv(ctx)
+
+
+class TupleObsWalk(WalkEnv):
+    """WalkEnv whose agents observe a Tuple: (their position as a Box, their number as a
+    Discrete, the env step as a Box)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__(config)
+        space = spaces.Tuple(
+            (spaces.Box(-1000.0, 1000.0, (1,), np.float32), spaces.Discrete(8), spaces.Box(0, 1000, (), np.int32))
+        )
+        self.observation_spaces = dict.fromkeys(self.possible_agents, space)
+
+    def obs(self, agent: str) -> Any:
+        return (np.array([self.pos[agent]], np.float32), self.number(agent), np.int32(self.steps))
+
+
+def make_tuple_obs(ctx: EnvContext) -> TupleObsWalk:
+    return TupleObsWalk(dict(ctx))
+
+
+def make_recorded_rps(ctx: EnvContext) -> Any:
+    """PettingZoo's rock-paper-scissors as an AEC env (not its parallel_env), ``max_cycles``
+    rounds a game, recording each finished game's own counts: ``finished`` per instance
+    (in the order its games ended): the env's ``num_moves`` and every agent's summed rewards."""
+    from pettingzoo.classic import rps_v2
+    from pettingzoo.utils.wrappers import BaseWrapper
+
+    class Recorded(BaseWrapper):  # type: ignore[misc]
+        def __init__(self, env: Any) -> None:
+            super().__init__(env)
+            self.finished: list[dict[str, Any]] = []
+            self.returns: dict[str, float] | None = None
+
+        def reset(self, seed: int | None = None, options: Any = None) -> None:
+            if self.returns is not None:
+                self.finished.append({"num_moves": self.unwrapped.num_moves, "returns": self.returns})
+            super().reset(seed=seed, options=options)
+            self.returns = dict.fromkeys(self.agents, 0.0)
+
+        def step(self, action: Any) -> None:
+            super().step(action)
+            if action is not None and self.returns is not None:  # the env's own reward dict, once per move
+                for agent, reward in self.unwrapped.rewards.items():
+                    self.returns[agent] += float(reward)
+
+    env = Recorded(rps_v2.env(max_cycles=int(ctx.get("max_cycles", 5))))
+    RECORDED.append(env)
+    return env
+
+
+RECORDED: list[Any] = []

@@ -158,10 +158,60 @@ class CounterVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 gym.register("RolloutFleetCounterVec-v0", vector_entry_point=CounterVectorEnv)
 
 
-def make_masked_counter(ctx: dict[str, Any]) -> gym.Env[Any, np.int64]:
-    """CounterEnv with PettingZoo-classic style Dict observations (single-agent jobs refuse these so far)."""
+class MaskedCounterEnv(gym.Env[dict[str, np.ndarray], np.int64]):
+    """A Dict observation in PettingZoo's classic shape: ``observation`` = [episode, step],
+    ``action_mask`` allows actions ``step % 4`` and ``(step + 1) % 4`` only. Ends (terminated)
+    after ``length`` steps; reward 1 per legal move. It records every action it saw and
+    counts illegal ones (instead of raising, which the runner would take for a crash).
+    ``empty_mask_at``: a step whose mask allows nothing (bad input)."""
+
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        self.length = int(ctx.get("length", 5))
+        self.empty_mask_at = ctx.get("empty_mask_at")
+        self.vector_index = getattr(ctx, "vector_index", 0)
+        self.observation_space = spaces.Dict(  # type: ignore[assignment]
+            {"observation": spaces.Box(0, 1e6, (2,), np.float32), "action_mask": spaces.MultiBinary(4)}
+        )
+        self.action_space = spaces.Discrete(4)
+        self.episode = -1
+        self.step_count = 0
+        self.seen_actions: list[int] = []
+        MaskedCounterEnv.instances.append(self)
+
+    instances: list[MaskedCounterEnv] = []
+    illegal = 0
+
+    def mask(self) -> np.ndarray:
+        mask = np.zeros(4, np.int8)
+        if self.step_count != self.empty_mask_at:
+            mask[[self.step_count % 4, (self.step_count + 1) % 4]] = 1
+        return mask
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {"observation": np.array([self.episode, self.step_count], np.float32), "action_mask": self.mask()}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        self.episode += 1
+        self.step_count = 0
+        return self._obs(), {}
+
+    def step(self, action: np.int64) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        legal = bool(self.mask()[int(action)])
+        MaskedCounterEnv.illegal += not legal
+        self.seen_actions.append(int(action))
+        self.step_count += 1
+        return self._obs(), float(legal), self.step_count >= self.length, False, {}
+
+
+def make_masked_counter(ctx: dict[str, Any]) -> MaskedCounterEnv:
+    return MaskedCounterEnv(ctx)
+
+
+def make_text_env(ctx: dict[str, Any]) -> gym.Env[Any, np.int64]:
+    """An env observing text: no array to store or encode (bad input)."""
     env = CounterEnv(ctx)
-    env.observation_space = gym.spaces.Dict(
-        {"observation": env.observation_space, "action_mask": gym.spaces.MultiBinary(int(env.action_space.n))}
-    )
-    return env
+    env.observation_space = spaces.Text(8)  # type: ignore[assignment]
+    return env  # type: ignore[return-value]

@@ -81,7 +81,8 @@ def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]]) -> int:
         obs, reward, terminated, truncated, _ = env.last()
         row = pending.pop(agent, None)
         if row is not None:  # the agent's previous move: closed by what it sees and got since
-            np.testing.assert_array_equal(row["new_obs"], obs["observation"])
+            np.testing.assert_array_equal(row["new_obs/observation"], obs["observation"])
+            np.testing.assert_array_equal(row["new_obs/action_mask"], obs["action_mask"])
             assert float(row["rewards"]) == pytest.approx(float(reward)), (agent, turns)
             assert (bool(row["terminateds"]), bool(row["truncateds"])) == (terminated, truncated)
         if terminated or truncated:
@@ -90,7 +91,8 @@ def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]]) -> int:
         rows = agents_rows[agent]
         row = rows[next_row[agent]]
         assert int(row["t"]) == next_row[agent]  # the agent's own turn count
-        np.testing.assert_array_equal(row["obs"], obs["observation"])
+        np.testing.assert_array_equal(row["obs/observation"], obs["observation"])
+        np.testing.assert_array_equal(row["obs/action_mask"], obs["action_mask"])
         np.testing.assert_array_equal(row["action_mask"], obs["action_mask"].astype(bool))
         assert obs["action_mask"][int(row["actions"])] == 1, f"{agent} made an illegal move"
         env.step(int(row["actions"]))
@@ -208,4 +210,87 @@ def test_sampled_batches_are_policy_batches_with_a_mask_column() -> None:
     for policy_batch in batch.values():
         assert isinstance(policy_batch, SampleBatch)
         assert policy_batch["action_mask"].dtype == np.bool_ and policy_batch["action_mask"].shape[1:] == (9,)
-        assert policy_batch["obs"].shape[1:] == (3, 3, 2)
+        assert policy_batch["obs/observation"].shape[1:] == (3, 3, 2)
+        assert policy_batch["obs/observation"].dtype == policy_batch["obs/action_mask"].dtype == np.int8
+        assert "obs" not in policy_batch
+
+
+def rps_payoff(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """Rock-paper-scissors' rule as PettingZoo's rps_v2 states it: same action 0; same parity:
+    the lower action wins; different parity: the higher action wins."""
+    same_parity = (mine + theirs) % 2 == 0
+    win = np.where(same_parity, mine < theirs, mine > theirs)
+    return np.where(mine == theirs, 0.0, np.where(win, 1.0, -1.0))
+
+
+@pytest.mark.parametrize("max_cycles", [1, 4])
+def test_a_game_truncated_by_its_turn_limit_ends_every_agents_last_row_truncated(max_cycles: int) -> None:
+    from tests.unit.sampling import multiagent_test_envs
+
+    multiagent_test_envs.RECORDED.clear()
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "rps"},
+            "spec": {
+                "env": {
+                    "entryPoint": "tests.unit.sampling.multiagent_test_envs:make_recorded_rps",
+                    "config": {"max_cycles": max_cycles},
+                    "numEnvs": 3,
+                },
+                "policy": {"hidden": [8], "device": "cpu"},
+                "multiAgent": {
+                    "policies": {"main": {}},
+                    "policyMapping": {"rules": [{"prefix": "player_", "policy": "main"}]},
+                },
+                "sampling": {"rolloutFragmentLength": 8, "seed": 5},
+            },
+        }
+    )
+    with MultiAgentEnvRunner(job) as runner:
+        batch = runner.sample(num_episodes=9)
+        metrics = runner.get_metrics()
+    rows = batch["main"]
+    recorded = {j: list(e.finished) for j, e in enumerate(multiagent_test_envs.RECORDED)}
+    games = 0
+    for j in range(3):
+        mine = rows.rows(rows["env_id"] == j)
+        for k, eps in enumerate(dict.fromkeys(mine["eps_id"].tolist())):
+            game = recorded[j][k]  # the env's own counts of this sub-env's k-th game
+            assert game["num_moves"] == max_cycles
+            for agent in ("player_0", "player_1"):
+                run = mine.rows((mine["eps_id"] == eps) & (mine["agent_id"] == agent))
+                assert run["t"].tolist() == list(range(max_cycles))  # one row per round the env counted
+                assert run["truncateds"].tolist() == [False] * (max_cycles - 1) + [True]
+                assert not run["terminateds"].any()
+                assert float(run["rewards"].sum()) == game["returns"][agent]
+                # Each row's reward is the rule applied to its move and the opponent's (its new_obs).
+                np.testing.assert_array_equal(run["rewards"], rps_payoff(run["actions"], run["new_obs"]))
+            games += 1
+    assert games == 9
+    assert batch.env_steps() == 9 * 2 * max_cycles == batch.agent_steps()  # one turn per env step
+    assert metrics["num_episodes"] == 9 and metrics["episode_len_mean"] == 2 * max_cycles
+    assert metrics["episode_return_mean"] == 0.0  # zero-sum
+
+
+def recorded_rps() -> Any:
+    from tests.unit.sampling.multiagent_test_envs import make_recorded_rps
+
+    return make_recorded_rps({"max_cycles": 4})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: importlib.import_module(GAMES[0]).env(),
+        lambda: importlib.import_module(GAMES[1]).env(),
+        lambda: importlib.import_module("pettingzoo.classic.rps_v2").env(max_cycles=4),
+        recorded_rps,
+    ],
+    ids=["tictactoe_v3", "connect_four_v3", "rps_v2_aec", "recorded_rps_wrapper"],
+)
+def test_the_aec_envs_we_sample_pass_pettingzoos_own_api_test(make: Any) -> None:
+    """The AEC envs these tests (and examples/tictactoe.yaml) sample, and our recording wrapper:
+    PettingZoo's api_test holds for them, so what the runner is checked against is a conforming env."""
+    from pettingzoo.test import api_test
+
+    api_test(make(), num_cycles=300)

@@ -462,8 +462,3 @@ def test_image_observations_use_the_cnn() -> None:
     assert batch["obs"].shape == (6, 40, 40, 3)
     assert batch["obs"].dtype == np.uint8
     assert np.isfinite(batch["vf_preds"]).all()
-
-
-def test_dict_observations_are_refused_in_one_line_for_single_agent_jobs() -> None:
-    with pytest.raises(SpecError, match=r"^spec\.env: Dict observations .* multi-agent jobs only"):
-        EnvRunner(job({"entryPoint": "tests.unit.sampling.sampler_test_envs:make_masked_counter"}))

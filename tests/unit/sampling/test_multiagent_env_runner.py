@@ -361,3 +361,26 @@ def test_an_episode_ended_by_all_ends_every_agents_last_row(truncate: bool) -> N
         ended = rows["truncateds"] if truncate else rows["terminateds"]
         assert ended.tolist() == [False, False, True]
         assert not (rows["terminateds"] if truncate else rows["truncateds"]).any()
+
+
+def test_tuple_observations_are_one_column_per_leaf_per_policy() -> None:
+    env = {"entryPoint": "tests.unit.sampling.multiagent_test_envs:make_tuple_obs", "numEnvs": 2}
+    runner = MultiAgentEnvRunner(job(env))
+    batch = runner.sample()
+    for part in batch.values():
+        assert "obs" not in part and part["obs/0"].dtype == np.float32 and part["obs/0"].shape[1:] == (1,)
+        assert part["obs/1"].dtype == np.int64 and part["obs/2"].dtype == np.int32
+        # The env's rule, read from the leaves: position moves by action - 1, reward is the action.
+        np.testing.assert_array_equal(part["new_obs/0"][:, 0], part["obs/0"][:, 0] + part["actions"] - 1)
+        np.testing.assert_array_equal(part["rewards"], part["actions"].astype(np.float32))
+        np.testing.assert_array_equal(part["new_obs/1"], part["obs/1"])  # the agent's own number
+        np.testing.assert_array_equal(part["new_obs/2"], part["obs/2"] + 1)  # one env step later
+        np.testing.assert_array_equal(part["obs/1"], part["agent_index"])
+        for run in trajectories(part):
+            np.testing.assert_array_equal(run["obs/0"][1:], run["new_obs/0"][:-1])
+    whole = runner.sample(num_episodes=2)
+    for part in whole.values():  # episodes end at step 8: last rows flagged, new_obs the same episode's
+        assert (part["terminateds"] | part["truncateds"]).sum() >= 2
+        np.testing.assert_array_equal(part["new_obs/1"], part["obs/1"])
+        assert (part["new_obs/2"] <= 8).all()
+    assert runner.policies["even"].model_space.shape == (1 + 8 + 1,)

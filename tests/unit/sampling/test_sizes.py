@@ -27,6 +27,7 @@ def job(**spec: Any) -> RolloutJob:
         {},
         {"policy": {"hidden": [256, 128, 64], "vfShareLayers": False}},
         {"env": {"id": "Pendulum-v1", "numEnvs": 3}, "sampling": {"observationFilter": "meanStd"}},
+        {"env": {"id": "Blackjack-v1", "numEnvs": 3}},  # Tuple observations: one column per leaf
     ],
 )
 def test_the_estimate_matches_the_model_and_the_encoded_fragment(spec: dict[str, Any]) -> None:
@@ -52,12 +53,16 @@ def test_the_cap_is_the_publisher_s() -> None:
         ({"env": {"numEnvs": 64}, "sampling": {"rolloutFragmentLength": 20000}}, "spec.sampling.rolloutFragmentLength"),
         ({"policy": {"hidden": [16384, 16384]}}, "spec.policy.hidden"),
         ({"policy": {"hidden": [4096, 4096]}, "resources": {"memory": "64Mi"}}, "spec.resources.memory"),
+        ({"env": {"id": None, "entryPoint": "tests.unit.sampling.sampler_test_envs:make_text_env"}}, "spec.env"),
+        ({"env": {"id": "Blackjack-v1"}, "sampling": {"observationFilter": "meanStd"}},
+         "spec.sampling.observationFilter"),
     ],
-)
+)  # fmt: skip
 def test_what_cannot_work_is_refused_naming_the_field(spec: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as refused:
         check_sizes(job(**spec))
     assert str(refused.value).startswith(field + ":")
+    assert "\n" not in str(refused.value)
 
 
 def test_compression_allows_larger_fragments_up_to_a_bound() -> None:

@@ -151,14 +151,16 @@ def _bad_rows(column: np.ndarray | None) -> np.ndarray | None:
 
 
 def nonfinite_rows(batch: Mapping[str, np.ndarray]) -> tuple[int, int]:
-    """(rows whose ``obs`` or ``new_obs`` hold a NaN or an infinity, rows whose reward does).
+    """(rows whose ``obs`` or ``new_obs`` (or their leaves ``obs/<path>``) hold a NaN or an
+    infinity, rows whose reward does).
 
     >>> nonfinite_rows({"obs": np.array([[0.0], [np.nan]]), "new_obs": np.array([[np.inf], [1.0]]),
     ...                 "rewards": np.array([1.0, np.nan], np.float32)})
     (2, 1)
     """
     bad_obs: np.ndarray | None = None
-    for name in (OBS, NEW_OBS):
+    leaves = (f"{OBS}/", f"{NEW_OBS}/")  # a Dict/Tuple observation's leaf columns
+    for name in [name for name in batch if name in (OBS, NEW_OBS) or name.startswith(leaves)]:
         rows = _bad_rows(batch.get(name))
         if rows is not None:
             bad_obs = rows if bad_obs is None else bad_obs | rows

@@ -1,24 +1,42 @@
-"""Structured observations: which part of an observation the model reads, and the action mask.
+"""Structured observations: their leaves, what the model reads of them, and the action mask.
 
-PettingZoo's classic games (and RLlib's action-masking convention) observe a
-``spaces.Dict`` of ``{"observation": ..., "action_mask": ...}``: the default model encodes
-the ``observation`` leaf, and ``action_mask`` (one 0/1 entry per action of a ``Discrete``
-action space) restricts which actions may be sampled. A plain Box, Discrete or
-MultiDiscrete observation is read whole and has no mask.
+A ``spaces.Dict`` or ``spaces.Tuple`` observation (nested ones too) is a set of *leaves*,
+each named by its path: Dict keys and Tuple indices joined by ``/`` (``observation``,
+``action_mask``, ``0``, ``arm/joints``). A batch stores one column per leaf
+(``obs/<path>``, ``new_obs/<path>``), typed as the leaf's space says. Leaves may be Box,
+Discrete, MultiDiscrete or MultiBinary; any other space (Text, Graph, Sequence, ...) is
+refused in one line naming it.
 
-A board of 3-D planes that is not a ``uint8`` image (PettingZoo's ``int8`` boards, say
-``(3, 3, 2)``) is flattened for the MLP rather than sent through the CNN.
+What the default model reads:
+
+* a plain Box, Discrete or MultiDiscrete observation, whole;
+* a Dict with one leaf besides ``action_mask`` (PettingZoo's classic games:
+  ``{"observation": ..., "action_mask": ...}``): that leaf, as it is; a ``uint8`` image
+  goes through the CNN, a board of 3-D planes that is not ``uint8`` (PettingZoo's ``int8``
+  boards, say ``(3, 3, 2)``) is flattened for the MLP;
+* any other Dict or Tuple: its leaves encoded and concatenated into one float32 vector
+  (:meth:`ObsParts.model_input`): a Box flattened (``uint8`` scaled by 1/255), Discrete and
+  MultiDiscrete one-hot, MultiBinary as 0/1.
+
+A top-level Dict's ``action_mask`` (one 0/1 entry per action of a ``Discrete`` action
+space; PettingZoo's and RLlib's convention) is never model input: it restricts which
+actions may be sampled.
 
 >>> parts = obs_parts(
 ...     spaces.Dict({"observation": spaces.Box(0, 1, (3, 3, 2), np.int8), "action_mask": spaces.Box(0, 1, (9,), np.int8)}),
 ...     spaces.Discrete(9),
 ... )
->>> parts.leaf, parts.masked, parts.model_space.shape
-('observation', True, (18,))
+>>> parts.leaf, parts.masked, parts.model_space.shape, parts.paths
+('observation', True, (18,), ('action_mask', 'observation'))
+>>> parts = obs_parts(spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (2,)))), spaces.Discrete(2))
+>>> parts.leaf, parts.paths, parts.model_space.shape
+(None, ('0', '1'), (5,))
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +44,15 @@ import numpy as np
 from gymnasium import spaces
 
 OBSERVATION_KEY = "observation"
-"""The leaf of a Dict observation that the model reads."""
+"""PettingZoo's leaf of a Dict observation that the model reads."""
 MASK_KEY = "action_mask"
 """The leaf of a Dict observation that says which actions are legal (1) or not (0)."""
 
 _MODEL_LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete)
+_LEAVES = (*_MODEL_LEAVES, spaces.MultiBinary)
+_HINT = "wrap the env so that it observes arrays, or a Dict or Tuple of them"
+
+Leaves = tuple[tuple[str, spaces.Space[Any]], ...]
 
 
 @dataclass(frozen=True)
@@ -39,36 +61,114 @@ class ObsParts:
 
     space: spaces.Space[Any]
     model_space: spaces.Space[Any]
-    """The space of what the model is given (a Dict's ``observation`` leaf)."""
+    """The space of what the model is given."""
     leaf: str | None
-    """The Dict key of the model's input, or None for a plain observation."""
+    """The one leaf the model reads as it is, or None (a plain observation, or encoded leaves)."""
     masked: bool
     """The observation carries an ``action_mask``."""
+    leaves: Leaves = ()
+    """A Dict or Tuple observation's leaves by path, in the space's order (empty: a plain one)."""
+    encoded: Leaves = ()
+    """The leaves the model reads encoded and concatenated (when no single ``leaf`` is read)."""
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The leaves' paths (the batch's ``obs/<path>`` columns)."""
+        return tuple(path for path, _ in self.leaves)
+
+    def batch_input(self, batch: Mapping[str, np.ndarray], column: str = "obs") -> np.ndarray:
+        """The model's input for a batch's ``column`` (``obs`` or ``new_obs``; its leaf columns
+        ``obs/<path>`` for a Dict or Tuple observation): what a learner feeds the model."""
+        if not self.leaves:
+            return batch[column]
+        return self.model_input({path: batch[f"{column}/{path}"] for path in self.paths})
+
+    def model_input(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The model's input for a batch of observations given as leaf path -> rows."""
+        if self.leaf is not None:
+            return columns[self.leaf]
+        return np.concatenate([encode_leaf(space, columns[path]) for path, space in self.encoded], axis=1)
+
+
+def leaf_spaces(space: spaces.Space[Any], prefix: str = "") -> Leaves:
+    """The leaves of a Dict/Tuple space by path; ``ValueError`` naming a leaf that is not an array."""
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+        found: list[tuple[str, spaces.Space[Any]]] = []
+        for key, child in items:
+            found.extend(leaf_spaces(child, f"{prefix}{key}/"))
+        return tuple(found)
+    path = prefix[:-1]
+    if not isinstance(space, _LEAVES):
+        raise ValueError(
+            f"unsupported observation leaf '{path}': {space}: leaves may be Box, Discrete, MultiDiscrete or "
+            f"MultiBinary ({_HINT})"
+        )
+    return ((path, space),)
+
+
+def leaf_values(obs: Any, paths: tuple[str, ...]) -> dict[str, Any]:
+    """Leaf path -> value of a (batched or single) Dict/Tuple observation."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        value = obs
+        for key in path.split("/"):
+            value = value[key] if isinstance(value, Mapping) else value[int(key)]
+        out[path] = value
+    return out
 
 
 def obs_parts(space: spaces.Space[Any], action_space: spaces.Space[Any]) -> ObsParts:
-    """The parts of ``space``; ``ValueError`` naming the leaf for a Dict this cannot read."""
-    if not isinstance(space, spaces.Dict):
+    """The parts of ``space``; ``ValueError`` naming the space or leaf this cannot read."""
+    if not isinstance(space, spaces.Dict | spaces.Tuple):
+        if not isinstance(space, _LEAVES):
+            raise ValueError(
+                f"unsupported observation space {space}: observations may be Box, Discrete, MultiDiscrete, "
+                f"MultiBinary, or a Dict or Tuple of these ({_HINT})"
+            )
         return ObsParts(space, space, None, False)
-    leaves = dict(space.spaces)
-    unknown = sorted(set(leaves) - {OBSERVATION_KEY, MASK_KEY})
-    if unknown:
-        raise ValueError(
-            f"unsupported Dict observation leaves {unknown} in {space}: the default models read "
-            f"{{'{OBSERVATION_KEY}': Box|Discrete|MultiDiscrete, '{MASK_KEY}': 0/1 per action}} "
-            "(use policy.entryPoint for others, or flatten the env's observations)"
-        )
-    if OBSERVATION_KEY not in leaves:
-        raise ValueError(f"Dict observation space {space} has no '{OBSERVATION_KEY}' leaf for the model to read")
-    leaf = leaves[OBSERVATION_KEY]
-    if not isinstance(leaf, _MODEL_LEAVES):
-        raise ValueError(
-            f"unsupported leaf '{OBSERVATION_KEY}': {leaf} in {space}: the default models take Box, Discrete "
-            "or MultiDiscrete"
-        )
-    if MASK_KEY in leaves:
-        _check_mask(leaves[MASK_KEY], action_space)
-    return ObsParts(space, _model_space(leaf), OBSERVATION_KEY, MASK_KEY in leaves)
+    leaves = leaf_spaces(space)
+    top = dict(space.spaces) if isinstance(space, spaces.Dict) else {}
+    masked = MASK_KEY in top
+    if masked:
+        _check_mask(top[MASK_KEY], action_space)
+    read = tuple((path, leaf) for path, leaf in leaves if not (masked and path == MASK_KEY))
+    if not read:
+        raise ValueError(f"observation space {space} has no leaf besides '{MASK_KEY}' for the model to read")
+    if len(read) == 1 and read[0][0] in top and isinstance(read[0][1], _MODEL_LEAVES):
+        path, leaf = read[0]
+        return ObsParts(space, _model_space(leaf), path, masked, leaves)
+    size = sum(encoded_size(leaf) for _, leaf in read)
+    return ObsParts(space, spaces.Box(-np.inf, np.inf, (size,), np.float32), None, masked, leaves, read)
+
+
+def encoded_size(space: spaces.Space[Any]) -> int:
+    """Entries of a leaf's encoding (one-hot for Discrete and MultiDiscrete)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(space.nvec.sum())
+    return math.prod(space.shape or ())
+
+
+def encode_leaf(space: spaces.Space[Any], rows: np.ndarray) -> np.ndarray:
+    """A batch of one leaf's values as float32 ``(rows, encoded_size)``."""
+    rows = np.asarray(rows)
+    n = len(rows)
+    if isinstance(space, spaces.Discrete):
+        out = np.zeros((n, int(space.n)), np.float32)
+        out[np.arange(n), rows.astype(np.int64) - int(space.start)] = 1.0
+        return out
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = space.nvec.reshape(-1).astype(np.int64)
+        offsets = np.r_[0, np.cumsum(nvec)[:-1]]
+        out = np.zeros((n, int(nvec.sum())), np.float32)
+        np.put_along_axis(out, rows.reshape(n, -1).astype(np.int64) + offsets, 1.0, axis=1)
+        return out
+    flat = rows.reshape(n, -1).astype(np.float32)
+    if isinstance(space, spaces.Box) and space.dtype == np.uint8:
+        flat *= np.float32(1.0 / 255.0)
+    return flat
 
 
 def _check_mask(mask: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
@@ -88,9 +188,11 @@ def _model_space(leaf: spaces.Space[Any]) -> spaces.Space[Any]:
     return leaf
 
 
-def check_masks(mask: np.ndarray, agents: list[Any]) -> None:
-    """``ValueError`` naming the first agent whose mask allows no action (rows of ``mask`` are ``agents``)."""
+def check_masks(mask: np.ndarray, agents: list[Any], kind: str = "agent") -> None:
+    """``ValueError`` naming the first agent whose mask allows no action (rows of ``mask`` are ``agents``;
+    ``kind`` prefixes the name, "" for names that say what they are, like ``sub-env 3``)."""
     empty = ~mask.any(axis=1)
     if empty.any():
         agent = agents[int(np.flatnonzero(empty)[0])]
-        raise ValueError(f"agent {agent!r}: its {MASK_KEY} allows no action (all zeros), so it cannot act")
+        who = f"{kind} {agent!r}" if kind else str(agent)
+        raise ValueError(f"{who}: its {MASK_KEY} allows no action (all zeros), so it cannot act")

@@ -17,6 +17,11 @@ invalid and never reaches a batch; SAME_STEP envs return the true final observat
 when the batch is cut). Either way no row pairs the last observation of one episode with
 the first of the next.
 
+Dict and Tuple observations (:mod:`rolloutfleet.inference.obs_spaces`) keep one grid buffer
+per leaf and reach the batch as ``obs/<path>`` and ``new_obs/<path>`` columns; the model
+reads them as the policy's :class:`~rolloutfleet.inference.obs_spaces.ObsParts` says, and a
+top-level ``action_mask`` leaf masks the actions (and is the batch's ``action_mask`` column).
+
 >>> job = RolloutJob.from_dict({"metadata": {"name": "cp"}, "spec": {"env": {"id": "CartPole-v1", "numEnvs": 4}}})
 >>> runner = EnvRunner(job)
 >>> batch = runner.sample()
@@ -38,7 +43,8 @@ from gymnasium.vector import AutoresetMode
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
-from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
+from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, check_masks, leaf_values
+from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import (
     FAILED,
@@ -50,7 +56,17 @@ from rolloutfleet.sampling.envs import (
     make_vector_env,
 )
 from rolloutfleet.sampling.episode_stats import EpisodeStats
-from rolloutfleet.sampling.grid import OBS_BUF, RAW_REWARDS, SEQ_NO, TICK, VALID, ColumnSpecs, Grid, Layout
+from rolloutfleet.sampling.grid import (
+    OBS_BUF,
+    RAW_REWARDS,
+    SEQ_NO,
+    TICK,
+    VALID,
+    ColumnSpecs,
+    Grid,
+    Layout,
+    obs_buffer,
+)
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
@@ -100,11 +116,7 @@ class EnvRunner(Runner[SampleBatch]):
             init_seed=derive_seed(self._seed, INIT_SEED_PATH),
             worker=(worker_index, self.num_workers),
         )
-        if self.policy.obs_parts.leaf is not None:
-            raise SpecError(
-                f"spec.env: Dict observations ({self.observation_space}) are read in multi-agent jobs only so far; "
-                "flatten them in the env (gymnasium.wrappers.FlattenObservation) or use spec.multiAgent"
-            )
+        self.parts: ObsParts = self.policy.obs_parts
         self.filter = self._build_filter()
         self.policies = {DEFAULT_POLICY: self.policy}
         self.filters = {DEFAULT_POLICY: self.filter} if self.filter is not None else {}
@@ -120,7 +132,8 @@ class EnvRunner(Runner[SampleBatch]):
 
         n = self.num_envs
         obs_dtype = np.float32 if self.filter is not None else self.observation_space.dtype
-        self._grid = Grid(n, self._grid_columns(), self.observation_space.shape or (), obs_dtype)
+        leaves = {path: (leaf.shape or (), leaf.dtype) for path, leaf in self.parts.leaves} or None
+        self._grid = Grid(n, self._grid_columns(), self.observation_space.shape or (), obs_dtype, leaves)
         self._obs: np.ndarray | None = None
         self._pending_reset = np.zeros(n, np.bool_)  # NEXT_STEP: this step's row is the reset step
         self._eps_id = np.zeros(n, np.int64)
@@ -139,7 +152,10 @@ class EnvRunner(Runner[SampleBatch]):
             return None
         space = self.observation_space
         if not isinstance(space, spaces.Box):
-            raise SpecError(f"spec.sampling.observationFilter: meanStd needs a Box observation space, got {space}")
+            raise SpecError(
+                f"spec.sampling.observationFilter: meanStd normalizes Box observations, this env's are {space}; "
+                "normalize them in the env or set observationFilter: none"
+            )
         return MeanStdFilter(space.shape)
 
     def _action_clipper(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -222,14 +238,15 @@ class EnvRunner(Runner[SampleBatch]):
         if self._obs is None:
             self._reset_envs()
         cols = self._grid.columns
-        c_obs, c_act, c_rew = cols[OBS_BUF], cols[sb.ACTIONS], cols[sb.REWARDS]
+        c_act, c_rew = cols[sb.ACTIONS], cols[sb.REWARDS]
         c_term, c_trunc, c_logp = cols[sb.TERMINATEDS], cols[sb.TRUNCATEDS], cols[sb.ACTION_LOGP]
         c_dist, c_vf, c_raw = cols[sb.ACTION_DIST_INPUTS], cols[sb.VF_PREDS], cols.get(RAW_REWARDS)
         clip_rewards = self.sampling.clip_rewards
         same_step, per_step = self._same_step, self._per_step
         resilient = self.vectorization == "sync"
         obs_filter, clip, n = self.filter, self._clip, self.num_envs
-        act = (lambda _obs: self.policy.random_actions(n)) if random_actions else self.policy.act(explore)
+        act = self._act(explore, random_actions)
+        put = self._obs_writer()
         env_step = self.env.step
         # Ornstein-Uhlenbeck noise restarts with each episode: after the step that ended it
         # (SAME_STEP), or after the reset step that follows (NEXT_STEP).
@@ -237,7 +254,7 @@ class EnvRunner(Runner[SampleBatch]):
         ended = self._pending_reset.copy() if noise is not None else None
         obs = self._obs
         assert obs is not None  # _reset_envs set it
-        c_obs[start] = obs
+        put(start, obs)
         accounted = start  # rows before this one have their episode bookkeeping done
         # Weights change only between sample() calls, so weights_seq_no (like env_id and
         # the tick) is not written per step but filled in when the batch is assembled.
@@ -272,7 +289,7 @@ class EnvRunner(Runner[SampleBatch]):
                 np.clip(rewards, -clip_rewards, clip_rewards, out=c_rew[s])  # type: ignore[operator]
             if obs_filter is not None:
                 next_obs = obs_filter(next_obs)
-            c_obs[s + 1] = next_obs
+            put(s + 1, next_obs)
             obs = next_obs
             if info:
                 if same_step and "_final_obs" in info:
@@ -291,12 +308,62 @@ class EnvRunner(Runner[SampleBatch]):
         self._account(accounted, start + steps)
         self._obs = obs
 
+    def _act(self, explore: bool, random_actions: bool) -> Any:
+        """``obs -> (actions, logp, dist_inputs, values)`` for the loop; Dict/Tuple observations
+        are read as the policy's parts say (model input, action mask)."""
+        policy, n, parts = self.policy, self.num_envs, self.parts
+        if not parts.leaves:
+            return (lambda _obs: policy.random_actions(n)) if random_actions else policy.act(explore)
+        base: ActFn = (
+            (lambda _obs, mask=None: policy.random_actions(n, mask)) if random_actions else policy.act(explore)
+        )
+        paths, masked = parts.paths, parts.masked
+        names = [f"sub-env {i}" for i in range(n)]
+
+        def act(obs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            leaves = leaf_values(obs, paths)
+            if not masked:
+                return base(parts.model_input(leaves))
+            mask = np.asarray(leaves[MASK_KEY]) != 0
+            try:
+                check_masks(mask, names, "")
+            except ValueError as exc:
+                raise SpecError(f"spec.env: {exc}") from None
+            return base(parts.model_input(leaves), mask)
+
+        return act
+
+    def _obs_writer(self) -> Any:
+        """``(grid row, observations of every sub-env) -> None``: one buffer, or one per leaf."""
+        cols = self._grid.columns
+        if not self.parts.leaves:
+            c_obs = cols[OBS_BUF]
+
+            def put(row: int, obs: Any) -> None:
+                c_obs[row] = obs
+
+            return put
+        buffers = [(path, cols[obs_buffer(path)]) for path in self.parts.paths]
+
+        def put_leaves(row: int, obs: Any) -> None:
+            values = leaf_values(obs, self.parts.paths)
+            for path, buffer in buffers:
+                buffer[row] = values[path]
+
+        return put_leaves
+
     def _keep_final_obs(self, s: int, info: Mapping[str, Any]) -> None:
         """SAME_STEP: the true final observations of the episodes that ended at row ``s``."""
         ended = np.flatnonzero(info["_final_obs"])
         if len(ended) == 0:
             return
         final = info["final_obs"]
+        if self.parts.leaves:  # Dict/Tuple observations are not filtered
+            base, paths = s * self.num_envs, self.parts.paths
+            for i in ended:
+                values = leaf_values(final[i], paths)
+                self._grid.final_obs[base + int(i)] = {path: np.asarray(values[path]) for path in paths}
+            return
         stacked = np.stack([np.asarray(final[i]) for i in ended])
         filtered = self._filter(stacked)  # an observation like any other (NEXT_STEP envs return it as next_obs)
         base = s * self.num_envs
@@ -440,7 +507,7 @@ class EnvRunner(Runner[SampleBatch]):
         self._drop_episodes(np.arange(self.num_envs), step)
         obs, _ = self.env.reset(seed=self._reset_seed())
         self._obs = self._filter(obs)
-        self._grid.columns[OBS_BUF][step + 1] = self._obs
+        self._obs_writer()(step + 1, self._obs)
         self._pending_reset[:] = False
 
     def _reset_seed(self) -> Any:
@@ -466,11 +533,29 @@ class EnvRunner(Runner[SampleBatch]):
     def _assemble(self, layout: Layout, keep: np.ndarray) -> SampleBatch:
         """Cut the batch (``keep``, in layout order); the other rows stay for the next call."""
         flat = layout.flat[keep]
-        names = (*sb.COLUMNS, sb.EXPLORATION_SCALE) if self.policy.exploration is not None else sb.COLUMNS
-        columns = {name: self._grid.gather(name, flat) for name in names if name != sb.AGENT_INDEX}
+        names = self._batch_columns()
+        columns = {
+            name: self._grid.gather(name, flat) for name in names if name not in (sb.AGENT_INDEX, sb.ACTION_MASK)
+        }
         columns[sb.AGENT_INDEX] = np.zeros(len(flat), np.int32)
+        if self.parts.masked:
+            columns[sb.ACTION_MASK] = columns[f"{sb.OBS}/{MASK_KEY}"] != 0
         self._grid.keep_rest(layout, ~keep)
         return SampleBatch({name: columns[name] for name in names})
+
+    def _batch_columns(self) -> list[str]:
+        """The batch's columns in order: a Dict/Tuple observation's leaves in place of obs and new_obs."""
+        names: list[str] = []
+        for name in sb.COLUMNS:
+            if name in (sb.OBS, sb.NEW_OBS) and self.parts.leaves:
+                names.extend(f"{name}/{path}" for path in self.parts.paths)
+            else:
+                names.append(name)
+        if self.policy.exploration is not None:
+            names.append(sb.EXPLORATION_SCALE)
+        if self.parts.masked:
+            names.append(sb.ACTION_MASK)
+        return names
 
     # -- public API -------------------------------------------------------------------
 

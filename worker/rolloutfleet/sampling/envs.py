@@ -25,6 +25,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
+from copy import deepcopy
 from typing import Any, cast
 
 import gymnasium as gym
@@ -237,6 +238,11 @@ class _Thunk:
         return self.create(self.index)
 
 
+def _copy(obs: Any) -> Any:
+    """A batch of observations the next step will not overwrite (a Dict/Tuple's arrays too)."""
+    return obs.copy() if isinstance(obs, np.ndarray) else deepcopy(obs)
+
+
 class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
     """Sub-envs stepped one after another in this process, SAME_STEP autoreset.
 
@@ -289,7 +295,7 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
                                 f"expected {self._obs_shape}")  # fmt: skip
             observations.append(obs)
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
-        return self._obs.copy(), {}
+        return _copy(self._obs), {}
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         n = self.num_envs
@@ -328,7 +334,7 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
             info["_final_obs"] = ended
         if failed.any():
             info[FAILED] = failed
-        return self._obs.copy(), rewards, terminateds, truncateds, info
+        return _copy(self._obs), rewards, terminateds, truncateds, info
 
     def _recreate(self, index: int) -> Any:
         try:

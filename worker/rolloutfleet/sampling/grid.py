@@ -6,7 +6,9 @@ Grid row ``s`` holds vector step ``s`` of every sub-env; the flat index of sub-e
 row is ``s * num_envs + i``. Besides the batch columns the grid keeps:
 
 * :data:`OBS_BUF` — ``capacity + 1`` rows: row ``s`` is grid row ``s``'s ``obs``, row
-  ``s + 1`` its ``new_obs`` (each observation written once);
+  ``s + 1`` its ``new_obs`` (each observation written once); a Dict or Tuple observation
+  has one such buffer per leaf (:func:`obs_buffer`), gathered as ``obs/<path>`` and
+  ``new_obs/<path>``;
 * :data:`VALID` — whether a row is a transition (a NEXT_STEP reset step is not);
 * :data:`RAW_REWARDS` — unclipped rewards (episode returns), only when rewards are clipped;
 * :data:`SEQ_NO` — per grid row (not per env): the ``weights_seq_no`` it was sampled with;
@@ -37,6 +39,21 @@ ColumnSpecs = Mapping[str, tuple[tuple[int, ...], Any]]
 """Column name -> (shape of one sub-env's entry, dtype), for the per-step columns."""
 
 
+def obs_buffer(path: str) -> str:
+    """The grid buffer of observation leaf ``path`` (``""``: a plain observation)."""
+    return f"{OBS_BUF}/{path}" if path else OBS_BUF
+
+
+def _obs_column(name: str) -> tuple[str, int] | None:
+    """(leaf path, 0 for obs or 1 for new_obs) of an observation column name, else None."""
+    if name in (sb.OBS, sb.NEW_OBS):
+        return "", int(name == sb.NEW_OBS)
+    for first, prefix in enumerate((f"{sb.OBS}/", f"{sb.NEW_OBS}/")):
+        if name.startswith(prefix):
+            return name[len(prefix) :], first
+    return None
+
+
 class Layout(NamedTuple):
     """The valid grid rows, env-major: per position its env, grid step, rank within the env
     and flat grid index (step * num_envs + env)."""
@@ -51,19 +68,28 @@ class Grid:
     """Column buffers of ``num_envs`` sub-envs, grown on demand.
 
     ``specs`` are the per-step columns (:data:`VALID` among them, :data:`RAW_REWARDS` when
-    rewards are clipped); the observation buffer and :data:`SEQ_NO` are added here.
+    rewards are clipped); the observation buffers and :data:`SEQ_NO` are added here.
+    ``leaves`` (path -> (shape, dtype)): a Dict or Tuple observation's leaves, one buffer
+    each, instead of one buffer of ``obs_shape``.
     """
 
-    def __init__(self, num_envs: int, specs: ColumnSpecs, obs_shape: tuple[int, ...], obs_dtype: Any) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        specs: ColumnSpecs,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+        leaves: ColumnSpecs | None = None,
+    ) -> None:
         self.num_envs = num_envs
         self.specs = dict(specs)
-        self.obs_shape = obs_shape
-        self.obs_dtype = obs_dtype
+        self.obs_specs = {"": (obs_shape, obs_dtype)} if leaves is None else dict(leaves)
         self.columns: dict[str, np.ndarray] = {}
         self.capacity = 0
         self.filled = 0  # grid rows in use: kept from the last batch, then stepped in this call
         self.tick = 0  # the tick of grid row 0
-        self.final_obs: dict[int, np.ndarray] = {}  # SAME_STEP: grid row * num_envs + env -> new_obs
+        # SAME_STEP: grid row * num_envs + env -> new_obs (leaf path -> value with leaves)
+        self.final_obs: dict[int, Any] = {}
 
     def ensure_capacity(self, steps: int) -> None:
         """Grid buffers for ``steps`` rows; growing keeps the rows already stepped."""
@@ -73,17 +99,22 @@ class Grid:
         steps = max(steps, 2 * self.capacity)
         n = self.num_envs
         self.columns = {name: np.empty((steps, n, *shape), dtype) for name, (shape, dtype) in self.specs.items()}
-        self.columns[OBS_BUF] = np.empty((steps + 1, n, *self.obs_shape), self.obs_dtype)
+        for path, (shape, dtype) in self.obs_specs.items():
+            self.columns[obs_buffer(path)] = np.empty((steps + 1, n, *shape), dtype)
         self.columns[SEQ_NO] = np.empty(steps, np.int64)
         for name, column in old.items():
-            rows = filled + 1 if name == OBS_BUF else filled
+            rows = filled + 1 if name.startswith(OBS_BUF) else filled
             self.columns[name][:rows] = column[:rows]
         self.capacity = steps
 
-    def new_obs(self, s: int, i: int) -> np.ndarray:
-        """Grid row ``s``'s ``new_obs`` of sub-env ``i``."""
+    def new_obs(self, s: int, i: int) -> Any:
+        """Grid row ``s``'s ``new_obs`` of sub-env ``i`` (leaf path -> value with leaves)."""
         final = self.final_obs.get(s * self.num_envs + i)
-        return self.columns[OBS_BUF][s + 1, i] if final is None else final
+        if final is not None:
+            return final
+        if "" in self.obs_specs:
+            return self.columns[OBS_BUF][s + 1, i]
+        return {path: self.columns[obs_buffer(path)][s + 1, i] for path in self.obs_specs}
 
     def layout(self) -> Layout:
         """Every valid grid row, ordered by env then time."""
@@ -103,20 +134,21 @@ class Grid:
             return flat // n + self.tick
         if name == sb.WEIGHTS_SEQ_NO:
             return np.take(self.columns[SEQ_NO], flat // n)
-        if name in (sb.OBS, sb.NEW_OBS):
+        leaf = _obs_column(name)
+        if leaf is not None:
             # One buffer holds both: new_obs of row s is obs of row s + 1, except the
             # SAME_STEP final observations kept aside.
-            first = 0 if name == sb.OBS else 1
-            column = self.columns[OBS_BUF][first : first + self.filled]
+            path, first = leaf
+            column = self.columns[obs_buffer(path)][first : first + self.filled]
         else:
             column = self.columns[name][: self.filled]
         # np.take moves small rows (a CartPole observation) ~10x faster than fancy indexing.
         out = np.take(column.reshape(-1, *column.shape[2:]), flat, axis=0)
-        if name == sb.NEW_OBS and self.final_obs:
-            self._patch_final_obs(out, flat)
+        if leaf is not None and leaf[1] == 1 and self.final_obs:
+            self._patch_final_obs(out, flat, leaf[0])
         return out
 
-    def _patch_final_obs(self, new_obs: np.ndarray, flat: np.ndarray) -> None:
+    def _patch_final_obs(self, new_obs: np.ndarray, flat: np.ndarray, path: str = "") -> None:
         """Put the kept final observations into gathered ``new_obs`` rows (grid rows ``flat``)."""
         keys = np.fromiter(self.final_obs, np.int64, len(self.final_obs))
         where = np.full(self.filled * self.num_envs, -1, np.int64)
@@ -125,7 +157,7 @@ class Grid:
         rows = np.flatnonzero(hit >= 0)
         if len(rows):
             finals = list(self.final_obs.values())
-            new_obs[rows] = np.stack([finals[j] for j in hit[rows]])
+            new_obs[rows] = np.stack([finals[j] if not path else finals[j][path] for j in hit[rows]])
 
     def keep_rest(self, layout: Layout, rest: np.ndarray) -> None:
         """Move the grid's tail that holds the ``rest`` rows to its front; only they stay valid."""
@@ -136,7 +168,7 @@ class Grid:
         valid[:filled] = False
         valid.reshape(-1)[layout.flat[rest]] = True
         for name, column in cols.items():
-            extra = 1 if name == OBS_BUF else 0  # the obs buffer also holds the next obs
+            extra = 1 if name.startswith(OBS_BUF) else 0  # obs buffers also hold the next obs
             column[: kept + extra] = column[first : filled + extra]
         cutoff = first * n
         self.final_obs = {key - cutoff: obs for key, obs in self.final_obs.items() if key >= cutoff}

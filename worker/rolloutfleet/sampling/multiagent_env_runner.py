@@ -43,7 +43,7 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
-from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks
+from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
 from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
@@ -253,8 +253,9 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             arrivals.clear()
 
     def _close_row(self, policy_id: str, row: int, new_obs: Any, terminated: bool, truncated: bool) -> None:
+        """``new_obs``: the agent's next observation as the env gave it, or None for its row's own."""
         rows = self._rows[policy_id]
-        rows.new_obs[row] = new_obs
+        rows.set_new_obs(row, new_obs)
         rows.terminateds[row] = terminated
         rows.truncateds[row] = truncated
         rows.complete[row] = True
@@ -263,8 +264,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     def _episode_ended(self, env_index: int, sub: SubEnv, terminated: bool, truncated: bool) -> None:
         # Rows still open get the agent's last observation: there is no next one.
         for policy_id, row in sub.open.values():
-            rows = self._rows[policy_id]
-            self._close_row(policy_id, row, rows.obs[row], terminated, truncated and not terminated)
+            self._close_row(policy_id, row, None, terminated, truncated and not terminated)
         sub.open = {}
         self._ended[sub.eps_id] = (sub.length, sub.rows)
         total = float(sum(sub.returns.values()))
@@ -359,12 +359,12 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             start = rows.reserve(k)
             end = start + k
             cols = rows.columns
-            obs = cols[sb.OBS][start:end]
             mask = None
-            if rows.leaf is None:
+            if not rows.paths:
+                obs = cols[sb.OBS][start:end]
                 self._stack(policy_id, obs_list, obs, agents)
             else:
-                mask = self._stack_dict(policy_id, rows, obs_list, start, agents)
+                obs, mask = self._stack_leaves(policy_id, rows, obs_list, start, agents)
             if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
                 starts = [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in zip(envs, agents, strict=True)]
                 self._noise[policy_id].bind(zip(envs, agents, strict=True), starts)
@@ -422,29 +422,34 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 f"observation space {self.policies[policy_id].observation_space}: {exc}"
             ) from None
 
-    def _stack_dict(
+    def _stack_leaves(
         self, policy_id: str, rows: PolicyRows, obs_list: list[Any], start: int, agents: list[Any]
-    ) -> np.ndarray | None:
-        """Dict observations: the model's leaf into ``obs``, the ``action_mask`` (checked) into its column."""
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Dict/Tuple observations: each leaf into its ``obs/<path>`` column, the ``action_mask``
+        (checked) into its own; returns the model's input and the mask."""
         end = start + len(obs_list)
+        paths = rows.paths
         try:
-            leaves = [o[rows.leaf] for o in obs_list]
-            masks = [o[MASK_KEY] for o in obs_list] if rows.masked else None
-        except (KeyError, TypeError, IndexError) as exc:
+            per_obs = [leaf_values(o, paths) for o in obs_list]
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
             raise SpecError(
                 f"spec.env: an observation of policy {policy_id!r}'s agents {agents[:4]} lacks leaf {exc} of its "
                 f"observation space {self.policies[policy_id].observation_space}"
             ) from None
-        self._stack(policy_id, leaves, rows.obs[start:end], agents)
-        if masks is None:
-            return None
+        leaves = {}
+        for path in paths:
+            leaves[path] = rows.columns[f"{sb.OBS}/{path}"][start:end]
+            self._stack(policy_id, [values[path] for values in per_obs], leaves[path], agents)
+        model_input = rows.parts.model_input(leaves)
+        if not rows.masked:
+            return model_input, None
         mask = rows.columns[sb.ACTION_MASK][start:end]
-        self._stack(policy_id, masks, mask, agents)
+        np.not_equal(leaves[MASK_KEY], 0, out=mask)
         try:
             check_masks(mask, agents)
         except ValueError as exc:
             raise SpecError(f"spec.env: {exc}") from None
-        return mask
+        return model_input, mask
 
     def _record(
         self,
@@ -475,8 +480,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             truncated = (bool(truncateds.get(agent, False)) or ended_trunc) and not terminated
             ref = open_rows.pop(agent, None)
             if ref is not None:
-                leaf = policy_rows[ref[0]].leaf
-                self._close_row(ref[0], ref[1], agent_obs if leaf is None else agent_obs[leaf], terminated, truncated)
+                self._close_row(ref[0], ref[1], agent_obs, terminated, truncated)
                 sub.agent_t[agent] = sub.agent_t.get(agent, 0) + 1
             done = terminated or truncated
             if not done:
@@ -492,7 +496,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                     self._close_row(
                         policy_id,
                         row,
-                        policy_rows[policy_id].obs[row],
+                        None,
                         bool(terminateds.get(agent, False)),
                         bool(truncateds.get(agent, False)),
                     )

@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rolloutfleet.data import batch as sb
+from rolloutfleet.inference.obs_spaces import leaf_values
 from rolloutfleet.inference.policy import Policy
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
 
@@ -28,15 +29,16 @@ class PolicyRows:
     def __init__(
         self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
     ) -> None:
-        parts = policy.obs_parts
-        self.leaf = parts.leaf  # a Dict observation's model input: stored as obs / new_obs
+        self.parts = parts = policy.obs_parts
+        self.paths = parts.paths  # a Dict/Tuple observation's leaves: one obs/<path>, new_obs/<path> column each
         self.masked = parts.masked
-        stored = obs_space[parts.leaf] if parts.leaf is not None else obs_space  # type: ignore[index]
-        obs_shape, act_shape = stored.shape or (), act_space.shape or ()
-        obs_dtype = np.float32 if filtered else stored.dtype
-        self.specs: dict[str, tuple[tuple[int, ...], Any]] = {
-            sb.OBS: (obs_shape, obs_dtype),
-            sb.NEW_OBS: (obs_shape, obs_dtype),
+        act_shape = act_space.shape or ()
+        self.specs: dict[str, tuple[tuple[int, ...], Any]] = {}
+        for path, leaf in parts.leaves or (("", obs_space),):
+            spec = (leaf.shape or (), np.float32 if filtered else leaf.dtype)
+            self.specs[f"{sb.OBS}/{path}" if path else sb.OBS] = spec
+            self.specs[f"{sb.NEW_OBS}/{path}" if path else sb.NEW_OBS] = spec
+        self.specs |= {
             sb.ACTIONS: (act_shape, act_space.dtype),
             sb.REWARDS: ((), np.float32),
             sb.TERMINATEDS: ((), np.bool_),
@@ -68,8 +70,21 @@ class PolicyRows:
         self.capacity = capacity
         # Bound views for the step loop, refreshed whenever the buffers move.
         c = self.columns
-        self.obs, self.new_obs, self.rewards = c[sb.OBS], c[sb.NEW_OBS], c[sb.REWARDS]
+        self.obs: Any = c.get(sb.OBS)  # None for a Dict/Tuple observation (its leaves' columns)
+        self.new_obs: Any = c.get(sb.NEW_OBS)
+        self.rewards = c[sb.REWARDS]
         self.terminateds, self.truncateds, self.complete = c[sb.TERMINATEDS], c[sb.TRUNCATEDS], c[COMPLETE]
+
+    def set_new_obs(self, row: int, obs: Any) -> None:
+        """Row ``row``'s ``new_obs``: an observation as the env gave it, or None for the row's own ``obs``."""
+        if not self.paths:
+            self.new_obs[row] = self.obs[row] if obs is None else obs
+            return
+        values = None if obs is None else leaf_values(obs, self.paths)
+        columns = self.columns
+        for path in self.paths:
+            new = columns[f"{sb.NEW_OBS}/{path}"]
+            new[row] = columns[f"{sb.OBS}/{path}"][row] if values is None else values[path]
 
     def reserve(self, rows: int) -> int:
         """Room for ``rows`` more rows; returns the first one's index."""

@@ -27,6 +27,7 @@ from gymnasium import spaces
 
 from rolloutfleet.inference.default_mlp import MLPLayout, is_image_space
 from rolloutfleet.inference.distributions import distribution_for
+from rolloutfleet.inference.obs_spaces import obs_parts
 from rolloutfleet.sampling.envs import env_creator
 from rolloutfleet.spec.job import RolloutJob, SpecError, parse_quantity
 
@@ -79,7 +80,12 @@ def value_bytes(space: spaces.Space[Any], as_float32: bool = False) -> int:
         return math.prod(space.shape) * (4 if as_float32 else space.dtype.itemsize)
     if isinstance(space, spaces.Discrete):
         return 4 if as_float32 else 8
-    return spaces.flatdim(space) * (4 if as_float32 else 8)
+    if isinstance(space, spaces.Dict | spaces.Tuple):  # one column per leaf
+        parts = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
+        return sum(value_bytes(part, as_float32) for part in parts)
+    if isinstance(space, spaces.MultiBinary | spaces.MultiDiscrete):
+        return math.prod(space.shape) * (4 if as_float32 else space.dtype.itemsize)  # type: ignore[union-attr]
+    return 0  # not an array (Text, Graph): refused by space_problems
 
 
 def model_parameters(job: RolloutJob, obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> int | None:
@@ -88,6 +94,10 @@ def model_parameters(job: RolloutJob, obs_space: spaces.Space[Any], act_space: s
     (shapes, no memory); None when it cannot be built there (its real build reports why)."""
     spec = job.spec.policy
     distribution = distribution_for(act_space)
+    try:
+        obs_space = obs_parts(obs_space, act_space).model_space  # a Dict/Tuple's model input
+    except ValueError:
+        return None  # the worker's own build names the problem
     if spec.entry_point is None and not is_image_space(obs_space):
         try:
             layout = MLPLayout.of(obs_space, distribution, list(spec.hidden), spec.activation, spec.vf_share_layers)
@@ -154,6 +164,20 @@ def _one_env(job: RolloutJob) -> gym.Env[Any, Any]:
         raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
 
 
+def space_problems(job: RolloutJob, obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> list[str]:
+    """Observations the workers could not read (a Text or Graph leaf, a filter on a Dict), named."""
+    try:
+        obs_parts(obs_space, act_space)
+    except ValueError as exc:
+        return [f"spec.env: {exc}"]
+    if job.spec.sampling.observation_filter == "meanStd" and not isinstance(obs_space, spaces.Box):
+        return [
+            f"spec.sampling.observationFilter: meanStd normalizes Box observations, this env's are {obs_space}; "
+            "normalize them in the env or set observationFilter: none"
+        ]
+    return []
+
+
 def check_sizes(job: RolloutJob) -> SizeEstimate | None:
     """Build one sub-env, estimate, and raise :class:`SpecError` naming each field that cannot
     work; None for a multi-agent job (not estimated)."""
@@ -161,10 +185,11 @@ def check_sizes(job: RolloutJob) -> SizeEstimate | None:
         return None
     env = _one_env(job)
     try:
-        size = estimate(job, env.observation_space, env.action_space)
+        obs_space, act_space = env.observation_space, env.action_space
+        size = estimate(job, obs_space, act_space)
     finally:
         env.close()
-    found = problems(job, size)
+    found = space_problems(job, obs_space, act_space) + problems(job, size)
     if found:
         raise SpecError("; ".join(found))
     return size

@@ -1,0 +1,162 @@
+"""Single-agent Dict and Tuple observations: one typed column per leaf, the model's encoding,
+action masks, and the bad input around them; checked against the envs' own rules
+(gymnasium's Blackjack, a masked counter that records what it saw)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rolloutfleet import EnvRunner, RolloutJob, SpecError
+from rolloutfleet.cli.main import main
+from rolloutfleet.data.codec import decode, encode
+from rolloutfleet.inference.obs_spaces import obs_parts
+from tests.unit.sampling.sampler_test_envs import MaskedCounterEnv
+
+MASKED = "tests.unit.sampling.sampler_test_envs:make_masked_counter"
+
+
+def job(
+    env: dict[str, Any], sampling: dict[str, Any] | None = None, policy: dict[str, Any] | None = None
+) -> RolloutJob:
+    spec: dict[str, Any] = {"env": env, "sampling": {"seed": 0, **(sampling or {})}, "policy": policy or {}}
+    return RolloutJob.from_dict({"metadata": {"name": "structured"}, "spec": spec})
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_dict_observations_are_one_column_per_leaf_and_every_move_is_legal(vectorization: str) -> None:
+    MaskedCounterEnv.instances.clear()
+    MaskedCounterEnv.illegal = 0
+    length = 6
+    env = {"entryPoint": MASKED, "numEnvs": 3, "vectorization": vectorization, "config": {"length": length}}
+    runner = EnvRunner(job(env, {"rolloutFragmentLength": 20}))
+    try:
+        batch = runner.sample()
+    finally:
+        runner.close()
+    assert {"obs", "new_obs"}.isdisjoint(batch)
+    assert batch["obs/observation"].dtype == np.float32 and batch["obs/action_mask"].dtype == np.int8
+    assert batch["action_mask"].dtype == np.bool_
+    obs, new_obs = batch["obs/observation"], batch["new_obs/observation"]
+    step = obs[:, 1].astype(int)
+    # The env's own rule for its mask, at this row's step and the next.
+    for rows, at in ((batch["obs/action_mask"], step), (batch["new_obs/action_mask"], step + 1)):
+        expected = np.zeros((len(batch), 4), np.int8)
+        expected[np.arange(len(batch)), at % 4] = 1
+        expected[np.arange(len(batch)), (at + 1) % 4] = 1
+        np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_array_equal(batch["action_mask"], batch["obs/action_mask"] != 0)
+    # Every action legal under the recorded mask, and the env never saw an illegal one.
+    assert batch["action_mask"][np.arange(len(batch)), batch["actions"]].all()
+    assert MaskedCounterEnv.illegal == 0
+    np.testing.assert_array_equal(batch["rewards"], 1.0)
+    # new_obs is the same episode's next step, also at episode ends (SAME_STEP final observations).
+    np.testing.assert_array_equal(new_obs[:, 0], obs[:, 0])
+    np.testing.assert_array_equal(new_obs[:, 1], obs[:, 1] + 1)
+    np.testing.assert_array_equal(batch["terminateds"], new_obs[:, 1] == length)
+    assert batch["terminateds"].sum() >= 3
+    by_env = {i: batch["actions"][batch["env_id"] == i].tolist() for i in range(3)}
+    seen = {env.vector_index: env.seen_actions[: len(by_env[env.vector_index])] for env in MaskedCounterEnv.instances}
+    if vectorization == "sync":  # async sub-envs live in other processes
+        assert seen == by_env
+
+
+def test_greedy_actions_are_the_best_legal_ones() -> None:
+    runner = EnvRunner(job({"entryPoint": MASKED, "numEnvs": 2}, {"rolloutFragmentLength": 10}))
+    batch = runner.sample(explore=False)
+    logits = np.where(batch["action_mask"], batch["action_dist_inputs"], -np.inf)
+    np.testing.assert_array_equal(batch["actions"], logits.argmax(axis=1))
+    random = runner.sample(random_actions=True)
+    assert random["action_mask"][np.arange(len(random)), random["actions"]].all()
+
+
+def test_leaf_columns_stay_typed_and_zero_copy_through_the_codec() -> None:
+    batch = EnvRunner(job({"entryPoint": MASKED, "numEnvs": 2}, {"rolloutFragmentLength": 5})).sample()
+    decoded = decode(encode(batch))
+    for name in ("obs/observation", "obs/action_mask", "new_obs/action_mask", "action_mask"):
+        np.testing.assert_array_equal(decoded[name], batch[name])
+        assert decoded[name].dtype == batch[name].dtype
+        assert not decoded[name].flags.owndata and not decoded[name].flags.writeable  # views into the payload
+
+
+def test_blackjack_tuple_observations_follow_the_games_rules() -> None:
+    """gymnasium's Blackjack observes Tuple(player sum, dealer's card, usable ace)."""
+    runner = EnvRunner(job({"id": "Blackjack-v1", "numEnvs": 4}, {"rolloutFragmentLength": 50}))
+    parts = obs_parts(runner.observation_space, runner.action_space)
+    assert parts.paths == ("0", "1", "2") and parts.model_space.shape == (32 + 11 + 2,)
+    batch = runner.sample()
+    player, dealer = batch["obs/0"], batch["obs/1"]
+    new_player, new_dealer = batch["new_obs/0"], batch["new_obs/1"]
+    assert player.dtype == np.int64 and batch["obs/2"].dtype == np.int64
+    np.testing.assert_array_equal(new_dealer, dealer)  # the dealer's showing card never changes in a game
+    assert ((dealer >= 1) & (dealer <= 10)).all() and (player <= 21).all()
+    stick, hit, end = batch["actions"] == 0, batch["actions"] == 1, batch["terminateds"]
+    assert end[stick].all()  # sticking ends the game
+    assert (batch["rewards"][hit & ~end] == 0).all() and (new_player[hit & ~end] <= 21).all()
+    busted = hit & end
+    np.testing.assert_array_equal(batch["rewards"][busted], -1.0)
+    assert (new_player[busted] > 21).all()
+    assert set(np.unique(batch["rewards"][stick]).tolist()) <= {-1.0, 0.0, 1.0}
+    assert busted.any() and stick.any() and (hit & ~end).any()
+    # What the model read: the one-hot encoding of each leaf.
+    encoded = parts.batch_input(batch)
+    np.testing.assert_array_equal(encoded[:, :32].argmax(1), player)
+    np.testing.assert_array_equal(encoded[:, 32:43].argmax(1), dealer)
+    np.testing.assert_array_equal(encoded.sum(1), 3.0)
+    np.testing.assert_array_equal(parts.batch_input(batch, "new_obs")[:, :32].argmax(1), new_player)
+
+
+def test_sample_writes_each_leaf_to_the_npz(tmp_path: Path) -> None:
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        "apiVersion: rolloutfleet.io/v1alpha1\nkind: RolloutJob\nmetadata: {name: bj}\n"
+        "spec: {env: {id: Blackjack-v1, numEnvs: 2}, sampling: {seed: 0}}\n"
+    )
+    output = tmp_path / "bj.npz"
+    assert main(["sample", str(manifest), "--steps", "40", "--output", str(output)]) == 0
+    with np.load(output, allow_pickle=False) as data:
+        assert {"obs/0", "obs/1", "obs/2", "new_obs/0", "new_obs/1", "new_obs/2"} <= set(data.files)
+        assert "obs" not in data.files and len(data["obs/0"]) == 40 and data["obs/0"].dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    ("env", "sampling", "message"),
+    [
+        ({"entryPoint": MASKED}, {"observationFilter": "meanStd"},
+         r"^spec\.sampling\.observationFilter: meanStd normalizes Box observations, this env's are Dict\("),
+        ({"entryPoint": "tests.unit.sampling.sampler_test_envs:make_text_env"}, {},
+         r"^spec\.policy: unsupported observation space Text\("),
+    ],
+)  # fmt: skip
+def test_what_cannot_be_read_is_one_line_at_start_up(
+    env: dict[str, Any], sampling: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpecError, match=message) as raised:
+        EnvRunner(job(env, sampling))
+    assert "\n" not in str(raised.value)
+
+
+def test_an_all_zero_mask_names_the_sub_env() -> None:
+    runner = EnvRunner(job({"entryPoint": MASKED, "numEnvs": 2, "config": {"empty_mask_at": 2}}))
+    with pytest.raises(SpecError, match=r"^spec\.env: sub-env 0: its action_mask allows no action \(all zeros\)"):
+        runner.sample()
+
+
+def test_a_learner_model_reads_the_leaves_as_the_worker_did() -> None:
+    """build_model's torch module, fed batch_input(batch), gives the logits the numpy worker acted on."""
+    import torch
+
+    from rolloutfleet.sampling.runners import build_model
+
+    the_job = job({"id": "Blackjack-v1", "numEnvs": 2}, {"rolloutFragmentLength": 10}, {"hidden": [16]})
+    runner = EnvRunner(the_job)
+    assert runner.policy.inference == "numpy"
+    batch = runner.sample()
+    model = build_model(the_job)
+    with torch.no_grad():
+        logits, values = model(torch.as_tensor(runner.parts.batch_input(batch)))
+    np.testing.assert_allclose(logits.numpy(), batch["action_dist_inputs"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values.numpy(), batch["vf_preds"], rtol=1e-5, atol=1e-5)
