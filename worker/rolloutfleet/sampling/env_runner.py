@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -117,6 +117,10 @@ class EnvRunner(Runner[SampleBatch]):
         # Episode callbacks run right after the step they belong to: bookkeeping per step.
         self._per_step = self._call_step or self._call_start or self._call_end
         self._clip = self._action_clipper()
+        # Stateful models: one state per sub-env, restarted with each episode (as the OU noise is).
+        self._state_init = self.policy.initial_state(self.num_envs) if self.policy.recurrent else []
+        self._state = [part.copy() for part in self._state_init]
+        self._state_names = sb.state_column_names(len(self._state), spec.policy.state_out) if self._state else ()
 
         n = self.num_envs
         obs_dtype = np.float32 if self.filter is not None else self.observation_space.dtype
@@ -168,6 +172,9 @@ class EnvRunner(Runner[SampleBatch]):
             specs[RAW_REWARDS] = ((), np.float64)
         if self.policy.exploration is not None:
             specs[sb.EXPLORATION_SCALE] = ((), np.float32)
+        for name in self._state_names:
+            part = self._state_init[int(name.rsplit("_", 1)[1])]
+            specs[name] = (part.shape[1:], np.float32)
         return specs
 
     # -- episodes ---------------------------------------------------------------------
@@ -230,11 +237,13 @@ class EnvRunner(Runner[SampleBatch]):
         resilient = self.vectorization == "sync"
         obs_filter, clip, n = self.filter, self._clip, self.num_envs
         act = (lambda _obs: self.policy.random_actions(n)) if random_actions else self.policy.act(explore)
+        recurrent = bool(self._state)
+        act_stateful = self._stateful_act(explore, random_actions) if recurrent else None
         env_step = self.env.step
-        # Ornstein-Uhlenbeck noise restarts with each episode: after the step that ended it
-        # (SAME_STEP), or after the reset step that follows (NEXT_STEP).
+        # Ornstein-Uhlenbeck noise and a model's state restart with each episode: after the
+        # step that ended it (SAME_STEP), or after the reset step that follows (NEXT_STEP).
         noise = None if random_actions else self.policy.noise_state(explore)
-        ended = self._pending_reset.copy() if noise is not None else None
+        ended = self._pending_reset.copy() if noise is not None or recurrent else None
         obs = self._obs
         assert obs is not None  # _reset_envs set it
         c_obs[start] = obs
@@ -242,7 +251,7 @@ class EnvRunner(Runner[SampleBatch]):
         # Weights change only between sample() calls, so weights_seq_no (like env_id and
         # the tick) is not written per step but filled in when the batch is assembled.
         for s in range(start, start + steps):
-            actions, logp, dist_inputs, values = act(obs)
+            actions, logp, dist_inputs, values = act(obs) if act_stateful is None else act_stateful(obs, s)
             try:
                 next_obs, rewards, terminateds, truncateds, info = env_step(
                     actions if clip is None else np.clip(actions, clip[0], clip[1])
@@ -252,6 +261,7 @@ class EnvRunner(Runner[SampleBatch]):
                 self._restart_vector_env(exc, s)
                 if noise is not None:
                     noise.reset(np.ones(n, np.bool_))
+                self._restart_state(np.ones(n, np.bool_))
                 env_step, obs, accounted = self.env.step, self._obs, s + 1
                 assert obs is not None
                 continue
@@ -261,9 +271,13 @@ class EnvRunner(Runner[SampleBatch]):
             c_vf[s] = values
             c_term[s] = terminateds
             c_trunc[s] = truncateds
-            if noise is not None:
+            if ended is not None:
                 done = terminateds | truncateds
-                noise.reset(done if same_step else ended)  # type: ignore[arg-type]
+                starts = done if same_step else ended
+                if noise is not None:
+                    noise.reset(starts)
+                if recurrent:
+                    self._restart_state(starts)
                 ended = done
             if c_raw is None:
                 c_rew[s] = rewards
@@ -285,11 +299,42 @@ class EnvRunner(Runner[SampleBatch]):
                     self._drop_episodes(failed.nonzero()[0], s)
                     if noise is not None:
                         noise.reset(failed)
+                    self._restart_state(failed)
             if per_step:
                 self._account(accounted, s + 1)
                 accounted = s + 1
         self._account(accounted, start + steps)
         self._obs = obs
+
+    def _stateful_act(
+        self, explore: bool, random_actions: bool
+    ) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """The step's act for a stateful model, ``(obs, s) -> (actions, logp, dist_inputs,
+        values)``: records the state it acts with as grid row ``s``'s ``state_in`` (and the
+        state after as ``state_out``), and keeps the new state."""
+        act = self.policy.act_recurrent(explore, random_actions)
+        cols = self._grid.columns
+        parts = len(self._state)
+        c_in = [cols[name] for name in self._state_names[:parts]]
+        c_out = [cols[name] for name in self._state_names[parts:]]
+
+        def step(obs: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            state = self._state
+            for column, part in zip(c_in, state, strict=True):
+                column[s] = part
+            actions, logp, dist_inputs, values, new_state = act(obs, state)
+            for column, part in zip(c_out, new_state, strict=False):
+                column[s] = part
+            self._state = new_state
+            return actions, logp, dist_inputs, values
+
+        return step
+
+    def _restart_state(self, starts: np.ndarray) -> None:
+        """Sub-envs (a boolean mask) whose next row starts an episode: back to the initial state."""
+        if self._state and starts.any():
+            for part, initial in zip(self._state, self._state_init, strict=True):
+                part[starts] = initial[starts]
 
     def _keep_final_obs(self, s: int, info: Mapping[str, Any]) -> None:
         """SAME_STEP: the true final observations of the episodes that ended at row ``s``."""
@@ -466,7 +511,9 @@ class EnvRunner(Runner[SampleBatch]):
     def _assemble(self, layout: Layout, keep: np.ndarray) -> SampleBatch:
         """Cut the batch (``keep``, in layout order); the other rows stay for the next call."""
         flat = layout.flat[keep]
-        names = (*sb.COLUMNS, sb.EXPLORATION_SCALE) if self.policy.exploration is not None else sb.COLUMNS
+        names: tuple[str, ...] = sb.COLUMNS + self._state_names
+        if self.policy.exploration is not None:
+            names += (sb.EXPLORATION_SCALE,)
         columns = {name: self._grid.gather(name, flat) for name in names if name != sb.AGENT_INDEX}
         columns[sb.AGENT_INDEX] = np.zeros(len(flat), np.int32)
         self._grid.keep_rest(layout, ~keep)
