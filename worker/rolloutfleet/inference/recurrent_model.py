@@ -97,9 +97,28 @@ class RecurrentModel(nn.Module):
     def forward(
         self, obs: torch.Tensor, state: list[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-        """One step for a batch: ``(action_dist_inputs, vf_preds, new_state)``."""
-        out, values, new_state = self.unroll(obs[:, None], state)
-        return out[:, 0], values[:, 0], new_state
+        """One step for a batch: ``(action_dist_inputs, vf_preds, new_state)``.
+
+        The cell's own step function on the ``nn.LSTM``/``nn.GRU`` weights (about twice as
+        fast for a sampler's one-step batches as the sequence module); :meth:`unroll` gives
+        the same numbers for sequences."""
+        x = self.trunk(self.encoder(obs))
+        rnn = self.rnn
+        weights: tuple[torch.Tensor, ...] = (rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0)  # type: ignore[assignment]
+        if self.cell == "lstm":
+            h, c = torch.lstm_cell(x, (state[0], state[1]), *weights)
+            new_state = [h, c]
+        else:
+            h = torch.gru_cell(x, state[0], *weights)
+            new_state = [h]
+        return *self._heads(h), new_state
+
+    def _heads(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.pi(y)
+        values = self.vf(y)[..., 0]
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out, values
 
     def unroll(
         self, obs: torch.Tensor, state: list[torch.Tensor]
@@ -117,8 +136,5 @@ class RecurrentModel(nn.Module):
         else:
             y, h = self.rnn(x, state[0][None].contiguous())
             new_state = [h[0]]
-        out = self.pi(y)
-        values = self.vf(y)[..., 0]
-        if self.log_std is not None:
-            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        out, values = self._heads(y)
         return out, values, new_state
