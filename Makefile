@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer soak chaos demo lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer soak chaos demo demo-lstm lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -90,6 +90,11 @@ images: ## the chart's default images (worker, worker -cpu where its index answe
 demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole.yaml --target-return 475
+
+demo-lstm: install ## PPO with an LSTM (policy.recurrent) on CartPole with the velocities hidden, local fleet of 2 workers, until the mean return reaches 400
+	$(BIN)/rolloutfleet run examples/cartpole_lstm.yaml --no-status -- \
+		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole_lstm.yaml --target-return 400 \
+		--steps-per-update 2048 --max-env-steps 3000000
 
 cluster-build: ## build the control plane (and with NODE=real the node's binaries) from pinned Go modules (cached outside the repo)
 	hack/cluster/build.sh control-plane

@@ -11,7 +11,11 @@ Rows (env steps/s, every sub-env step counted, medians of interleaved repeats):
 * RLlib's SingleAgentEnvRunner: measured here when ray is installed (``make bench-peer``
   runs this in a venv with RLlib), else the figure measured earlier on a 2-core machine of this kind, marked as such.
 
-Usage: ``python -m bench.bench_sampling [--seconds 2] [--repeats 3] [--envs 1 8 64 256 1024]``
+Then the recurrent section: EnvRunner on CartPole with the feed-forward 64x64 MLP (numpy, and
+torch with ``inference: torch``) next to the same MLP under an LSTM (``policy.recurrent``,
+256 units) and a GRU, same run, interleaved.
+
+Usage: ``python -m bench.bench_sampling [--seconds 2] [--repeats 3] [--envs 1 8 64 256 1024] [--only recurrent]``
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 
@@ -53,11 +58,15 @@ def bare(mode: str, num_envs: int) -> Callable[[], int]:
     return step
 
 
-def ours(num_envs: int) -> Callable[[], int]:
+def ours(num_envs: int, **policy: Any) -> Callable[[], int]:
     job = RolloutJob.from_dict(
         {
             "metadata": {"name": "bench"},
-            "spec": {"env": {"id": "CartPole-v1", "numEnvs": num_envs}, "sampling": {"seed": 0}},
+            "spec": {
+                "env": {"id": "CartPole-v1", "numEnvs": num_envs},
+                "policy": policy,
+                "sampling": {"seed": 0},
+            },
         }
     )
     limit_cpu_threads(job.spec.policy.num_threads)  # as `rolloutfleet worker` does
@@ -83,12 +92,42 @@ def rllib(num_envs: int) -> Callable[[], int] | None:
     return lambda: sum(len(e) for e in runner.sample(num_timesteps=200 * num_envs))
 
 
+RECURRENT_RUNS: dict[str, dict[str, Any]] = {  # all on the CPU, one torch thread (the default)
+    "ff numpy": {"device": "cpu"},
+    "ff torch": {"device": "cpu", "inference": "torch"},
+    "lstm 256": {"device": "cpu", "recurrent": {"cell": "lstm", "size": 256}},
+    "gru 256": {"device": "cpu", "recurrent": {"cell": "gru", "size": 256}},
+}
+
+
+def recurrent_section(args: argparse.Namespace) -> None:
+    """Stateful sampling's cost: the same job with and without a recurrent cell, interleaved."""
+    print(
+        f"\nrecurrent policies, CartPole-v1, trunk MLP 64x64, EnvRunner env steps/s, median of {args.repeats} x "
+        f"{args.seconds}s"
+    )
+    print(f"{'envs':>5} " + " ".join(f"{name:>10}" for name in RECURRENT_RUNS) + f" {'lstm/ff torch':>14}")
+    for n in [n for n in args.envs if n <= 64]:  # a 256-unit LSTM on 1 024 envs: minutes per row
+        runs = {name: ours(n, **policy) for name, policy in RECURRENT_RUNS.items()}
+        samples: dict[str, list[float]] = {k: [] for k in runs}
+        for _ in range(args.repeats):
+            for name, step in runs.items():
+                samples[name].append(rate(step, args.seconds))
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        cells = " ".join(f"{med[name]:>10,.0f}" for name in RECURRENT_RUNS)
+        print(f"{n:>5} {cells} {med['lstm 256'] / med['ff torch']:>13.0%}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64, 256, 1024])
+    parser.add_argument("--only", choices=["recurrent"], help="run only this section")
     args = parser.parse_args()
+    if args.only == "recurrent":
+        recurrent_section(args)
+        return
     print(
         f"sampling, CartPole-v1, MLP 64x64, env steps/s, median of {args.repeats} x {args.seconds}s (pid {os.getpid()})"
     )
@@ -124,6 +163,7 @@ def main() -> None:
         print(
             "(anc): RLlib is not installed here; the figure is one measured earlier on a 2-core machine of this kind. `make bench-peer` measures it"
         )
+    recurrent_section(args)
 
 
 if __name__ == "__main__":

@@ -39,3 +39,32 @@ class ImageEnv(gym.Env[np.ndarray, np.int64]):
 
 def make_image_env(ctx: dict[str, Any]) -> ImageEnv:
     return ImageEnv()
+
+
+class StepCounter(nn.Module):
+    """A stateful model whose state counts the steps taken since the episode began (and sums
+    the observations' first component): the runner's ``state_in`` must equal ``t``."""
+
+    def __init__(self, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(int(action_space.n)))  # type: ignore[attr-defined]
+
+    def initial_state(self) -> list[torch.Tensor]:
+        return [torch.zeros(1), torch.zeros(1)]
+
+    def forward(
+        self, obs: torch.Tensor, state: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        count, total = state
+        logits = self.bias.expand(len(obs), -1)
+        return logits, count[:, 0], [count + 1, total + obs[:, :1].float()]
+
+
+class ShapeShifter(StepCounter):
+    """A stateful model whose state grows by one element per call: a bad model."""
+
+    def forward(
+        self, obs: torch.Tensor, state: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        logits, values, (count, total) = super().forward(obs, state)
+        return logits, values, [torch.cat([count, count], dim=1), total]

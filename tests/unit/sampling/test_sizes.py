@@ -28,6 +28,8 @@ def job(**spec: Any) -> RolloutJob:
         {"policy": {"hidden": [256, 128, 64], "vfShareLayers": False}},
         {"env": {"id": "Pendulum-v1", "numEnvs": 3}, "sampling": {"observationFilter": "meanStd"}},
         {"env": {"id": "Blackjack-v1", "numEnvs": 3}},  # Tuple observations: one column per leaf
+        {"policy": {"recurrent": {"cell": "lstm", "size": 32}, "stateOut": True}},
+        {"policy": {"recurrent": {"cell": "gru", "size": 16}, "device": "cpu"}},
     ],
 )
 def test_the_estimate_matches_the_model_and_the_encoded_fragment(spec: dict[str, Any]) -> None:

@@ -160,3 +160,23 @@ def test_a_learner_model_reads_the_leaves_as_the_worker_did() -> None:
         logits, values = model(torch.as_tensor(runner.parts.batch_input(batch)))
     np.testing.assert_allclose(logits.numpy(), batch["action_dist_inputs"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(values.numpy(), batch["vf_preds"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_recurrent_policy_reads_dict_observations_and_keeps_the_mask() -> None:
+    MaskedCounterEnv.illegal = 0
+    env = {"entryPoint": MASKED, "numEnvs": 3, "config": {"length": 5}}
+    lstm = {"recurrent": {"cell": "lstm", "size": 8}, "device": "cpu"}
+    runner = EnvRunner(job(env, {"rolloutFragmentLength": 12}, lstm))
+    try:
+        batch = runner.sample()
+    finally:
+        runner.close()
+    assert batch["action_mask"][np.arange(len(batch)), batch["actions"]].all()
+    assert MaskedCounterEnv.illegal == 0
+    states = [batch[name] for name in ("state_in_0", "state_in_1")]
+    first = batch["obs/observation"][:, 1] == 0  # the counter's step: 0 on an episode's first row
+    assert first.any() and (~first).any()
+    for state in states:
+        assert state.shape == (len(batch), 8)
+        assert not state[first].any()  # every episode starts from the zero state
+        assert state[~first].any(axis=1).all()  # and carries one after its first step

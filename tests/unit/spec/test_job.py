@@ -108,6 +108,16 @@ def test_defaults_and_camel_case_round_trip() -> None:
         ({"multiAgent": _ma(policies={"red": {"hidden": [0]}})}, "spec.multiAgent.policies.red.hidden"),
         ({"multiAgent": _ma(policies={"red": {"hiden": [4]}})}, "spec.multiAgent.policies.red.hiden"),
         ({"multiAgent": _ma(countStepsBy="agents")}, "spec.multiAgent.countStepsBy"),
+        ({"policy": {"recurrent": {"cell": "rnn"}}}, "spec.policy.recurrent.cell"),
+        ({"policy": {"recurrent": {"size": 0}}}, "spec.policy.recurrent.size"),
+        ({"policy": {"recurrent": {"size": 100_000}}}, "spec.policy.recurrent.size"),
+        ({"policy": {"recurrent": {"layers": 2}}}, "spec.policy.recurrent.layers"),
+        ({"policy": {"recurrent": "lstm"}}, "spec.policy.recurrent"),
+        ({"policy": {"recurrent": {}, "entryPoint": "a.b:C"}}, "spec.policy.recurrent"),
+        (
+            {"multiAgent": _ma(policies={"red": {"recurrent": {"cell": "LSTM"}}})},
+            "spec.multiAgent.policies.red.recurrent.cell",
+        ),
     ],
 )
 def test_each_mistake_names_its_field(spec: dict[str, Any], field: str) -> None:

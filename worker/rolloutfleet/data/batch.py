@@ -40,6 +40,31 @@ ACTION_MASK = "action_mask"
 """Observations with an ``action_mask`` (turn-based games): the legal actions of each row's
 ``obs`` (bool, one per action); actions were sampled among these, and a learner applies the
 same mask to its logits. Absent for unmasked observations."""
+STATE_IN = "state_in_"
+"""Stateful models: column ``state_in_<k>`` holds part k of the model state each row's action
+was taken with (``(rows, *part_shape)``; an LSTM's ``h`` is part 0, ``c`` part 1). A row at
+``t == 0`` holds the model's initial state; replaying an episode's ``obs`` from there through
+the model gives every later row's ``state_in``."""
+STATE_OUT = "state_out_"
+"""With ``policy.stateOut``: column ``state_out_<k>``, the state after each row's step."""
+
+
+def state_columns(batch: Mapping[str, Any], prefix: str = STATE_IN) -> list[str]:
+    """The ``state_in_<k>`` (or ``state_out_<k>``) column names of a batch, in part order.
+
+    >>> state_columns({"obs": 0, "state_in_1": 0, "state_in_0": 0})
+    ['state_in_0', 'state_in_1']
+    """
+    names = [name for name in batch if name.startswith(prefix) and name[len(prefix) :].isdigit()]
+    return sorted(names, key=lambda name: int(name[len(prefix) :]))
+
+
+def state_column_names(parts: int, state_out: bool = False) -> tuple[str, ...]:
+    """``state_in_0`` ... (then ``state_out_0`` ... with ``state_out``) for a state of ``parts`` parts."""
+    names = tuple(f"{STATE_IN}{k}" for k in range(parts))
+    return names + (tuple(f"{STATE_OUT}{k}" for k in range(parts)) if state_out else ())
+
+
 AGENT_ID = "agent_id"
 """Multi-agent batches: the agent id of each row as text (``agent_index`` is its number)."""
 

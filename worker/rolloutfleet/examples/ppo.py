@@ -62,10 +62,19 @@ class PPO:
 
     def _dist(self, obs: torch.Tensor) -> tuple[torch.distributions.Distribution, torch.Tensor]:
         out, values = self.model(obs)
+        return self._distribution(out), values
+
+    def _distribution(self, out: torch.Tensor) -> torch.distributions.Distribution:
         if self.discrete:
-            return torch.distributions.Categorical(logits=out), values
+            return torch.distributions.Categorical(logits=out)
         mean, log_std = out.chunk(2, dim=-1)
-        return torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1), values
+        return torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1)
+
+    def _bootstrap_values(self, batch: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+        """V(new_obs) of the rows (a boolean mask) whose chunk is cut without termination."""
+        with torch.no_grad():
+            _, tail = self.model(torch.as_tensor(batch["new_obs"][rows]))
+        return tail.double().numpy()
 
     def advantages(self, batch: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """GAE(lambda) advantages and value targets for every row."""
@@ -81,9 +90,7 @@ class PPO:
         next_values[:-1] = values[1:]
         bootstrap = ~continues & ~terminated  # truncated, or cut at a fragment boundary
         if bootstrap.any():
-            with torch.no_grad():
-                _, tail = self.model(torch.as_tensor(batch["new_obs"][bootstrap]))
-            next_values[bootstrap] = tail.double().numpy()
+            next_values[bootstrap] = self._bootstrap_values(batch, bootstrap)
         next_values[terminated] = 0.0
         deltas = rewards + cfg.gamma * next_values - values
         advantages = np.zeros_like(deltas)
@@ -104,21 +111,33 @@ class PPO:
         losses = []
         for _ in range(cfg.epochs):
             for index in torch.randperm(len(obs)).split(cfg.minibatch_size):  # type: ignore[no-untyped-call]
-                dist, values = self._dist(obs[index])
-                logp = dist.log_prob(actions[index])
-                ratio = (logp - old_logp[index]).exp()
-                a = adv[index]
-                a = (a - a.mean()) / (a.std() + 1e-8)
-                policy_loss = -torch.min(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
-                value_loss = 0.5 * (values - ret[index]).pow(2).mean()
-                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * dist.entropy().mean()
-                self.optimizer.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]
-                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
-                losses.append((policy_loss.item(), value_loss.item()))
+                out, values = self.model(obs[index])
+                losses.append(self.step(out, values, actions[index], old_logp[index], adv[index], ret[index]))
         policy_loss, value_loss = np.mean(losses, axis=0)
         return {"policy_loss": float(policy_loss), "value_loss": float(value_loss)}
+
+    def step(
+        self,
+        out: torch.Tensor,
+        values: torch.Tensor,
+        actions: torch.Tensor,
+        old_logp: torch.Tensor,
+        adv: torch.Tensor,
+        ret: torch.Tensor,
+    ) -> tuple[float, float]:
+        """One gradient step on a minibatch's model outputs; returns (policy loss, value loss)."""
+        cfg = self.config
+        dist = self._distribution(out)
+        ratio = (dist.log_prob(actions) - old_logp).exp()
+        a = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy_loss = -torch.min(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a).mean()
+        value_loss = 0.5 * (values - ret).pow(2).mean()
+        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * dist.entropy().mean()
+        self.optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        return policy_loss.item(), value_loss.item()
 
 
 class EpisodeReturns:
@@ -157,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-per-update", type=int, default=4096)
     parser.add_argument("--max-policy-lag", type=int, default=2, help="drop rows sampled with older weights than this")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-seq-len", type=int, default=20, help="stateful models: truncated-BPTT sequence length (rows)"
+    )
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -164,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     job = RolloutJob.from_file(args.manifest)
     model = build_model(job)
     probe_space = _action_space(job)
-    ppo = PPO(model, probe_space)
+    ppo = make_ppo(model, probe_space, args.max_seq_len)
     weights = WeightPublisher(args.redis, job.name, namespace=job.namespace)
     consumer = BatchConsumer(args.redis, job.name, namespace=job.namespace, group="ppo-learner")
     seq_no = weights.publish(model)
@@ -199,6 +221,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     print(f"ppo: not solved within {args.max_env_steps} env steps (mean return {returns.mean:.1f})", file=sys.stderr)
     return 1
+
+
+def make_ppo(model: nn.Module, action_space: spaces.Space, max_seq_len: int = 20) -> PPO:  # type: ignore[type-arg]
+    """:class:`PPO`, or for a stateful model (``policy.recurrent``) its sequence-replaying form."""
+    from rolloutfleet.examples.ppo_recurrent import RecurrentPPO
+    from rolloutfleet.inference.recurrent_model import is_stateful
+
+    if is_stateful(model):
+        return RecurrentPPO(model, action_space, max_seq_len=max_seq_len)
+    return PPO(model, action_space)
 
 
 def _action_space(job: RolloutJob) -> spaces.Space:  # type: ignore[type-arg]

@@ -152,6 +152,8 @@ class NumpyModel:
 
     device = "cpu"
     inference = "numpy"
+    stateful = False
+    initial: list[np.ndarray] = []  # the default MLP has no state (never mutated)
 
     def __init__(self, layout: MLPLayout, weights: Mapping[str, np.ndarray]) -> None:
         self.layout = layout
@@ -165,6 +167,11 @@ class NumpyModel:
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.mlp(obs)
+
+    def forward_state(
+        self, obs: np.ndarray, state: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        raise TypeError("the default MLP has no state")
 
     def state(self) -> dict[str, np.ndarray]:
         return {name: value.copy() for name, value in self.weights.items()}

@@ -9,7 +9,7 @@ custom module, the default CNN, a GPU, or ``inference: torch``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -40,16 +40,32 @@ class ActFn(Protocol):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
 
+class RecurrentActFn(Protocol):
+    """:meth:`Policy.act_recurrent`'s result: ``(obs, state, mask=None) -> (actions, logp,
+    dist_inputs, values, new_state)``; ``state`` and ``new_state`` hold one row per observation."""
+
+    def __call__(
+        self, obs: np.ndarray, state: list[np.ndarray], mask: np.ndarray | None = None, /
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]: ...
+
+
 class PolicyModel(Protocol):
     """What a :class:`Policy` acts with: numpy in, numpy out, weights as numpy arrays."""
 
     device: str
     inference: str
+    stateful: bool
+    initial: list[np.ndarray]
+    """A stateful model's initial state for one sub-env, one array per part (empty otherwise)."""
 
     @property
     def bounded(self) -> bool: ...
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def forward_state(
+        self, obs: np.ndarray, state: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]: ...
 
     def state(self) -> dict[str, np.ndarray]: ...
 
@@ -62,6 +78,7 @@ def runs_in_numpy(spec: PolicySpec, observation_space: spaces.Space[Any], device
     """Whether the policy is the default MLP acting on the CPU with ``inference: auto``."""
     return (
         spec.entry_point is None
+        and spec.recurrent is None
         and spec.inference == "auto"
         and device == "cpu"
         and not is_image_space(observation_space)
@@ -153,42 +170,79 @@ class Policy:
         """The model's ``(action_dist_inputs, vf_preds)`` for a numpy batch, as numpy."""
         return self.backend.forward(obs)
 
+    # -- recurrent state -------------------------------------------------------------
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the model is stateful (``policy.recurrent``, or a model with ``initial_state()``)."""
+        return self.backend.stateful
+
+    def initial_state(self, rows: int) -> list[np.ndarray]:
+        """The model's initial state for ``rows`` sub-envs: per part a ``(rows, *part_shape)`` array."""
+        return [np.repeat(part[None], rows, axis=0) for part in self.backend.initial]
+
+    def forward_state(
+        self, obs: np.ndarray, state: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """A stateful model's ``(action_dist_inputs, vf_preds, new_state)`` for a numpy batch."""
+        return self.backend.forward_state(obs, state)
+
     @property
     def logits_bounded(self) -> bool:
         """Whether the numpy forward pass proves its logits small enough to skip the max-shift."""
         return self.backend.bounded
 
+    def _chooser(self, explore: bool) -> Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, np.ndarray]]:
+        """``(dist_inputs, mask) -> (actions, logp)``: how actions are drawn from the model's outputs."""
+        sample, rng, bounded, distribution = self.distribution.sample, self.rng, self.logits_bounded, self.distribution
+        if explore and self.exploration is not None:
+            explorer = self.exploration.sample
+
+            def choose_exploring(dist_inputs: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                # A masked action's logit is -inf: the explorer never picks it (ε's uniform draw included).
+                logits = dist_inputs if mask is None else np.where(mask, dist_inputs, -np.inf).astype(np.float32)
+                return explorer(logits, rng)
+
+            return choose_exploring
+
+        def choose(dist_inputs: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+            if mask is None:
+                return sample(dist_inputs, rng, explore, bounded)
+            assert isinstance(distribution, Categorical)  # obs_parts allows masks for Discrete only
+            return distribution.sample_masked(dist_inputs, mask, rng, explore)
+
+        return choose
+
     def act(self, explore: bool) -> ActFn:
         """A function ``(obs, mask=None) -> (actions, logp, dist_inputs, values)`` bound for the
         sampling loop; with a ``mask`` (``action_mask`` rows, Discrete actions) only allowed
         actions are drawn (``dist_inputs`` stay the model's unmasked logits)."""
-        forward, sample, rng = self.forward, self.distribution.sample, self.rng
-        bounded = self.logits_bounded
-        distribution = self.distribution
-        if explore and self.exploration is not None:
-            explorer = self.exploration.sample
-
-            def act_exploring(
-                obs: np.ndarray, mask: np.ndarray | None = None
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-                dist_inputs, values = forward(obs)
-                # A masked action's logit is -inf: the explorer never picks it (ε's uniform draw included).
-                logits = dist_inputs if mask is None else np.where(mask, dist_inputs, -np.inf).astype(np.float32)
-                actions, logp = explorer(logits, rng)
-                return actions, logp, dist_inputs, values
-
-            return act_exploring
+        forward, choose = self.forward, self._chooser(explore)
 
         def act(
             obs: np.ndarray, mask: np.ndarray | None = None
         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             dist_inputs, values = forward(obs)
-            if mask is None:
-                actions, logp = sample(dist_inputs, rng, explore, bounded)
-            else:
-                assert isinstance(distribution, Categorical)  # obs_parts allows masks for Discrete only
-                actions, logp = distribution.sample_masked(dist_inputs, mask, rng, explore)
+            actions, logp = choose(dist_inputs, mask)
             return actions, logp, dist_inputs, values
+
+        return act
+
+    def act_recurrent(self, explore: bool, random_actions: bool = False) -> RecurrentActFn:
+        """:meth:`act` for a stateful model: ``(obs, state, mask=None) -> (actions, logp,
+        dist_inputs, values, new_state)``. With ``random_actions`` the actions are uniform
+        (:meth:`random_actions`) but the model still steps the state, so a row's recorded state
+        is what replaying its episode's observations gives whatever acted."""
+        forward, choose = self.backend.forward_state, self._chooser(explore)
+
+        def act(
+            obs: np.ndarray, state: list[np.ndarray], mask: np.ndarray | None = None
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+            dist_inputs, values, new_state = forward(obs, state)
+            if random_actions:
+                return (*self.random_actions(len(obs), mask), new_state)
+            actions, logp = choose(dist_inputs, mask)
+            return actions, logp, dist_inputs, values, new_state
 
         return act
 
@@ -196,6 +250,8 @@ class Policy:
         """Actions for a batch of observations (the model's input: a Dict's ``observation``
         leaf); with a ``mask`` (``action_mask`` rows) only allowed actions are taken, as in
         :meth:`act`, which this is the one-call form of."""
+        if self.recurrent:
+            raise TypeError("a stateful policy acts through act_recurrent(explore)(obs, state, mask)")
         actions, logp, dist_inputs, values = self.act(explore)(obs, mask)
         return ActionOutput(actions, logp, dist_inputs, values)
 

@@ -15,6 +15,7 @@ from torch import nn
 
 from rolloutfleet.inference.distributions import ActionDistribution
 from rolloutfleet.inference.models import DefaultModel
+from rolloutfleet.inference.recurrent_model import RecurrentModel, is_stateful
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import PolicySpec, SpecError
 
@@ -31,6 +32,24 @@ def build_module(
     with torch.random.fork_rng(devices=[]):
         if init_seed is not None:
             torch.manual_seed(init_seed)
+        if spec.recurrent is not None and spec.entry_point is not None:
+            raise SpecError(
+                "spec.policy.recurrent: wraps the default model; a custom entryPoint model is stateful by "
+                "declaring initial_state() and forward(obs, state) itself"
+            )
+        if spec.recurrent is not None:
+            try:
+                return RecurrentModel(
+                    observation_space,
+                    action_space,
+                    distribution,
+                    cell=spec.recurrent.cell,
+                    size=spec.recurrent.size,
+                    hidden=list(spec.hidden),
+                    activation=spec.activation,
+                )
+            except ValueError as exc:
+                raise SpecError(f"spec.policy: {exc}") from None
         if spec.entry_point is None:
             try:
                 return DefaultModel(
@@ -65,7 +84,10 @@ def _custom(spec: PolicySpec, observation_space: spaces.Space[Any], action_space
 
 class TorchModel:
     """Runs a torch module on ``device``: one batched forward pass per vector step,
-    observations copied to the device once (through a pinned buffer) and outputs back once."""
+    observations copied to the device once (through a pinned buffer) and outputs back once.
+
+    A stateful module (:mod:`rolloutfleet.inference.recurrent_model`) acts through
+    :meth:`forward_state`; its state travels as numpy arrays, one row per sub-env."""
 
     inference = "torch"
 
@@ -86,28 +108,73 @@ class TorchModel:
         self.module = module.to(self.torch_device).eval()
         self.distribution = distribution
         self._pinned: torch.Tensor | None = None
+        self.stateful = is_stateful(module)
+        self.initial: list[np.ndarray] = self._initial_state() if self.stateful else []
 
     bounded = False
     """Logits of a torch module are not proven bounded: the softmax keeps its max-shift."""
 
+    def _initial_state(self) -> list[np.ndarray]:
+        try:
+            parts = [torch.as_tensor(part).detach().cpu().float().numpy() for part in self.module.initial_state()]  # type: ignore[operator]
+        except Exception as exc:  # noqa: BLE001 - the user's model: one line naming it
+            raise SpecError(f"spec.policy: the model's initial_state() failed: {type(exc).__name__}: {exc}") from None
+        if not parts:
+            raise SpecError("spec.policy: the model's initial_state() returned no tensors")
+        return parts
+
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        on_cpu = self.torch_device.type == "cpu"
+        if self.stateful:
+            raise TypeError("a stateful model acts through forward_state(obs, state)")
         with torch.inference_mode():
-            tensor = torch.from_numpy(obs)
-            if not on_cpu:
-                tensor = self._to_device(tensor)
-            dist_inputs, values = self.module(tensor)
-            if values is None:
-                values = torch.full((len(obs),), float("nan"))
-            if not on_cpu:
-                dist_inputs, values = dist_inputs.cpu(), values.cpu()
+            dist_inputs, values = self.module(self._input(obs))
+        return self._outputs(obs, dist_inputs, values)
+
+    def forward_state(
+        self, obs: np.ndarray, state: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """A stateful model's step: ``(action_dist_inputs, vf_preds, new_state)`` for a batch
+        and the state of each of its rows (``(batch, *part_shape)`` per part)."""
+        with torch.inference_mode():
+            # The state goes over synchronously: the pinned staging buffer is the observations'.
+            device_state = [torch.from_numpy(part).to(self.torch_device) for part in state]
+            result = self.module(self._input(obs), device_state)
+            if not isinstance(result, tuple | list) or len(result) != 3:
+                raise SpecError(
+                    "spec.policy: a model with initial_state() must return (action_dist_inputs, vf_preds, new_state)"
+                )
+            dist_inputs, values, new_state = result
+            parts = [part.detach().float().cpu().numpy() for part in new_state]
+        self._check_state(state, parts)
+        dist, vf = self._outputs(obs, dist_inputs, values)
+        return dist, vf, parts
+
+    def _check_state(self, state: list[np.ndarray], new_state: list[np.ndarray]) -> None:
+        before = [part.shape for part in state]
+        after = [part.shape for part in new_state]
+        if before != after:
+            raise SpecError(
+                f"spec.policy: the model's state changed shape between calls: it took {before} and returned "
+                f"{after} (new_state must have the shapes of initial_state(), with the batch dimension)"
+            )
+
+    def _input(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor if self.torch_device.type == "cpu" else self._to_device(tensor)
+
+    def _outputs(
+        self, obs: np.ndarray, dist_inputs: torch.Tensor, values: torch.Tensor | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if values is None:
+            values = torch.full((len(obs),), float("nan"))
+        dist_inputs, values = dist_inputs.detach().cpu(), values.detach().cpu()
         expected = self.distribution.num_inputs
         if dist_inputs.ndim != 2 or dist_inputs.shape[1] != expected:
             raise SpecError(
                 f"spec.policy: the model returned action_dist_inputs of shape {tuple(dist_inputs.shape)}, "
                 f"expected ({len(obs)}, {expected}) for {self.action_space}"
             )
-        return dist_inputs.detach().numpy(), values.detach().reshape(-1).numpy()
+        return dist_inputs.numpy(), values.reshape(-1).numpy()
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         # A reused pinned staging buffer lets the copy to the GPU run asynchronously.

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -129,6 +129,10 @@ class EnvRunner(Runner[SampleBatch]):
         # Episode callbacks run right after the step they belong to: bookkeeping per step.
         self._per_step = self._call_step or self._call_start or self._call_end
         self._clip = self._action_clipper()
+        # Stateful models: one state per sub-env, restarted with each episode (as the OU noise is).
+        self._state_init = self.policy.initial_state(self.num_envs) if self.policy.recurrent else []
+        self._state = [part.copy() for part in self._state_init]
+        self._state_names = sb.state_column_names(len(self._state), spec.policy.state_out) if self._state else ()
 
         n = self.num_envs
         obs_dtype = np.float32 if self.filter is not None else self.observation_space.dtype
@@ -184,6 +188,9 @@ class EnvRunner(Runner[SampleBatch]):
             specs[RAW_REWARDS] = ((), np.float64)
         if self.policy.exploration is not None:
             specs[sb.EXPLORATION_SCALE] = ((), np.float32)
+        for name in self._state_names:
+            part = self._state_init[int(name.rsplit("_", 1)[1])]
+            specs[name] = (part.shape[1:], np.float32)
         return specs
 
     # -- episodes ---------------------------------------------------------------------
@@ -247,11 +254,13 @@ class EnvRunner(Runner[SampleBatch]):
         obs_filter, clip, n = self.filter, self._clip, self.num_envs
         act = self._act(explore, random_actions)
         put = self._obs_writer()
+        recurrent = bool(self._state)
+        act_stateful = self._stateful_act(explore, random_actions) if recurrent else None
         env_step = self.env.step
-        # Ornstein-Uhlenbeck noise restarts with each episode: after the step that ended it
-        # (SAME_STEP), or after the reset step that follows (NEXT_STEP).
+        # Ornstein-Uhlenbeck noise and a model's state restart with each episode: after the
+        # step that ended it (SAME_STEP), or after the reset step that follows (NEXT_STEP).
         noise = None if random_actions else self.policy.noise_state(explore)
-        ended = self._pending_reset.copy() if noise is not None else None
+        ended = self._pending_reset.copy() if noise is not None or recurrent else None
         obs = self._obs
         assert obs is not None  # _reset_envs set it
         put(start, obs)
@@ -259,7 +268,7 @@ class EnvRunner(Runner[SampleBatch]):
         # Weights change only between sample() calls, so weights_seq_no (like env_id and
         # the tick) is not written per step but filled in when the batch is assembled.
         for s in range(start, start + steps):
-            actions, logp, dist_inputs, values = act(obs)
+            actions, logp, dist_inputs, values = act(obs) if act_stateful is None else act_stateful(obs, s)
             try:
                 next_obs, rewards, terminateds, truncateds, info = env_step(
                     actions if clip is None else np.clip(actions, clip[0], clip[1])
@@ -269,6 +278,7 @@ class EnvRunner(Runner[SampleBatch]):
                 self._restart_vector_env(exc, s)
                 if noise is not None:
                     noise.reset(np.ones(n, np.bool_))
+                self._restart_state(np.ones(n, np.bool_))
                 env_step, obs, accounted = self.env.step, self._obs, s + 1
                 assert obs is not None
                 continue
@@ -278,9 +288,13 @@ class EnvRunner(Runner[SampleBatch]):
             c_vf[s] = values
             c_term[s] = terminateds
             c_trunc[s] = truncateds
-            if noise is not None:
+            if ended is not None:
                 done = terminateds | truncateds
-                noise.reset(done if same_step else ended)  # type: ignore[arg-type]
+                starts = done if same_step else ended
+                if noise is not None:
+                    noise.reset(starts)
+                if recurrent:
+                    self._restart_state(starts)
                 ended = done
             if c_raw is None:
                 c_rew[s] = rewards
@@ -302,6 +316,7 @@ class EnvRunner(Runner[SampleBatch]):
                     self._drop_episodes(failed.nonzero()[0], s)
                     if noise is not None:
                         noise.reset(failed)
+                    self._restart_state(failed)
             if per_step:
                 self._account(accounted, s + 1)
                 accounted = s + 1
@@ -311,27 +326,38 @@ class EnvRunner(Runner[SampleBatch]):
     def _act(self, explore: bool, random_actions: bool) -> Any:
         """``obs -> (actions, logp, dist_inputs, values)`` for the loop; Dict/Tuple observations
         are read as the policy's parts say (model input, action mask)."""
-        policy, n, parts = self.policy, self.num_envs, self.parts
-        if not parts.leaves:
+        policy, n = self.policy, self.num_envs
+        if not self.parts.leaves:
             return (lambda _obs: policy.random_actions(n)) if random_actions else policy.act(explore)
         base: ActFn = (
             (lambda _obs, mask=None: policy.random_actions(n, mask)) if random_actions else policy.act(explore)
         )
-        paths, masked = parts.paths, parts.masked
-        names = [f"sub-env {i}" for i in range(n)]
+        read = self._read_parts()
 
         def act(obs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            model_obs, mask = read(obs)
+            return base(model_obs) if mask is None else base(model_obs, mask)
+
+        return act
+
+    def _read_parts(self) -> Callable[[Any], tuple[Any, np.ndarray | None]]:
+        """Dict/Tuple observations of every sub-env -> (the model's input, the action mask or None)."""
+        parts = self.parts
+        paths, masked = parts.paths, parts.masked
+        names = [f"sub-env {i}" for i in range(self.num_envs)]
+
+        def read(obs: Any) -> tuple[Any, np.ndarray | None]:
             leaves = leaf_values(obs, paths)
             if not masked:
-                return base(parts.model_input(leaves))
+                return parts.model_input(leaves), None
             mask = np.asarray(leaves[MASK_KEY]) != 0
             try:
                 check_masks(mask, names, "")
             except ValueError as exc:
                 raise SpecError(f"spec.env: {exc}") from None
-            return base(parts.model_input(leaves), mask)
+            return parts.model_input(leaves), mask
 
-        return act
+        return read
 
     def _obs_writer(self) -> Any:
         """``(grid row, observations of every sub-env) -> None``: one buffer, or one per leaf."""
@@ -351,6 +377,41 @@ class EnvRunner(Runner[SampleBatch]):
                 buffer[row] = values[path]
 
         return put_leaves
+
+    def _stateful_act(
+        self, explore: bool, random_actions: bool
+    ) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """The step's act for a stateful model, ``(obs, s) -> (actions, logp, dist_inputs,
+        values)``: records the state it acts with as grid row ``s``'s ``state_in`` (and the
+        state after as ``state_out``), and keeps the new state."""
+        act = self.policy.act_recurrent(explore, random_actions)
+        cols = self._grid.columns
+        parts = len(self._state)
+        c_in = [cols[name] for name in self._state_names[:parts]]
+        c_out = [cols[name] for name in self._state_names[parts:]]
+        read = self._read_parts() if self.parts.leaves else None
+
+        def step(obs: Any, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            state = self._state
+            for column, part in zip(c_in, state, strict=True):
+                column[s] = part
+            if read is None:
+                actions, logp, dist_inputs, values, new_state = act(obs, state)
+            else:
+                model_obs, mask = read(obs)
+                actions, logp, dist_inputs, values, new_state = act(model_obs, state, mask)
+            for column, part in zip(c_out, new_state, strict=False):
+                column[s] = part
+            self._state = new_state
+            return actions, logp, dist_inputs, values
+
+        return step
+
+    def _restart_state(self, starts: np.ndarray) -> None:
+        """Sub-envs (a boolean mask) whose next row starts an episode: back to the initial state."""
+        if self._state and starts.any():
+            for part, initial in zip(self._state, self._state_init, strict=True):
+                part[starts] = initial[starts]
 
     def _keep_final_obs(self, s: int, info: Mapping[str, Any]) -> None:
         """SAME_STEP: the true final observations of the episodes that ended at row ``s``."""
@@ -551,6 +612,7 @@ class EnvRunner(Runner[SampleBatch]):
                 names.extend(f"{name}/{path}" for path in self.parts.paths)
             else:
                 names.append(name)
+        names.extend(self._state_names)
         if self.policy.exploration is not None:
             names.append(sb.EXPLORATION_SCALE)
         if self.parts.masked:

@@ -44,7 +44,7 @@ from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
-from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy
+from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy, RecurrentActFn
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
 from rolloutfleet.sampling.episode_stats import EpisodeStats
@@ -131,6 +131,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._checked: set[tuple[Any, str]] = set()
         self._scales: dict[str, float] = {}  # policy id -> this sample() call's ε or σ (not stochastic)
         self._noise: dict[str, OrnsteinUhlenbeckNoise] = {}  # policies acting with Ornstein-Uhlenbeck noise
+        self._stateful: dict[str, RecurrentActFn] = {}  # stateful policies: their act for this sample() call
         self._build_policies(envs[0])
         # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
         self.filters = {}
@@ -321,9 +322,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     def _act_functions(self, explore: bool | None, random_actions: bool) -> dict[str, ActFn]:
         acts: dict[str, ActFn] = {}
-        self._scales, self._noise = {}, {}  # policies with exploration other than stochastic only
+        self._scales, self._noise, self._stateful = {}, {}, {}  # only the policies these apply to
         for policy_id, policy in self.policies.items():
             exploring = policy.spec.explore if explore is None else explore
+            if policy.recurrent:
+                self._stateful[policy_id] = policy.act_recurrent(exploring, random_actions)
             if random_actions:
                 acts[policy_id] = lambda obs, mask=None, p=policy: p.random_actions(len(obs), mask)  # type: ignore[misc]
             else:
@@ -368,7 +371,10 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
                 starts = [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in zip(envs, agents, strict=True)]
                 self._noise[policy_id].bind(zip(envs, agents, strict=True), starts)
-            action, logp, dist_inputs, values = acts[policy_id](obs) if mask is None else acts[policy_id](obs, mask)
+            if self._stateful and policy_id in self._stateful:
+                action, logp, dist_inputs, values = self._act_stateful(policy_id, rows, start, envs, agents, mask)
+            else:
+                action, logp, dist_inputs, values = acts[policy_id](obs) if mask is None else acts[policy_id](obs, mask)
             cols[sb.ACTIONS][start:end] = action
             cols[sb.ACTION_LOGP][start:end] = logp
             cols[sb.ACTION_DIST_INPUTS][start:end] = dist_inputs
@@ -412,6 +418,28 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._env_steps_uncut += n
         self.stats.period.env_steps += n
         self.stats.period.agent_steps += sum(len(group[0]) for group in groups.values())
+
+    def _act_stateful(
+        self, policy_id: str, rows: PolicyRows, start: int, envs: list[int], agents: list[Any], mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Act for rows ``start:`` of a stateful policy: each (sub-env, agent)'s state (the
+        initial one at its episode's start) into ``state_in``, the new state kept per agent."""
+        end = start + len(envs)
+        parts = len(rows.initial_state)
+        state_in = [rows.columns[name][start:end] for name in rows.state_names[:parts]]
+        subenvs, initial = self.subenvs, rows.initial_state
+        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
+            kept = subenvs[j].state.get(agent)
+            for k in range(parts):
+                state_in[k][offset] = initial[k] if kept is None else kept[k]
+        act = self._stateful[policy_id]
+        obs = rows.obs[start:end]
+        action, logp, dist_inputs, values, new_state = act(obs, state_in, mask)
+        for name, part in zip(rows.state_names[parts:], new_state, strict=False):
+            rows.columns[name][start:end] = part
+        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
+            subenvs[j].state[agent] = [part[offset] for part in new_state]
+        return action, logp, dist_inputs, values
 
     def _stack(self, policy_id: str, obs_list: list[Any], out: np.ndarray, agents: list[Any]) -> None:
         try:

@@ -56,6 +56,12 @@ class PolicyRows:
             self.specs[sb.EXPLORATION_SCALE] = ((), np.float32)
         if parts.masked:
             self.specs[sb.ACTION_MASK] = ((policy.distribution.num_inputs,), np.bool_)
+        # Stateful models: the state each row acted with (and, with stateOut, the state after).
+        self.initial_state = [part[0] for part in policy.initial_state(1)] if policy.recurrent else []
+        parts_n = len(self.initial_state)
+        self.state_names = sb.state_column_names(parts_n, policy.spec.state_out) if parts_n else ()
+        for k, name in enumerate(self.state_names):
+            self.specs[name] = (self.initial_state[k % parts_n].shape, np.float32)
         self.specs[COMPLETE] = ((), np.bool_)
         self.size = 0
         self.capacity = 0
@@ -123,6 +129,7 @@ class SubEnv:
         "open",
         "returns",
         "rows",
+        "state",
     )
 
     def __init__(self, env: MultiAgentEnvAdapter) -> None:
@@ -135,8 +142,9 @@ class SubEnv:
         self.eps_id = 0
         self.length = 0  # env steps
         self.rows = 0  # agent steps
+        self.state: dict[Any, list[np.ndarray]] = {}  # agent -> its model state (stateful policies)
 
     def start(self, obs: dict[Any, Any], eps_id: int) -> None:
         self.obs, self.eps_id = obs, eps_id
-        self.open, self.mapping, self.agent_t, self.returns = {}, {}, {}, {}
+        self.open, self.mapping, self.agent_t, self.returns, self.state = {}, {}, {}, {}, {}
         self.length = self.rows = 0

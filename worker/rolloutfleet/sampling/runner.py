@@ -128,7 +128,11 @@ class Runner(Generic[BatchT]):
     # -- state and metrics -------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
-        """Weights and their versions, filter states and lifetime counters, per policy."""
+        """Weights and their versions, filter states and lifetime counters, per policy.
+
+        A stateful model's per-sub-env state is not part of it: a runner restored with
+        :meth:`set_state` resets its envs, so every episode (and with it the model state)
+        starts anew; carrying a state over from another episode would be wrong for it."""
         return {
             "weights": self.get_weights(),
             "weights_seq_nos": self.weights_seq_nos,

@@ -98,7 +98,7 @@ def model_parameters(job: RolloutJob, obs_space: spaces.Space[Any], act_space: s
         obs_space = obs_parts(obs_space, act_space).model_space  # a Dict/Tuple's model input
     except ValueError:
         return None  # the worker's own build names the problem
-    if spec.entry_point is None and not is_image_space(obs_space):
+    if spec.entry_point is None and spec.recurrent is None and not is_image_space(obs_space):
         try:
             layout = MLPLayout.of(obs_space, distribution, list(spec.hidden), spec.activation, spec.vf_share_layers)
         except ValueError:
@@ -120,6 +120,10 @@ def estimate(job: RolloutJob, obs_space: spaces.Space[Any], act_space: spaces.Sp
     filtered = job.spec.sampling.observation_filter == "meanStd"
     row = 2 * value_bytes(obs_space, filtered) + value_bytes(act_space) + FIXED_ROW_BYTES
     row += 4 * distribution_for(act_space).num_inputs
+    recurrent = job.spec.policy.recurrent
+    if recurrent is not None:  # state_in_<k> (and state_out_<k>) columns, float32
+        parts = 2 if recurrent.cell == "lstm" else 1
+        row += 4 * recurrent.size * parts * (2 if job.spec.policy.state_out else 1)
     rows = job.spec.env.num_envs * job.spec.sampling.rollout_fragment_length
     return SizeEstimate(model_parameters(job, obs_space, act_space), row, rows)
 

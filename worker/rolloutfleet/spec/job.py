@@ -130,6 +130,20 @@ class EnvSpec(_Model):
         return self
 
 
+MAX_STATE_SIZE = 16384
+"""The largest ``policy.recurrent.size`` (the CRD has the same)."""
+
+
+class RecurrentSpec(_Model):
+    """Wrap the default model in a recurrent cell (RLlib's ``use_lstm``): observations go
+    through the default MLP (CNN for images), then an LSTM or GRU of ``size`` units, then the
+    policy and value heads. Acts in torch; each sub-env (each agent) carries its own state."""
+
+    cell: Literal["lstm", "gru"] = "lstm"
+    size: int = Field(default=256, ge=1, le=MAX_STATE_SIZE)
+    """Units of the cell (its state: ``h`` and, for an LSTM, ``c``, each of this size)."""
+
+
 class PolicySpec(_Model):
     """Which torch model acts, and where it runs."""
 
@@ -156,6 +170,11 @@ class PolicySpec(_Model):
     num_threads: int | None = Field(default=1, ge=1)
     """CPU inference threads: torch's intra-op pool and numpy's BLAS pool in a worker process; 1 is
     fastest for per-step batches (null: the libraries' defaults, one thread per CPU)."""
+    recurrent: RecurrentSpec | None = None
+    """``{cell: lstm|gru, size: N}``: the default model with a recurrent cell (needs torch);
+    rows then carry ``state_in_<k>`` columns. A custom model declares its own state instead."""
+    state_out: bool = False
+    """Stateful models: also record each row's ``state_out_<k>`` (the state after the step)."""
 
     @field_validator("entry_point")
     @classmethod
@@ -172,6 +191,21 @@ class PolicySpec(_Model):
     def _device_syntax(cls, value: str) -> str:
         return _check_device(value)
 
+    @model_validator(mode="after")
+    def _recurrent_wraps_the_default_model(self) -> PolicySpec:
+        check_recurrent(self.recurrent, self.entry_point)
+        return self
+
+
+def check_recurrent(recurrent: RecurrentSpec | None, entry_point: str | None) -> None:
+    """``recurrent`` wraps the default model only: a custom model declares its own state."""
+    if recurrent is not None and entry_point is not None:
+        raise _SubfieldError(
+            "recurrent",
+            "wraps the default model; a custom entryPoint model is stateful by declaring initial_state() "
+            "and forward(obs, state) itself",
+        )
+
 
 class PolicyOverrides(_Model):
     """One policy of a multi-agent job: any field of ``spec.policy``, overriding it for this policy."""
@@ -186,6 +220,8 @@ class PolicyOverrides(_Model):
     exploration: ExplorationSpec | None = None
     inference: Literal["auto", "torch"] | None = None
     num_threads: int | None = Field(default=None, ge=1)
+    recurrent: RecurrentSpec | None = None
+    state_out: bool | None = None
 
     @field_validator("entry_point")
     @classmethod
