@@ -50,5 +50,12 @@ def test_pong_preprocessed_and_stacked_samples_with_the_nature_cnn() -> None:
 
 
 def test_atari_ids_without_wrappers_use_ale_s_vector_env() -> None:
-    spec = job({"id": "ALE/Pong-v5"}).spec.env
-    assert choose_vectorization(spec) == "vector"
+    env = {"id": "ALE/Pong-v5", "numEnvs": 2}
+    assert choose_vectorization(job(env).spec.env) == "vector"
+    runner = EnvRunner(job(env, fragment=20))
+    try:
+        batch = runner.sample()
+    finally:
+        runner.close()
+    assert batch["obs"].shape == (40, 4, 84, 84)  # ale-py's vector env preprocesses and stacks 4 frames
+    np.testing.assert_array_equal(batch["new_obs"][:, :3], batch["obs"][:, 1:])

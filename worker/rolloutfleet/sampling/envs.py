@@ -230,7 +230,8 @@ def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> Vecto
             if not has_vector_entry_point(spec.id):
                 raise SpecError(f"spec.env.vectorization: {spec.id!r} has no vector entry point; use 'sync' or 'async'")
             vec = gym.make_vec(spec.id, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config)
-            return ResetGuard(vec, spec)
+            # ale-py's vector env seeds sub-env i with seed + i, as C++ ints.
+            return ResetGuard(vec, spec, seed_bits=30 if spec.id.startswith("ALE/") else None)
         if mode == "envpool":
             from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv  # imports envpool: only when asked
 
@@ -253,13 +254,16 @@ class ResetGuard(VectorWrapper):
     """A vector env whose ``reset`` errors become :class:`EnvFailed` naming the env (``vector``
     and ``async`` modes; their step errors are the runner's to count)."""
 
-    def __init__(self, env: VectorEnv[Any, Any, Any], spec: EnvSpec) -> None:
+    def __init__(self, env: VectorEnv[Any, Any, Any], spec: EnvSpec, seed_bits: int | None = None) -> None:
         super().__init__(env)
         self._name = env_name(spec)
+        self._seed_bits = seed_bits
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
+        if self._seed_bits is not None and isinstance(seed, int):
+            seed %= 2**self._seed_bits
         result = reset_or_fail(self.env.reset, self._name, "the vector env", seed=seed, options=options)
         return cast("tuple[Any, dict[str, Any]]", result)
 
