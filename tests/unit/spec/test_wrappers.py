@@ -96,3 +96,17 @@ def test_the_table_is_gymnasium_s_signatures() -> None:
         assert set(takes.required) == required, name
         assert set(takes.all) <= set(parameters), name
     assert set(ARGS) == {arg for takes in WRAPPERS.values() for arg in takes.all}
+
+
+@pytest.mark.parametrize(
+    ("env", "where"),
+    [
+        ({"wrappers": [{"name": "ClipAction"}]}, r"^spec\.env\.wrappers: wrap single-agent envs only"),
+        ({"vectorization": "envpool"}, r"^spec\.env\.vectorization: 'envpool' steps single-agent envs only"),
+    ],
+)
+def test_multi_agent_jobs_refuse_single_agent_env_options(env: dict[str, Any], where: str) -> None:
+    multi_agent = {"policies": {"red": {}}, "policyMapping": {"entryPoint": "m:f"}}
+    spec = {"env": {"id": "pettingzoo.mpe.simple_tag_v3", **env}, "multiAgent": multi_agent}
+    with pytest.raises(SpecError, match=where):
+        RolloutJob.from_dict({"metadata": {"name": "w"}, "spec": spec})

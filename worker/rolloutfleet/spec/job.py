@@ -132,15 +132,11 @@ class EnvSpec(_Model):
         if self.entry_point is not None and self.vectorization in ("vector", "envpool"):
             raise ValueError(f"vectorization {self.vectorization!r} needs an env 'id'")
         if self.wrappers and self.vectorization in ("vector", "envpool"):
+            hint = " (EnvPool preprocesses with its own options in 'config')" if self.vectorization == "envpool" else ""
             raise _SubfieldError(
                 "wrappers",
-                f"wrap single sub-envs, which vectorization {self.vectorization!r} does not have: use 'sync' or "
-                "'async'"
-                + (
-                    " (EnvPool preprocesses with its own options in 'config')"
-                    if self.vectorization == "envpool"
-                    else ""
-                ),
+                f"wrap single sub-envs, which vectorization {self.vectorization!r} does not have: "
+                f"use 'sync' or 'async'{hint}",
             )
         return self
 
@@ -413,6 +409,17 @@ class RolloutJobSpec(_Model):
     priority_class_name: str | None = None
     service_account_name: str | None = None
     env_vars: list[dict[str, Any]] = Field(default_factory=list, alias="extraEnv")
+
+    @model_validator(mode="after")
+    def _single_agent_env_options(self) -> RolloutJobSpec:
+        if self.multi_agent is not None:
+            if self.env.wrappers:
+                raise _SubfieldError(
+                    "env.wrappers", "wrap single-agent envs only; wrap a multi-agent env in its entry point"
+                )
+            if self.env.vectorization == "envpool":
+                raise _SubfieldError("env.vectorization", "'envpool' steps single-agent envs only")
+        return self
 
 
 class ObjectMeta(_Model):
