@@ -6,7 +6,7 @@
 #
 # PROFILE:
 #   dev          everything in requirements.lock (tests, linters) + the packages, editable
-#   worker-cpu   the worker package with its runtime extras (worker, multiagent); torch from PyTorch's CPU index
+#   worker-cpu   the worker package with its runtime extras (worker, multiagent, atari); torch from PyTorch's CPU index
 #                (the PyPI wheel is the CUDA build: ~3 GB that a CPU pod never uses)
 #   worker-cuda  the same with PyPI's torch, which bundles the CUDA runtime (the node
 #                needs only the NVIDIA driver and device plugin)
@@ -86,7 +86,7 @@ case "$profile" in
     exit 0
     ;;
   worker-cpu | worker-cuda)
-    packages=("$root/worker[worker,multiagent]")
+    packages=("$root/worker[worker,multiagent,atari]")
     ;;
   operator)
     packages=("$root/worker" "$root/operator")

@@ -49,6 +49,17 @@ def test_sample_on_a_multi_agent_manifest_writes_policy_slash_column(tmp_path: P
         assert all(agent.startswith("blue_") for agent in data["blue/agent_id"].tolist())
 
 
+def test_sample_pong_example_writes_stacked_preprocessed_frames(tmp_path: Path) -> None:
+    output = tmp_path / "pong.npz"
+    result = run("sample", "examples/pong.yaml", "--steps", "512", "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    with np.load(output, allow_pickle=False) as data:
+        assert data["obs"].shape == (512, 4, 84, 84) and data["obs"].dtype == np.uint8
+        np.testing.assert_array_equal(data["new_obs"][:, :3], data["obs"][:, 1:])  # one new frame per step
+        assert set(np.unique(data["actions"]).tolist()) <= set(range(6))
+        assert set(np.unique(data["rewards"]).tolist()) <= {-1.0, 0.0, 1.0}
+
+
 def test_a_bad_manifest_is_one_line_naming_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(

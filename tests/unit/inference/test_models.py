@@ -31,3 +31,22 @@ def test_unsupported_spaces_say_what_to_do() -> None:
         DefaultModel(spaces.Text(5), spaces.Discrete(2), distribution_for(spaces.Discrete(2)))
     with pytest.raises(ValueError, match="unsupported action space"):
         distribution_for(spaces.MultiBinary(3))
+
+
+def test_a_frame_stack_is_read_channels_first_as_an_hwc_image_is_read_channels_last() -> None:
+    """The same frames, stacked (4, 84, 84) or as HWC (84, 84, 4), give the same Nature CNN the same
+    features once the two models share weights: both layouts reach the convolutions as CHW."""
+    stacked = DefaultModel(
+        spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6), distribution_for(spaces.Discrete(6))
+    )
+    hwc = DefaultModel(
+        spaces.Box(0, 255, (84, 84, 4), np.uint8), spaces.Discrete(6), distribution_for(spaces.Discrete(6))
+    )
+    hwc.load_state_dict(stacked.state_dict())
+    first = next(m for m in stacked.modules() if isinstance(m, torch.nn.Conv2d))
+    assert (first.in_channels, first.kernel_size, first.stride) == (4, (8, 8), (4, 4))
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    logits_stacked, values_stacked = stacked(frames)
+    logits_hwc, values_hwc = hwc(frames.permute(0, 2, 3, 1))
+    torch.testing.assert_close(logits_stacked, logits_hwc)
+    torch.testing.assert_close(values_stacked, values_hwc)

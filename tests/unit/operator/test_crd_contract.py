@@ -75,6 +75,7 @@ def _nested(annotation: Any) -> tuple[type[BaseModel], str] | None:
 SECTIONS = [
     "",
     "env",
+    "env.wrappers",
     "policy",
     "policy.exploration",
     "policy.exploration.perWorker",
@@ -179,3 +180,21 @@ def test_hidden_layers_have_the_model_s_limits_in_the_crd() -> None:
     for section in ("policy", "multiAgent.policies"):
         hidden = _section(section)[1]["properties"]["hidden"]
         assert hidden["maxItems"] == MAX_LAYERS and hidden["items"]["maximum"] == MAX_LAYER_WIDTH, section
+
+
+def test_the_crd_checks_every_wrapper_s_argument_names_as_the_model_does() -> None:
+    """One rule per wrapper lists the arguments it takes, one per required argument asks for it."""
+    from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WRAPPERS
+
+    wrappers = _section("env")[1]["properties"]["wrappers"]
+    assert wrappers["maxItems"] == MAX_WRAPPERS
+    # Bounded, so the API server's CEL cost estimate stays small (no wrapper takes more than 8).
+    assert wrappers["items"]["properties"]["args"]["maxProperties"] >= max(len(t.all) for t in WRAPPERS.values())
+    rules = [rule["rule"] for rule in wrappers["items"]["x-kubernetes-validations"]]
+    expected = []
+    for name, takes in WRAPPERS.items():
+        quoted = ", ".join(f"'{arg}'" for arg in takes.all)
+        allowed = f"self.args.all(k, k in [{quoted}])" if takes.all else "size(self.args) == 0"
+        expected.append(f"self.name != '{name}' || !has(self.args) || {allowed}")
+        expected += [f"self.name != '{name}' || has(self.args) && '{arg}' in self.args" for arg in takes.required]
+    assert rules == expected

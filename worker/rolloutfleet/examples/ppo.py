@@ -234,13 +234,9 @@ def make_ppo(model: nn.Module, action_space: spaces.Space, max_seq_len: int = 20
 
 
 def _action_space(job: RolloutJob) -> spaces.Space:  # type: ignore[type-arg]
-    from rolloutfleet.sampling.envs import env_creator
+    from rolloutfleet.sampling.envs import env_spaces
 
-    env = env_creator(job.spec.env, 0, job.spec.replicas)(0)
-    try:
-        return env.action_space
-    finally:
-        env.close()
+    return env_spaces(job.spec.env, 0, job.spec.replicas)[1]
 
 
 if __name__ == "__main__":

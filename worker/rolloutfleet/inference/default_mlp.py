@@ -26,7 +26,28 @@ VF_GAIN = 1.0
 
 
 def is_image_space(space: spaces.Space[Any]) -> bool:
+    """A 3-D Box: the default model is a CNN (a single 2-D frame is not one: AtariPreprocessing's
+    ``grayscale_newaxis: true`` makes it ``(84, 84, 1)``)."""
     return isinstance(space, spaces.Box) and len(space.shape) == 3
+
+
+ImageLayout = Literal["HWC", "CHW"]
+
+
+def image_layout(shape: tuple[int, ...]) -> tuple[ImageLayout, int, int, int]:
+    """``(layout, height, width, channels)`` of an image observation's 3-D shape.
+
+    Channels come first when the first axis is shorter than both others (a stack of frames:
+    gymnasium's ``FrameStackObservation`` over grayscale frames, EnvPool's and ALE's Atari
+    vector envs give ``(4, 84, 84)``), else last (``(210, 160, 3)`` RGB, ``(84, 84, 1)``).
+
+    >>> image_layout((4, 84, 84)), image_layout((210, 160, 3))
+    (('CHW', 84, 84, 4), ('HWC', 210, 160, 3))
+    """
+    first, second, third = shape
+    if first < second and first < third:
+        return "CHW", second, third, first
+    return "HWC", first, second, third
 
 
 def flat_obs_size(space: spaces.Space[Any]) -> int:

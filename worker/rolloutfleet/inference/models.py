@@ -21,7 +21,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rolloutfleet.inference.default_mlp import MLPLayout, flat_obs_size, initial_weights, is_image_space
+from rolloutfleet.inference.default_mlp import MLPLayout, flat_obs_size, image_layout, initial_weights, is_image_space
 from rolloutfleet.inference.distributions import ActionDistribution, DiagGaussian
 
 __all__ = ["DefaultModel", "ObsEncoder", "flat_obs_size", "is_image_space"]
@@ -139,10 +139,11 @@ class DefaultModel(nn.Module):
 
 
 def _cnn(shape: tuple[int, ...]) -> tuple[nn.Module, int]:
-    """Nature-CNN for HWC images of at least 36x36; smaller images get 3x3 convolutions."""
-    height, width, channels = shape
+    """Nature-CNN for images of at least 36x36 (HWC, or CHW frame stacks: see
+    :func:`~rolloutfleet.inference.default_mlp.image_layout`); smaller images get 3x3 convolutions."""
+    layout, height, width, channels = image_layout(shape)
     convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)] if min(height, width) >= 36 else [(16, 3, 1), (32, 3, 1)]
-    layers: list[nn.Module] = [_HWCtoCHW()]
+    layers: list[nn.Module] = [_ToCHW(layout)]
     in_channels = channels
     for out_channels, kernel, stride in convs:
         layers += [_init(nn.Conv2d(in_channels, out_channels, kernel, stride), math.sqrt(2)), nn.ReLU()]
@@ -150,11 +151,17 @@ def _cnn(shape: tuple[int, ...]) -> tuple[nn.Module, int]:
     layers.append(nn.Flatten())
     trunk = nn.Sequential(*layers)
     with torch.no_grad():
-        features = trunk(torch.zeros(1, height, width, channels)).shape[1]
+        features = trunk(torch.zeros(1, *shape)).shape[1]
     head = nn.Sequential(trunk, _init(nn.Linear(features, 512), math.sqrt(2)), nn.ReLU())
     return head, 512
 
 
-class _HWCtoCHW(nn.Module):
+class _ToCHW(nn.Module):
+    """A batch of images in ``layout`` as ``(batch, channels, height, width)``."""
+
+    def __init__(self, layout: str) -> None:
+        super().__init__()
+        self.layout = layout
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.permute(0, 3, 1, 2)
+        return x.permute(0, 3, 1, 2) if self.layout == "HWC" else x

@@ -1,12 +1,15 @@
 """Building environments from a spec: creators, seeds and the vector env.
 
-Three vectorizations (``spec.env.vectorization``):
+Four vectorizations (``spec.env.vectorization``):
 
 * ``vector`` — the env's own batched implementation (gymnasium ``vector_entry_point``,
   e.g. CartPole's): fastest by far, one object for all sub-envs;
 * ``sync`` — :class:`ResilientSyncVectorEnv`, sub-envs stepped in this process; a
   sub-env that raises is closed and recreated without disturbing the others;
-* ``async`` — gymnasium's ``AsyncVectorEnv``, one subprocess per sub-env, for heavy envs.
+* ``async`` — gymnasium's ``AsyncVectorEnv``, one subprocess per sub-env, for heavy envs;
+* ``envpool`` — EnvPool's C++ vector env of the id (:mod:`rolloutfleet.sampling.envpool_env`).
+
+``spec.env.wrappers`` wrap each sub-env (``sync``, ``async``), in the order given.
 
 Failing envs end: a sub-env (the whole vector env, for ``vector`` and ``async``) that fails
 ``spec.env.maxConsecutiveFailures`` times in a row without a successful step, or whose
@@ -16,7 +19,7 @@ signal) the next failure raises :class:`EnvInterrupted` instead of recreating th
 
 Autoreset: ``sync`` uses gymnasium's SAME_STEP mode (the final observation of an ended
 episode is in ``info["final_obs"]``); ``vector`` and ``async`` keep whatever the env
-declares (NEXT_STEP for gymnasium's own). The sampler handles both.
+declares (NEXT_STEP for gymnasium's own and for EnvPool). The sampler handles both.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
+from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
 
@@ -151,7 +155,19 @@ def episode_id_base(worker_index: int) -> int:
 
 
 def env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[[int], gym.Env[Any, Any]]:
-    """A function building sub-env ``vector_index`` of this worker."""
+    """A function building sub-env ``vector_index`` of this worker (inside ``spec.wrappers``)."""
+    create = _bare_creator(spec, worker_index, num_workers)
+    if not spec.wrappers:
+        return create
+    wrappers = list(spec.wrappers)
+
+    def create_wrapped(vector_index: int) -> gym.Env[Any, Any]:
+        return apply_wrappers(create(vector_index), wrappers)
+
+    return create_wrapped
+
+
+def _bare_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[[int], gym.Env[Any, Any]]:
     if spec.entry_point is not None:
         make = load_entry_point(spec.entry_point, "spec.env.entryPoint")
 
@@ -166,6 +182,7 @@ def env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[
         return create
     env_id = spec.id
     assert env_id is not None  # guaranteed by EnvSpec's validator
+    register_namespace(env_id)
 
     def create_registered(vector_index: int) -> gym.Env[Any, Any]:
         return gym.make(env_id, **spec.config)
@@ -173,17 +190,33 @@ def env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[
     return create_registered
 
 
+def env_spaces(spec: EnvSpec, worker_index: int, num_workers: int) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
+    """A sub-env's observation and action spaces: EnvPool's from its spec (building a pool
+    takes seconds), else those of one sub-env, built and closed."""
+    if choose_vectorization(spec) == "envpool":
+        from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv
+
+        pool = EnvPoolVectorEnv(spec)
+        return pool.single_observation_space, pool.single_action_space
+    env = env_creator(spec, worker_index, num_workers)(0)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
 def has_vector_entry_point(env_id: str) -> bool:
     try:
+        register_namespace(env_id)
         return gym.spec(env_id).vector_entry_point is not None
-    except gym.error.Error:
+    except (gym.error.Error, SpecError):
         return False
 
 
 def choose_vectorization(spec: EnvSpec) -> str:
     if spec.vectorization != "auto":
         return spec.vectorization
-    if spec.id is not None and has_vector_entry_point(spec.id):
+    if spec.id is not None and not spec.wrappers and has_vector_entry_point(spec.id):
         return "vector"
     return "sync"
 
@@ -198,7 +231,12 @@ def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> Vecto
             if not has_vector_entry_point(spec.id):
                 raise SpecError(f"spec.env.vectorization: {spec.id!r} has no vector entry point; use 'sync' or 'async'")
             vec = gym.make_vec(spec.id, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config)
-            return ResetGuard(vec, spec)
+            # ale-py's vector env seeds sub-env i with seed + i, as C++ ints.
+            return ResetGuard(vec, spec, seed_bits=30 if spec.id.startswith("ALE/") else None)
+        if mode == "envpool":
+            from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv  # imports envpool: only when asked
+
+            return ResetGuard(EnvPoolVectorEnv(spec), spec)
         create = env_creator(spec, worker_index, num_workers)
         if mode == "async":
             thunks = [_Thunk(create, i) for i in range(spec.num_envs)]
@@ -217,13 +255,16 @@ class ResetGuard(VectorWrapper):
     """A vector env whose ``reset`` errors become :class:`EnvFailed` naming the env (``vector``
     and ``async`` modes; their step errors are the runner's to count)."""
 
-    def __init__(self, env: VectorEnv[Any, Any, Any], spec: EnvSpec) -> None:
+    def __init__(self, env: VectorEnv[Any, Any, Any], spec: EnvSpec, seed_bits: int | None = None) -> None:
         super().__init__(env)
         self._name = env_name(spec)
+        self._seed_bits = seed_bits
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
+        if self._seed_bits is not None and isinstance(seed, int):
+            seed %= 2**self._seed_bits
         result = reset_or_fail(self.env.reset, self._name, "the vector env", seed=seed, options=options)
         return cast("tuple[Any, dict[str, Any]]", result)
 

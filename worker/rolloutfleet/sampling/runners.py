@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_runner import EnvRunner
-from rolloutfleet.sampling.envs import derive_seed, env_creator
+from rolloutfleet.sampling.envs import derive_seed, env_spaces
 from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner, multi_agent_spec
 from rolloutfleet.spec.job import RolloutJob
 
@@ -45,14 +45,11 @@ def build_model(job: RolloutJob) -> nn.Module:
 
     >>> model = build_model(RolloutJob.from_file("examples/cartpole.yaml"))  # doctest: +SKIP
     """
-    env = env_creator(job.spec.env, worker_index=0, num_workers=job.spec.replicas)(0)
-    try:
-        spec = job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None})
-        policy = Policy(
-            spec, env.observation_space, env.action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH)
-        )
-    finally:
-        env.close()
+    observation_space, action_space = env_spaces(job.spec.env, worker_index=0, num_workers=job.spec.replicas)
+    spec = job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None})
+    policy = Policy(
+        spec, observation_space, action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH)
+    )
     return policy.torch_model()
 
 

@@ -28,7 +28,7 @@ from gymnasium import spaces
 from rolloutfleet.inference.default_mlp import MLPLayout, is_image_space
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.obs_spaces import obs_parts
-from rolloutfleet.sampling.envs import env_creator
+from rolloutfleet.sampling.envs import env_spaces
 from rolloutfleet.spec.job import RolloutJob, SpecError, parse_quantity
 
 PAYLOAD_CAP_BYTES = 32 << 20
@@ -154,12 +154,12 @@ def problems(job: RolloutJob, size: SizeEstimate) -> list[str]:
     return found
 
 
-def _one_env(job: RolloutJob) -> gym.Env[Any, Any]:
-    """One sub-env for its spaces; a failure is a SpecError naming the field (as the runner says it)."""
+def _spaces(job: RolloutJob) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
+    """A sub-env's spaces; a failure is a SpecError naming the field (as the runner says it)."""
     spec = job.spec.env
     field = "spec.env.id" if spec.id is not None else "spec.env.entryPoint"
     try:
-        return env_creator(spec, worker_index=0, num_workers=max(job.spec.replicas, 1))(0)
+        return env_spaces(spec, worker_index=0, num_workers=max(job.spec.replicas, 1))
     except SpecError:
         raise
     except gym.error.Error as exc:
@@ -187,12 +187,8 @@ def check_sizes(job: RolloutJob) -> SizeEstimate | None:
     work; None for a multi-agent job (not estimated)."""
     if job.spec.multi_agent is not None:
         return None
-    env = _one_env(job)
-    try:
-        obs_space, act_space = env.observation_space, env.action_space
-        size = estimate(job, obs_space, act_space)
-    finally:
-        env.close()
+    obs_space, act_space = _spaces(job)
+    size = estimate(job, obs_space, act_space)
     found = space_problems(job, obs_space, act_space) + problems(job, size)
     if found:
         raise SpecError("; ".join(found))

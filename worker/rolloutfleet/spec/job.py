@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
+from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
 
 API_VERSION = "rolloutfleet.io/v1alpha1"
 KIND = "RolloutJob"
@@ -106,10 +107,13 @@ class EnvSpec(_Model):
     """Handed to the env creator (with worker_index / vector_index / num_workers for entry points)."""
     num_envs: int = Field(default=1, ge=1, le=MAX_NUM_ENVS)
     """Sub-environments per worker, stepped together with one batched policy call."""
-    vectorization: Literal["auto", "sync", "async", "vector"] = "auto"
+    vectorization: Literal["auto", "sync", "async", "vector", "envpool"] = "auto"
     """``vector`` uses the env's own vectorized implementation (gymnasium ``vector_entry_point``),
-    ``sync`` steps sub-envs in this process, ``async`` one subprocess each (heavy envs).
-    ``auto`` picks ``vector`` when the id has one, else ``sync``."""
+    ``sync`` steps sub-envs in this process, ``async`` one subprocess each (heavy envs),
+    ``envpool`` EnvPool's C++ implementation of the id (Atari, MuJoCo; the ``envpool`` extra).
+    ``auto`` picks ``vector`` when the id has one (and no wrappers are given), else ``sync``."""
+    wrappers: list[WrapperSpec] = Field(default_factory=list, max_length=MAX_WRAPPERS)
+    """gymnasium wrappers around each sub-env, innermost first (:mod:`rolloutfleet.spec.wrappers`)."""
     restart_failed_sub_envs: bool = True
     """Recreate a sub-environment that raises, dropping its episode (counted in metrics)."""
     max_consecutive_failures: int = Field(default=3, ge=1, le=1000)
@@ -125,8 +129,15 @@ class EnvSpec(_Model):
     def _exactly_one_source(self) -> EnvSpec:
         if (self.id is None) == (self.entry_point is None):
             raise ValueError("give exactly one of 'id' (a gymnasium id) or 'entryPoint' (pkg.module:callable)")
-        if self.entry_point is not None and self.vectorization == "vector":
-            raise ValueError("vectorization 'vector' needs a gymnasium 'id' with a vector entry point")
+        if self.entry_point is not None and self.vectorization in ("vector", "envpool"):
+            raise ValueError(f"vectorization {self.vectorization!r} needs an env 'id'")
+        if self.wrappers and self.vectorization in ("vector", "envpool"):
+            hint = " (EnvPool preprocesses with its own options in 'config')" if self.vectorization == "envpool" else ""
+            raise _SubfieldError(
+                "wrappers",
+                f"wrap single sub-envs, which vectorization {self.vectorization!r} does not have: "
+                f"use 'sync' or 'async'{hint}",
+            )
         return self
 
 
@@ -435,6 +446,17 @@ class RolloutJobSpec(_Model):
     priority_class_name: str | None = None
     service_account_name: str | None = None
     env_vars: list[dict[str, Any]] = Field(default_factory=list, alias="extraEnv")
+
+    @model_validator(mode="after")
+    def _single_agent_env_options(self) -> RolloutJobSpec:
+        if self.multi_agent is not None:
+            if self.env.wrappers:
+                raise _SubfieldError(
+                    "env.wrappers", "wrap single-agent envs only; wrap a multi-agent env in its entry point"
+                )
+            if self.env.vectorization == "envpool":
+                raise _SubfieldError("env.vectorization", "'envpool' steps single-agent envs only")
+        return self
 
 
 class ObjectMeta(_Model):
