@@ -29,7 +29,7 @@ from rolloutfleet.spec.job import RolloutJob
 log = logging.getLogger(__name__)
 
 
-def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]], elapsed: float) -> Table:
+def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], elapsed: float) -> Table:
     job = fleet.job
     total_rate = sum(float(h.get("steps_per_s", 0.0)) for h in heartbeats.values())
     table = Table(
@@ -60,11 +60,17 @@ def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]
             f"{int(beat.get('env_steps', 0)):,}",
             f"{float(beat.get('steps_per_s', 0.0)):,.0f}",
             "-" if math.isnan(episode_return) else f"{episode_return:.1f}",
-            f"v{int(beat.get('weights_seq_no', 0))}",
+            f"v{int(beat.get('weights_seq_no', 0))}" + _refused(beat),
             _nonfinite(beat),
             worker.last_error[-60:],
         )
     return table
+
+
+def _refused(beat: Mapping[str, Any]) -> str:
+    """`` (v3 refused)`` while the worker refuses a newer weights version, else ``""``."""
+    refused = beat.get("weights_refused") or {}
+    return "".join(f" (v{seq} refused)" for seq, _ in refused.values())
 
 
 def _nonfinite(beat: Mapping[str, float]) -> str:

@@ -294,6 +294,7 @@ def run_streams(args: argparse.Namespace) -> int:
             (policy, read_stream_status(client, job_keys(namespace, name, policy)))
             for namespace, name, policy in streams
         ]
+        refused = _refused(client, streams)
     except redis.RedisError as exc:
         print(f"rolloutfleet streams: Redis at {where(client)}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
@@ -335,9 +336,22 @@ def run_streams(args: argparse.Namespace) -> int:
             holds.append(f"{name}: {hold_line(status.hold)}")
     console = Console()
     console.print(table)
-    for line in holds:
+    for line in holds + refused:
         console.print(line, highlight=False, soft_wrap=True)
     return 0
+
+
+def _refused(client: Any, streams: list[tuple[str, str, str | None]]) -> list[str]:
+    """``ns/job (policy): weights vN refused by K workers: <reason>``, from the heartbeats."""
+    from rolloutfleet.spec.refusals import refused_line, refused_versions
+    from rolloutfleet.transport.heartbeat import parse_heartbeats
+
+    lines = []
+    for namespace, name in sorted({(namespace, name) for namespace, name, _ in streams}):
+        beats = parse_heartbeats(client.hgetall(job_keys(namespace, name).heartbeats))
+        for policy, seq, workers, reason in refused_versions(beats):
+            lines.append(f"{namespace}/{name}: {refused_line(policy, seq, workers, reason)}")
+    return lines
 
 
 def hold_line(hold: Hold) -> str:

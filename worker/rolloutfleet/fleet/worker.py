@@ -15,7 +15,9 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
   ``spec.env.maxConsecutiveFailures`` times in a row: one line on stderr naming the env and
   the error (and in the pod's termination message), exit code 3, so the operator can show
   why; a stop signal while an env keeps failing ends sampling at the next failure, exit 0;
-* NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat).
+* NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat);
+* a weights version that does not fit the model or holds NaN/inf: refused once (one log
+  line, ``rolloutfleet_weights_refused``, heartbeat), sampling goes on with the weights held.
 """
 
 from __future__ import annotations
@@ -91,6 +93,10 @@ class WorkerMetrics:
         )
         self.weights_resets = counter(
             "rolloutfleet_weights_resets", "Published weights version found gone or older than the one held"
+        )
+        self.weights_refused = counter(
+            "rolloutfleet_weights_refused",
+            "Weights versions refused (did not fit the model, held NaN/inf or could not be decoded); weights kept",
         )
         self.publish_latency = Histogram(
             "rolloutfleet_publish_seconds",
@@ -169,6 +175,7 @@ class Worker:
             self._count_transport(transport)
             try:
                 if not filters_pulled:
+                    transport.record_models(runner)  # what a learner's WeightPublisher checks against
                     transport.pull_filters(runner)  # a replacement worker normalizes like the fleet
                     filters_pulled = True
                 if pending is None:
@@ -242,6 +249,7 @@ class Worker:
             "redis_full_seconds": sum(p.oom_wait_seconds for p in publishers),
             "batches_resent": sum(p.resent for p in publishers),
             "weights_resets": sum(s.resets for s in transport.subscribers.values()),
+            "weights_refused": sum(s.refusals for s in transport.subscribers.values()),
         }
         for name, total in totals.items():
             if total > self._counted.get(name, 0):
