@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -83,6 +84,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     from rolloutfleet.transport.heartbeat import read_heartbeats
 
     job = RolloutJob.from_file(args.manifest)
+    if args.redis is not None and (code := _unreachable(args.redis, args.redis_timeout)) is not None:
+        return code
     if args.replicas is not None:
         job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": args.replicas}})
     command = list(args.command)
@@ -149,6 +152,27 @@ def run_fleet(args: argparse.Namespace) -> int:
         if fleet.kept_logs is not None:
             console.print(f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}")
     return code
+
+
+def _unreachable(url: str, timeout_s: float) -> int | None:
+    """An external ``--redis`` checked before any worker starts: None when it answers within
+    ``timeout_s``, else one line on stderr and the exit code (workers would retry for ever)."""
+    import redis
+
+    from rolloutfleet.transport.connection import PASSWORD_ENV, check_reachable
+
+    if not timeout_s > 0:
+        print(f"rolloutfleet run: --redis-timeout must be > 0 s, got {timeout_s:g}", file=sys.stderr)
+        return 2
+    try:
+        check_reachable(url, os.environ.get(PASSWORD_ENV) or None, timeout_s)
+    except ValueError as exc:
+        print(f"rolloutfleet run: --redis {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        print(f"rolloutfleet run: {exc}", file=sys.stderr)
+        return 1
+    return None
 
 
 class StopSignals:
