@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from rolloutfleet.spec.refusals import refused_line, refused_versions
 from rolloutfleet_operator.plan import Plan
 from rolloutfleet_operator.pods import PodView, selector
 
@@ -72,6 +73,16 @@ def nonfinite(beats: Mapping[int, Mapping[str, float]], desired: int) -> dict[st
     return counts if any(counts.values()) else {}
 
 
+def weights_refused(beats: Mapping[int, Mapping[str, Any]], desired: int) -> list[dict[str, Any]]:
+    """Weights versions the current workers refused (keeping the weights they hold), one
+    entry per policy and version, while they hold no newer one; empty when none."""
+    return [
+        {"policy": policy, "version": seq, "workers": workers, "reason": reason,
+         "message": refused_line(policy, seq, workers, reason)}
+        for policy, seq, workers, reason in refused_versions(beats, desired)
+    ]  # fmt: skip
+
+
 def build_status(
     job_name: str,
     suspended: bool,
@@ -80,7 +91,7 @@ def build_status(
     generation: int,
     now: float,
     previous: Mapping[str, Any] | None = None,
-    beats: Mapping[int, Mapping[str, float]] | None = None,
+    beats: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     desired = the_plan.desired
     live = [p for p in pods if p.index < desired and not p.terminated and not p.deleting]
@@ -105,6 +116,8 @@ def build_status(
         "envSteps": steps,
         "stepsPerSecond": rate,
         **({"nonFinite": counts} if (counts := nonfinite(beats or {}, desired)) else {}),
+        # null (not absent) once none is refused, so that a merge patch removes it
+        "weightsRefused": weights_refused(beats or {}, desired) or None,
         "conditions": _conditions(phase, reason, message, degraded, generation, now, old_conditions),
     }
 

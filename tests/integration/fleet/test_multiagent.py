@@ -168,3 +168,30 @@ def test_mean_std_filters_are_shared_per_policy(redis_url: str) -> None:
     assert read_filter(redis_url, job) is None  # no job-wide filter: one per policy
     for worker in workers:
         worker.close()
+
+
+def test_a_bad_version_is_refused_per_policy(redis_url: str) -> None:
+    """One policy's bad version leaves the other policy's good one loading, and is refused once."""
+    from rolloutfleet.data.weights_check import WeightsRefused
+    from rolloutfleet.transport.heartbeat import read_heartbeats
+
+    job = tag_job("tag-refused")
+    runner = MultiAgentEnvRunner(job)
+    worker = transport(job, redis_url)
+    worker.record_models(runner)
+    models = build_policy_models(job)
+    red = {k: v.numpy().copy() for k, v in models["red"].state_dict().items()}
+    red["vf.bias"][:] = np.nan
+    with pytest.raises(WeightsRefused, match=r"'vf\.bias' holds 1 NaN/inf values"):
+        WeightPublisher(redis_url, "tag-refused", policy="red").publish(red)  # checked where it is made
+    assert WeightPublisher(redis_url, "tag-refused", policy="red", validate=False).publish(red) == 1
+    assert WeightPublisher(redis_url, "tag-refused", policy="blue").publish(models["blue"]) == 1
+    assert worker.load_weights(runner) == 1
+    assert runner.weights_seq_nos == {"red": 0, "blue": 1}
+    assert worker.refused_weights() == {"red": (1, "'vf.bias' holds 1 NaN/inf values")}
+    assert worker.load_weights(runner) is None  # not downloaded, not refused again
+    assert (worker.subscribers["red"].refusals, worker.subscribers["blue"].refusals) == (1, 0)
+    worker.heartbeat(runner.get_metrics())
+    beat = read_heartbeats(redis_url, job)[0]
+    assert beat["weights_refused"] == {"red": (1, "'vf.bias' holds 1 NaN/inf values")}
+    worker.close()

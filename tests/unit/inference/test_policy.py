@@ -120,6 +120,22 @@ def test_weights_that_do_not_fit_leave_a_numpy_policy_as_it_was() -> None:
         np.testing.assert_array_equal(value, before[name])
 
 
+@pytest.mark.parametrize("inference", ["auto", "torch"])
+def test_nan_or_wrongly_typed_weights_are_refused_by_numpy_and_torch_policies(inference: str) -> None:
+    from rolloutfleet.data.weights_check import WeightsRefused
+
+    policy = Policy(PolicySpec(inference=inference), spaces.Box(-1, 1, (4,)), spaces.Discrete(2), init_seed=0)
+    before = policy.get_weights()
+    with pytest.raises(WeightsRefused, match=r"'vf\.bias' holds 1 NaN/inf values"):
+        policy.set_weights({**before, "vf.bias": np.array([np.nan], np.float32)}, seq_no=1)
+    with pytest.raises(WeightsRefused, match=r"'pi\.bias' has dtype bool, expected float32"):
+        policy.set_weights({**before, "pi.bias": np.zeros(2, bool)}, seq_no=1)
+    assert policy.weights_seq_no == 0
+    for name, value in policy.get_weights().items():
+        np.testing.assert_array_equal(value, before[name])
+    assert policy.set_weights({k: v.astype(np.float64) for k, v in before.items()}, seq_no=1)
+
+
 def test_initial_weights_are_orthogonal_with_their_gains_and_zero_biases() -> None:
     act = spaces.Discrete(3)
     layout = MLPLayout.of(spaces.Box(-1, 1, (5,)), distribution_for(act), [32, 8])

@@ -119,3 +119,40 @@ def test_a_status_changes_only_where_a_merge_patch_would_change_it() -> None:
     assert not status_changed(stored, {"conditions": [{"type": "Ready", "reason": None}]})
     assert status_changed(stored, {"phase": "Degraded"})
     assert status_changed(stored, {"envSteps": 0})  # a key not stored yet
+
+
+def test_refused_weights_reach_the_status_per_policy_and_version_and_leave_it_when_none() -> None:
+    from rolloutfleet_operator.status import weights_refused
+
+    shape = "weights do not fit the model: 'pi.weight' has shape (3, 64), expected (2, 64)"
+    beats = {
+        0: {"weights_refused": {"default": (4, shape)}},
+        1: {"weights_refused": {"default": (4, shape), "red": (2, "'vf.bias' holds 1 NaN/inf values")}},
+        2: {"env_steps": 5},  # holds no refused version
+        7: {"weights_refused": {"default": (4, shape)}},  # scaled away
+    }
+    status = build_status("j", False, Plan(desired=3), [pod(0), pod(1), pod(2)], 1, 0.0, beats=beats)
+    assert status["weightsRefused"] == [
+        {"policy": "default", "version": 4, "workers": 2, "reason": shape,
+         "message": f"weights v4 refused by 2 workers: {shape}"},
+        {"policy": "red", "version": 2, "workers": 1, "reason": "'vf.bias' holds 1 NaN/inf values",
+         "message": "policy red: weights v2 refused by 1 worker: 'vf.bias' holds 1 NaN/inf values"},
+    ]  # fmt: skip
+    assert weights_refused({0: {"env_steps": 1}}, desired=1) == []
+    cleared = build_status("j", False, Plan(desired=1), [pod(0)], 1, 0.0, previous=status, beats={0: {}})
+    # null in the merge patch: the stored field is removed, and the change is seen as one
+    assert cleared["weightsRefused"] is None and status_changed(status, cleared)
+
+
+def test_the_crd_allows_every_field_of_weights_refused() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[3]
+    for path in (root / "crds", root / "charts" / "rolloutfleet" / "crds"):
+        crd = next(d for d in yaml.safe_load_all((path / "rolloutjobs.rolloutfleet.io.yaml").read_text()) if d)
+        status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        field = status["weightsRefused"]
+        assert field["type"] == "array" and field["nullable"] is True
+        assert set(field["items"]["properties"]) == {"policy", "version", "workers", "reason", "message"}

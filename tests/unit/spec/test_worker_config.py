@@ -65,3 +65,12 @@ def test_learner_idle_seconds_round_trip_and_bad_values_name_the_variable() -> N
     for bad in ("soon", "0", "-3", "inf"):
         with pytest.raises(SpecError, match="ROLLOUTFLEET_LEARNER_IDLE_SECONDS"):
             WorkerConfig.from_environ(environ(ROLLOUTFLEET_LEARNER_IDLE_SECONDS=bad))
+
+
+def test_the_redis_startup_bound_is_unset_by_default_and_round_trips() -> None:
+    assert WorkerConfig.from_environ(environ()).redis_startup_timeout_s is None  # the operator's pods: no bound
+    config = WorkerConfig.from_environ(environ(ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS="30"))
+    assert config.redis_startup_timeout_s == 30.0
+    assert WorkerConfig.from_environ(config.to_environ()).redis_startup_timeout_s == 30.0
+    with pytest.raises(SpecError, match="ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS"):
+        WorkerConfig.from_environ(environ(ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS="soon"))

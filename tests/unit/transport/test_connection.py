@@ -43,3 +43,45 @@ def test_other_errors_are_not_retried() -> None:
     with pytest.raises(redis.ResponseError):
         RetryLoop(5).call(failing(redis.ResponseError("WRONGTYPE"), calls))
     assert len(calls) == 1
+
+
+def test_an_authentication_error_is_not_retried() -> None:
+    calls: list[float] = []
+    loop = RetryLoop(timeout_s=60)
+    with pytest.raises(redis.AuthenticationError):
+        loop.call(failing(redis.AuthenticationError("invalid username-password pair"), calls))
+    assert len(calls) == 1 and loop.retries == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (redis.ConnectionError("Error 111 connecting to h:1. Connection refused."), "connection refused"),
+        (redis.ConnectionError("Error -2 connecting to nohost:6379. Name or service not known."), "host not found"),
+        (redis.TimeoutError("Timeout connecting to server"), "no answer (timed out)"),
+        (redis.AuthenticationError("Authentication required."), "a password is required"),
+        (redis.AuthenticationError("invalid username-password pair"), "authentication failed"),
+    ],
+)
+def test_failure_line_says_what_a_user_can_act_on(error: Exception, reason: str) -> None:
+    from rolloutfleet.transport.connection import failure_line
+
+    line = failure_line(error, "h:1")
+    assert line.startswith(f"redis at h:1: {reason}") and "\n" not in line
+
+
+def test_urls_are_checked_and_shown_without_their_password() -> None:
+    from rolloutfleet.transport.connection import address, check_url
+
+    for good in ("redis://h:1/0", "rediss://:pw@h", "unix:///run/redis.sock", "redis:///0"):
+        check_url(good)
+    for bad, why in [
+        ("http://u:hunter2@h:6379/0", "must start with redis://"),
+        ("h:6379", "must start with redis://"),
+        ("redis://:hunter2@h:99999/0", "its port is not a number"),
+        ("unix://", "names no socket path"),
+    ]:
+        with pytest.raises(ValueError, match=why) as caught:
+            check_url(bad)
+        assert "hunter2" not in str(caught.value)
+    assert address("redis://:hunter2@10.0.0.7:6380/2") == "10.0.0.7:6380"

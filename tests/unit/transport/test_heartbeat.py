@@ -65,3 +65,15 @@ def test_the_operator_reads_heartbeats_without_importing_the_transport() -> None
                 imported.update(alias.name for alias in node.names)
     assert "rolloutfleet.transport.heartbeat" in imported
     assert "rolloutfleet.fleet.worker_transport" not in imported
+
+
+def test_a_refused_weights_version_travels_in_the_beat_per_policy() -> None:
+    raw = {
+        b"0": beat({}, now=1.0, refused={"default": (3, "'pi.weight' holds 2 NaN/inf values")}).encode(),
+        b"1": beat({}, now=1.0).encode(),
+        b"2": b'{"env_steps": 1, "weights_refused": "garbled"}',  # a bad field is dropped, not the beat
+    }
+    beats = parse_heartbeats(raw)
+    assert beats[0]["weights_refused"] == {"default": (3, "'pi.weight' holds 2 NaN/inf values")}
+    assert "weights_refused" not in beats[1] and "weights_refused" not in json.loads(raw[b"1"])
+    assert beats[2] == {"env_steps": 1.0}

@@ -18,6 +18,17 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 
 
 def _sample(args: argparse.Namespace) -> int:
+    from rolloutfleet.cli.paths import output_problem
+
+    if args.steps < 1:
+        return _bad("sample", f"--steps must be >= 1, got {args.steps}")
+    if args.num_workers is not None and args.num_workers < 1:
+        return _bad("sample", f"--num-workers must be >= 1, got {args.num_workers}")
+    if not 0 <= args.worker_index < (args.num_workers or args.worker_index + 1):
+        return _bad("sample", f"--worker-index must be within 0 and --num-workers - 1, got {args.worker_index}")
+    job = RolloutJob.from_file(args.manifest)
+    if (problem := output_problem(Path(args.output))) is not None:
+        return _bad("sample", f"--output: {problem}")
     import numpy as np
 
     from rolloutfleet.data.batch import SampleBatch
@@ -25,7 +36,6 @@ def _sample(args: argparse.Namespace) -> int:
     from rolloutfleet.inference.cpu_threads import limit_cpu_threads
     from rolloutfleet.sampling.runners import make_env_runner
 
-    job = RolloutJob.from_file(args.manifest)
     limit_cpu_threads(job.spec.policy.num_threads)  # as a worker does
     with make_env_runner(job, worker_index=args.worker_index, num_workers=args.num_workers) as runner:
         batches: list[Any] = []
@@ -54,12 +64,22 @@ def _sample(args: argparse.Namespace) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
     save = np.savez_compressed if args.compress else np.savez
-    save(output, **arrays)  # type: ignore[arg-type]
+    try:
+        save(output, **arrays)  # type: ignore[arg-type]
+    except OSError as exc:
+        print(f"rolloutfleet sample: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(
         f"wrote {rows} ({metrics['num_episodes']} episodes ended, "
         f"return mean {metrics['episode_return_mean']:.1f}, {metrics['env_steps_per_s']:,.0f} env steps/s) to {output}"
     )
     return 0
+
+
+def _bad(command: str, message: str) -> int:
+    """A bad argument: one line on stderr, exit status 2 (as argparse's own errors)."""
+    print(f"rolloutfleet {command}: {message}", file=sys.stderr)
+    return 2
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -122,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replicas", type=int, default=None, help="override spec.replicas")
     run.add_argument("--no-status", action="store_true", help="no live status table (log lines only)")
     run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    run.add_argument(
+        "--redis-timeout",
+        type=float,
+        default=30.0,
+        help="with --redis: give up (one line, exit 1) when it is not reachable within this many seconds",
+    )
     run.set_defaults(run=_run, command=[])
 
     validate = commands.add_parser(

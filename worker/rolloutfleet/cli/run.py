@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -29,7 +30,7 @@ from rolloutfleet.spec.job import RolloutJob
 log = logging.getLogger(__name__)
 
 
-def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]], elapsed: float) -> Table:
+def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], elapsed: float) -> Table:
     job = fleet.job
     total_rate = sum(float(h.get("steps_per_s", 0.0)) for h in heartbeats.values())
     table = Table(
@@ -60,11 +61,17 @@ def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, float]
             f"{int(beat.get('env_steps', 0)):,}",
             f"{float(beat.get('steps_per_s', 0.0)):,.0f}",
             "-" if math.isnan(episode_return) else f"{episode_return:.1f}",
-            f"v{int(beat.get('weights_seq_no', 0))}",
+            f"v{int(beat.get('weights_seq_no', 0))}" + _refused(beat),
             _nonfinite(beat),
             worker.last_error[-60:],
         )
     return table
+
+
+def _refused(beat: Mapping[str, Any]) -> str:
+    """`` (v3 refused)`` while the worker refuses a newer weights version, else ``""``."""
+    refused = beat.get("weights_refused") or {}
+    return "".join(f" (v{seq} refused)" for seq, _ in refused.values())
 
 
 def _nonfinite(beat: Mapping[str, float]) -> str:
@@ -77,6 +84,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     from rolloutfleet.transport.heartbeat import read_heartbeats
 
     job = RolloutJob.from_file(args.manifest)
+    if args.redis is not None and (code := _unreachable(args.redis, args.redis_timeout)) is not None:
+        return code
     if args.replicas is not None:
         job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": args.replicas}})
     command = list(args.command)
@@ -143,6 +152,27 @@ def run_fleet(args: argparse.Namespace) -> int:
         if fleet.kept_logs is not None:
             console.print(f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}")
     return code
+
+
+def _unreachable(url: str, timeout_s: float) -> int | None:
+    """An external ``--redis`` checked before any worker starts: None when it answers within
+    ``timeout_s``, else one line on stderr and the exit code (workers would retry for ever)."""
+    import redis
+
+    from rolloutfleet.transport.connection import PASSWORD_ENV, check_reachable
+
+    if not timeout_s > 0:
+        print(f"rolloutfleet run: --redis-timeout must be > 0 s, got {timeout_s:g}", file=sys.stderr)
+        return 2
+    try:
+        check_reachable(url, os.environ.get(PASSWORD_ENV) or None, timeout_s)
+    except ValueError as exc:
+        print(f"rolloutfleet run: --redis {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        print(f"rolloutfleet run: {exc}", file=sys.stderr)
+        return 1
+    return None
 
 
 class StopSignals:

@@ -84,8 +84,29 @@ def add_streams_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--redis", required=True, help="redis:// or rediss:// URL (password: $ROLLOUTFLEET_REDIS_PASSWORD)"
     )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="give up after this many seconds with Redis unavailable"
+    )
     parser.set_defaults(run=run_streams)
     return parser
+
+
+def unreachable(command: str, url: str, timeout_s: float) -> int | None:
+    """Start-up check: None when Redis at ``url`` answers within ``timeout_s`` (retried while
+    it is away; a wrong password at once); else one line on stderr and the exit code."""
+    import redis
+
+    from rolloutfleet.transport.connection import check_reachable
+
+    try:
+        check_reachable(url, timeout_s=timeout_s)
+    except ValueError as exc:  # not a Redis URL
+        print(f"rolloutfleet {command}: --redis {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        print(f"rolloutfleet {command}: {exc}", file=sys.stderr)
+        return 1
+    return None
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -101,6 +122,13 @@ def run_consume(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         print(f"rolloutfleet consume: --timeout must be > 0 s, got {args.timeout:g}", file=sys.stderr)
         return 2
+    from rolloutfleet.cli.paths import output_problem
+
+    if (problem := output_problem(Path(args.output))) is not None:
+        print(f"rolloutfleet consume: --output: {problem}", file=sys.stderr)
+        return 2
+    if (code := unreachable("consume", args.redis, args.timeout)) is not None:
+        return code
     import redis
 
     try:
@@ -279,6 +307,11 @@ def run_streams(args: argparse.Namespace) -> int:
     from rolloutfleet.transport.connection import connect, where
     from rolloutfleet.transport.stream_status import GroupStatus, read_stream_status
 
+    if not args.timeout > 0:
+        print(f"rolloutfleet streams: --timeout must be > 0 s, got {args.timeout:g}", file=sys.stderr)
+        return 2
+    if (code := unreachable("streams", args.redis, args.timeout)) is not None:
+        return code
     client = connect(args.redis, socket_timeout=10.0)
     try:
         streams = sorted(
@@ -294,6 +327,7 @@ def run_streams(args: argparse.Namespace) -> int:
             (policy, read_stream_status(client, job_keys(namespace, name, policy)))
             for namespace, name, policy in streams
         ]
+        refused = _refused(client, streams)
     except redis.RedisError as exc:
         print(f"rolloutfleet streams: Redis at {where(client)}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
@@ -335,9 +369,22 @@ def run_streams(args: argparse.Namespace) -> int:
             holds.append(f"{name}: {hold_line(status.hold)}")
     console = Console()
     console.print(table)
-    for line in holds:
+    for line in holds + refused:
         console.print(line, highlight=False, soft_wrap=True)
     return 0
+
+
+def _refused(client: Any, streams: list[tuple[str, str, str | None]]) -> list[str]:
+    """``ns/job (policy): weights vN refused by K workers: <reason>``, from the heartbeats."""
+    from rolloutfleet.spec.refusals import refused_line, refused_versions
+    from rolloutfleet.transport.heartbeat import parse_heartbeats
+
+    lines = []
+    for namespace, name in sorted({(namespace, name) for namespace, name, _ in streams}):
+        beats = parse_heartbeats(client.hgetall(job_keys(namespace, name).heartbeats))
+        for policy, seq, workers, reason in refused_versions(beats):
+            lines.append(f"{namespace}/{name}: {refused_line(policy, seq, workers, reason)}")
+    return lines
 
 
 def hold_line(hold: Hold) -> str:

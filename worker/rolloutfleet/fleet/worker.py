@@ -8,14 +8,20 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
   with Redis unreachable the fragment is dropped after a second of tries (a stop never
   waits out the outage backoff);
 * Redis unreachable: not ready, retry with backoff, keep the sampled fragment (never
-  crash-loop because the learner's Redis restarts);
+  crash-loop because the learner's Redis restarts); a Redis never reached at all is waited
+  for without bound too (a pod whose Redis is not up yet), unless
+  ``ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS`` bounds that wait: then one line
+  (``redis at 127.0.0.1:1: connection refused (tried for 30 s)``) and exit code 4;
+* Redis refuses the password: not retried, one line and exit code 4;
 * started by ``rolloutfleet run`` (``ROLLOUTFLEET_PARENT_PID`` set): the same stop once
   the supervisor is gone, even by SIGKILL (:mod:`rolloutfleet.fleet.parent_watch`);
 * env or policy cannot be built, an env's ``reset`` raises, or a sub-env fails
   ``spec.env.maxConsecutiveFailures`` times in a row: one line on stderr naming the env and
   the error (and in the pod's termination message), exit code 3, so the operator can show
   why; a stop signal while an env keeps failing ends sampling at the next failure, exit 0;
-* NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat).
+* NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat);
+* a weights version that does not fit the model or holds NaN/inf: refused once (one log
+  line, ``rolloutfleet_weights_refused``, heartbeat), sampling goes on with the weights held.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
@@ -43,11 +50,14 @@ from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.transport.connection import address, failure_line
 from rolloutfleet.transport.publisher import PublishInterrupted
 
 log = logging.getLogger("rolloutfleet.fleet.worker")
 
 EXIT_BAD_SPEC = 3
+EXIT_REDIS = 4
+"""Redis refused the password, or was never reached within ``redis_startup_timeout_s``."""
 STOP_RETRY_S = 1.0
 """How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
 TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
@@ -91,6 +101,10 @@ class WorkerMetrics:
         )
         self.weights_resets = counter(
             "rolloutfleet_weights_resets", "Published weights version found gone or older than the one held"
+        )
+        self.weights_refused = counter(
+            "rolloutfleet_weights_refused",
+            "Weights versions refused (did not fit the model, held NaN/inf or could not be decoded); weights kept",
         )
         self.publish_latency = Histogram(
             "rolloutfleet_publish_seconds",
@@ -169,11 +183,13 @@ class Worker:
         restarts_seen = 0
         filters_pulled = False
         stop_deadline = 0.0  # set at the first Redis error after a stop request
+        began, code = time.monotonic(), 0
         while not self.stopping or pending is not None:
             self.probes.beat()
             self._count_transport(transport)
             try:
                 if not filters_pulled:
+                    transport.record_models(runner)  # what a learner's WeightPublisher checks against
                     transport.pull_filters(runner)  # a replacement worker normalizes like the fleet
                     filters_pulled = True
                 if pending is None:
@@ -201,9 +217,16 @@ class Worker:
             except EnvInterrupted as exc:
                 log.warning("stopping: %s; the fragment being sampled is dropped", exc)
                 pending = None
+            except redis.AuthenticationError as exc:  # before retryable: it is a ConnectionError
+                report_fatal(failure_line(exc, address(config.redis_url)))
+                code = EXIT_REDIS
+                break
             except transport.retryable as exc:
                 self.metrics.redis_errors.inc()
                 self.probes.set_ready(False, f"redis: {exc}")
+                if not filters_pulled and self._gave_up(exc, began):
+                    code = EXIT_REDIS
+                    break
                 if self.stopping:
                     # The backoff is for riding out an outage; a stop has a grace period that
                     # a Redis which is gone must not use up: a short last try, then drop.
@@ -222,8 +245,18 @@ class Worker:
         transport.close()
         runner.close()
         server.shutdown()
-        log.info("stopped cleanly")
-        return 0
+        if code == 0:
+            log.info("stopped cleanly")
+        return code
+
+    def _gave_up(self, exc: Exception, began: float) -> bool:
+        """Whether Redis, never reached yet, has been tried for ``redis_startup_timeout_s``
+        (said in one line); never when that is None."""
+        bound = self.config.redis_startup_timeout_s
+        if bound is None or time.monotonic() - began < bound:
+            return False
+        report_fatal(f"{failure_line(exc, address(self.config.redis_url))} (tried for {bound:g} s)")
+        return True
 
     def _record(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:
         m = self.metrics
@@ -247,6 +280,7 @@ class Worker:
             "redis_full_seconds": sum(p.oom_wait_seconds for p in publishers),
             "batches_resent": sum(p.resent for p in publishers),
             "weights_resets": sum(s.resets for s in transport.subscribers.values()),
+            "weights_refused": sum(s.refusals for s in transport.subscribers.values()),
         }
         for name, total in totals.items():
             if total > self._counted.get(name, 0):

@@ -18,6 +18,10 @@ A job with ``observationFilter: meanStd`` shares its filter statistics (one set 
 for a multi-agent job) through :mod:`rolloutfleet.transport.filter_sync`: pulled once at start-up,
 merged after every fragment.
 
+A weights version that does not fit the runner's model, holds NaN/inf or cannot be decoded
+is refused (:meth:`load_weights`): the runner keeps its weights, the subscriber logs and
+counts it once, and the heartbeat reports it until a newer version is loaded.
+
 Heartbeats are written through :mod:`rolloutfleet.transport.heartbeat`, which is also where
 readers (the operator, ``rolloutfleet fleet``) find them without importing this module.
 """
@@ -31,6 +35,7 @@ import redis
 
 from rolloutfleet.data.batch import DEFAULT_POLICY
 from rolloutfleet.data.filters import MeanStdFilter
+from rolloutfleet.data.weights_check import WeightsRefused
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.connection import RETRYABLE
 from rolloutfleet.transport.filter_sync import FilterSync
@@ -107,11 +112,25 @@ class WorkerTransport:
         loaded = None
         # The runner's versions are the one record of what is loaded (set_state can change them).
         for policy, update in self.poll_weights(held=runner.weights_seq_nos).items():
-            if runner.set_weights(policy, update.weights, update.seq_no):
-                loaded = max(loaded or 0, update.seq_no)
+            try:
+                if runner.set_weights(policy, update.weights, update.seq_no):
+                    loaded = max(loaded or 0, update.seq_no)
+                    self.subscribers[policy].accepted(update.seq_no)
+            except WeightsRefused as exc:  # the runner keeps the weights it holds
+                self.subscribers[policy].refuse(update.seq_no, str(exc))
         if self.global_step is not None and (step := self.global_step.poll()) is not None:
             runner.set_global_step(step)
         return loaded
+
+    def record_models(self, runner: AnyEnvRunner) -> None:
+        """Record each policy's weight names, shapes and dtypes (``weights:model``): what a
+        learner's ``WeightPublisher`` checks a version against before publishing it."""
+        for policy, subscriber in self.subscribers.items():
+            subscriber.record_model(runner.policies[policy].weights_signature())
+
+    def refused_weights(self) -> dict[str, tuple[int, str]]:
+        """Policy -> (version, reason) of a refused version newer than the one loaded."""
+        return {policy: s.refused for policy, s in self.subscribers.items() if s.refused is not None}
 
     def publish(self, batch: SampleBatch | MultiAgentBatch) -> None:
         """XADD each trained policy's part of the batch to its policy's stream (a single-agent
@@ -158,7 +177,7 @@ class WorkerTransport:
 
     def heartbeat(self, stats: Mapping[str, float | int]) -> None:
         """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`)."""
-        write_heartbeat(self.client, self.keys, self.worker_index, stats)
+        write_heartbeat(self.client, self.keys, self.worker_index, stats, refused=self.refused_weights())
 
     def close(self) -> None:
         for publisher in self.publishers.values():

@@ -14,7 +14,7 @@ plain numpy arrays named as the torch module's ``state_dict()``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -178,6 +178,9 @@ class NumpyModel:
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {name: value.shape for name, value in self.weights.items()}
+
+    def dtypes(self) -> dict[str, np.dtype[Any]]:
+        return {name: value.dtype for name, value in self.weights.items()}
 
     def load(self, weights: Mapping[str, np.ndarray]) -> None:
         self.weights = {name: np.array(weights[name], dtype=value.dtype) for name, value in self.weights.items()}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from gymnasium import spaces
 
+from rolloutfleet.data.weights_check import check_weights
 from rolloutfleet.inference.default_mlp import MLPLayout, initial_weights, is_image_space
 from rolloutfleet.inference.device import resolve_device
 from rolloutfleet.inference.distributions import Categorical, distribution_for
@@ -70,6 +71,8 @@ class PolicyModel(Protocol):
     def state(self) -> dict[str, np.ndarray]: ...
 
     def shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    def dtypes(self) -> dict[str, np.dtype[Any]]: ...
 
     def load(self, weights: Mapping[str, np.ndarray]) -> None: ...
 
@@ -303,27 +306,24 @@ class Policy:
         """The model's state dict as numpy arrays on the host (copies)."""
         return self.backend.state()
 
+    def weights_signature(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+        """Name -> (shape, dtype) of the model's state dict: what a weights version must fit."""
+        dtypes = self.backend.dtypes()
+        return {name: (tuple(shape), dtypes[name]) for name, shape in self.backend.shapes().items()}
+
     def set_weights(self, weights: Mapping[str, Any], seq_no: int | None = None) -> bool:
         """Load weights (numpy arrays or torch tensors); with ``seq_no``, only when newer than
         the loaded version.
 
         Returns whether the weights were loaded. A weights dict that does not fit the
-        model (missing or unexpected names, wrong shapes) raises ``ValueError`` and leaves
-        the current weights in place.
+        model (missing or unexpected names, wrong shapes, dtypes that are not the model's
+        kind of number) or that holds NaN/inf raises
+        :class:`~rolloutfleet.data.weights_check.WeightsRefused` (a ``ValueError``) and
+        leaves the current weights in place.
         """
         if seq_no is not None and seq_no <= self.weights_seq_no:
             return False
-        current = self.backend.shapes()
-        missing = sorted(set(current) - set(weights))
-        unexpected = sorted(set(weights) - set(current))
-        if missing or unexpected:
-            raise ValueError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
-        arrays = {name: _host_array(value) for name, value in weights.items()}
-        for name, array in arrays.items():
-            if array.shape != tuple(current[name]):
-                raise ValueError(
-                    f"weights do not fit the model: {name!r} has shape {array.shape}, expected {tuple(current[name])}"
-                )
+        arrays = check_weights({name: _host_array(value) for name, value in weights.items()}, self.weights_signature())
         self.backend.load(arrays)
         if seq_no is not None:
             self.weights_seq_no = seq_no

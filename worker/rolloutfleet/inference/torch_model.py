@@ -189,5 +189,12 @@ class TorchModel:
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {name: tuple(t.shape) for name, t in self.module.state_dict().items()}
 
+    def dtypes(self) -> dict[str, np.dtype[Any]]:
+        # numpy has no bfloat16: such a tensor takes float32 (cast again by load_state_dict).
+        return {
+            name: np.dtype("float32") if t.dtype == torch.bfloat16 else torch.empty(0, dtype=t.dtype).numpy().dtype
+            for name, t in self.module.state_dict().items()
+        }
+
     def load(self, weights: Mapping[str, np.ndarray]) -> None:
         self.module.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})

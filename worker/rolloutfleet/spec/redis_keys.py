@@ -110,6 +110,12 @@ class JobKeys:
         vanish (Redis lost its state): the learner's next version goes on above it."""
         return f"{self.weights_prefix}held"
 
+    @property
+    def weights_model(self) -> str:
+        """JSON of the model's weight names, shapes and dtypes, as the workers built it: what
+        a learner's ``WeightPublisher`` checks a version against before publishing it."""
+        return f"{self.weights_prefix}model"
+
     def weights_chunk(self, seq_no: int, index: int) -> str:
         """Chunk ``index`` of the encoded weights of version ``seq_no`` (immutable once written)."""
         return f"{self.weights_prefix}{seq_no}:{index}"

@@ -7,6 +7,7 @@
 | ``ROLLOUTFLEET_SPEC`` or ``ROLLOUTFLEET_SPEC_FILE`` | the job's spec (or whole manifest) as JSON / a file |
 | ``ROLLOUTFLEET_REDIS_URL``, ``ROLLOUTFLEET_REDIS_PASSWORD`` | where to publish (overrides ``spec.redis.url``) |
 | ``ROLLOUTFLEET_METRICS_PORT`` | Prometheus ``/metrics``, ``/healthz``, ``/readyz`` (default 9100; 0: any free port) |
+| ``ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS`` | give up (one line, exit 4) when Redis was never reached for this long; unset (the operator's pods): retry without bound, unready |
 | ``ROLLOUTFLEET_LEARNER_IDLE_SECONDS`` | a consumer group none of whose consumers read for this long no longer holds ``block`` backpressure (default 120) |
 
 Pure: parsing only, errors name the variable.
@@ -37,6 +38,8 @@ class WorkerConfig:
     metrics_port: int = 9100
     learner_idle_s: float | None = None
     """None: the publisher's default (:data:`rolloutfleet.spec.learners.DEFAULT_LEARNER_IDLE_S`)."""
+    redis_startup_timeout_s: float | None = None
+    """None: a Redis never reached yet is waited for without bound (the worker stays unready)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WorkerConfig:
@@ -69,6 +72,7 @@ class WorkerConfig:
             redis_password=environ.get(PREFIX + "REDIS_PASSWORD") or None,
             metrics_port=integer("METRICS_PORT", "9100"),
             learner_idle_s=_seconds(environ, "LEARNER_IDLE_SECONDS"),
+            redis_startup_timeout_s=_seconds(environ, "REDIS_STARTUP_TIMEOUT_SECONDS"),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -86,6 +90,8 @@ class WorkerConfig:
             env[PREFIX + "REDIS_PASSWORD"] = self.redis_password
         if self.learner_idle_s is not None:
             env[PREFIX + "LEARNER_IDLE_SECONDS"] = f"{self.learner_idle_s:g}"
+        if self.redis_startup_timeout_s is not None:
+            env[PREFIX + "REDIS_STARTUP_TIMEOUT_SECONDS"] = f"{self.redis_startup_timeout_s:g}"
         return env
 
 

@@ -19,10 +19,12 @@ one socket timeout.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -151,6 +153,8 @@ class RetryLoop:
                 return operation()
             except RedisUnavailable:
                 raise  # an inner loop's deadline passed: it has said everything
+            except redis.AuthenticationError:
+                raise  # a wrong or missing password does not become right by waiting
             except RETRYABLE as exc:
                 remaining = deadline - time.monotonic()
                 if self._stopped():
@@ -174,3 +178,110 @@ class RetryLoop:
 
     def _stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()
+
+
+DEFAULT_STARTUP_TIMEOUT_S = 30.0
+"""How long the commands a person runs (``run --redis``, ``streams``, ``consume``) wait for a
+Redis that is not there at start-up before they fail with one line. A worker waits without
+bound unless told otherwise (a pod whose Redis is not up yet stays unready and keeps trying)."""
+
+_SCHEMES = ("redis", "rediss", "unix")
+
+
+def address(url: str) -> str:
+    """``host:port`` (or ``unix:path``) of a Redis URL, never its user or password.
+
+    >>> address("redis://:secret@10.0.0.7:6380/2"), address("redis://redis"), address("unix:///run/r.sock")
+    ('10.0.0.7:6380', 'redis:6379', 'unix:/run/r.sock')
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix:{parts.path}"
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        port = "?"  # type: ignore[assignment]
+    return f"{parts.hostname or '?'}:{port}"
+
+
+def check_url(url: str) -> None:
+    """``ValueError`` (one line, no password) unless ``url`` is a redis://, rediss:// or unix://PATH URL.
+
+    >>> check_url("http://user:pw@example.com:6379/0")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'http://example.com:6379/0' is not a Redis URL: it must start with redis://, rediss:// or unix://
+    """
+    parts = urllib.parse.urlsplit(url)
+    why = "" if parts.scheme in _SCHEMES else "it must start with redis://, rediss:// or unix://"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port, why = "", why or "its port is not a number from 0 to 65535"
+    if not why and parts.scheme == "unix" and not parts.path:
+        why = "it names no socket path"
+    if why:
+        shown = urllib.parse.urlunsplit((parts.scheme, (parts.hostname or "") + port, parts.path, "", ""))
+        raise ValueError(f"{shown!r} is not a Redis URL: {why}")
+
+
+def failure_line(exc: BaseException, where: str) -> str:
+    """What went wrong reaching the Redis at ``where``, in one line a user can act on.
+
+    >>> failure_line(redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."), "127.0.0.1:1")
+    'redis at 127.0.0.1:1: connection refused'
+    """
+    text = " ".join(str(exc).split())
+    lower = text.lower()
+    if isinstance(exc, redis.AuthenticationError):
+        why = (
+            "a password is required" if "noauth" in lower or "required" in lower else f"authentication failed ({text})"
+        )
+        return f"redis at {where}: {why}; the password comes from ${PASSWORD_ENV}"
+    if isinstance(exc, redis.TimeoutError):
+        return f"redis at {where}: no answer (timed out)"
+    known = {
+        "connection refused": "connection refused",
+        "name or service not known": "host not found",
+        "nodename nor servname": "host not found",
+        "temporary failure in name resolution": "host not found (name resolution failed)",
+        "no route to host": "no route to host",
+        "network is unreachable": "network is unreachable",
+        "connection reset": "the connection was reset (not a Redis server, or TLS expected: rediss://?)",
+    }
+    reason = next((why for needle, why in known.items() if needle in lower), None)
+    return f"redis at {where}: {reason or explain(exc)}"
+
+
+def wait_for_redis(
+    client: redis.Redis, timeout_s: float | None, where: str, stopped: Callable[[], bool] | None = None
+) -> None:
+    """PING until Redis answers: retried while it is away for ``timeout_s`` (None: without
+    bound), then :class:`RedisUnavailable` with :func:`failure_line`'s line; an
+    authentication error at once (the password will not become right by waiting)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    delay = 0.1
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.AuthenticationError as exc:
+            raise RedisUnavailable(failure_line(exc, where)) from exc
+        except RETRYABLE as exc:
+            remaining = math.inf if deadline is None else deadline - time.monotonic()
+            if remaining <= 0 or (stopped is not None and stopped()):
+                raise RedisUnavailable(f"{failure_line(exc, where)} (tried for {timeout_s or 0:g} s)") from exc
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 2.0)
+
+
+def check_reachable(url: str, password: str | None = None, timeout_s: float | None = DEFAULT_STARTUP_TIMEOUT_S) -> None:
+    """Start-up check of a command: ``ValueError`` for a URL that is not a Redis URL,
+    :class:`RedisUnavailable` (one line, :func:`wait_for_redis`) for a Redis that stays
+    away past ``timeout_s`` or refuses the password."""
+    check_url(url)
+    client = connect(url, password, socket_timeout=5.0, connect_timeout=min(5.0, timeout_s or 5.0))
+    try:
+        wait_for_redis(client, timeout_s, address(url))
+    finally:
+        client.close()

@@ -5,8 +5,10 @@ One Redis hash per job (:attr:`rolloutfleet.spec.redis_keys.JobKeys.heartbeats`)
 -> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
 ``weights_seq_no``, ``time`` (unix seconds) and the worker's lifetime counts of rows with
 NaN/inf observations (``nonfinite_obs``) or rewards (``nonfinite_rewards``) and of
-observations its filter kept out of the statistics (``filter_quarantined``). The hash expires when no worker has
-written it for :data:`HEARTBEAT_TTL_S`::
+observations its filter kept out of the statistics (``filter_quarantined``); and, while a
+weights version it refused is newer than the one it holds, ``weights_refused``: policy ->
+``[version, reason]`` (:func:`rolloutfleet.spec.refusals.refused_versions` sums them over workers). The hash expires
+when no worker has written it for :data:`HEARTBEAT_TTL_S`::
 
     write_heartbeat(client, keys, worker_index=3, stats=runner.get_metrics())   # doctest: +SKIP
     read_heartbeats("redis://redis:6379/0", job)                                # doctest: +SKIP
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.connection import RETRYABLE, connect
@@ -35,28 +37,31 @@ if TYPE_CHECKING:
 HEARTBEAT_TTL_S = 300
 """The hash outlives its last write by this long (then a finished job leaves nothing behind)."""
 
-Heartbeat = dict[str, float]
+Heartbeat = dict[str, Any]
+"""Numbers as floats, but ``weights_refused``: policy -> (version, reason)."""
+Refused = Mapping[str, tuple[int, str]]
 
 
-def beat(stats: Mapping[str, float | int], now: float | None = None) -> str:
+def beat(stats: Mapping[str, float | int], now: float | None = None, refused: Refused | None = None) -> str:
     """The JSON one worker writes, from its runner's metrics (``get_metrics()``).
 
     >>> beat({"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 12.5, "weights_seq_no": 2}, now=10.0)
     '{"env_steps": 300, "steps_per_s": 12.5, "episode_return_mean": NaN, "weights_seq_no": 2, "time": 10.0, \
 "nonfinite_obs": 0, "nonfinite_rewards": 0, "filter_quarantined": 0}'
     """
-    return json.dumps(
-        {
-            "env_steps": stats.get("num_env_steps_sampled_lifetime", 0),
-            "steps_per_s": stats.get("env_steps_per_s", 0.0),
-            "episode_return_mean": stats.get("episode_return_mean", float("nan")),
-            "weights_seq_no": stats.get("weights_seq_no", 0),
-            "time": time.time() if now is None else now,
-            "nonfinite_obs": stats.get("nonfinite_obs", 0),
-            "nonfinite_rewards": stats.get("nonfinite_rewards", 0),
-            "filter_quarantined": stats.get("filter_quarantined", 0),
-        }
-    )
+    fields: dict[str, Any] = {
+        "env_steps": stats.get("num_env_steps_sampled_lifetime", 0),
+        "steps_per_s": stats.get("env_steps_per_s", 0.0),
+        "episode_return_mean": stats.get("episode_return_mean", float("nan")),
+        "weights_seq_no": stats.get("weights_seq_no", 0),
+        "time": time.time() if now is None else now,
+        "nonfinite_obs": stats.get("nonfinite_obs", 0),
+        "nonfinite_rewards": stats.get("nonfinite_rewards", 0),
+        "filter_quarantined": stats.get("filter_quarantined", 0),
+    }
+    if refused:
+        fields["weights_refused"] = {policy: [seq, reason] for policy, (seq, reason) in refused.items()}
+    return json.dumps(fields)
 
 
 def parse_heartbeats(raw: Mapping[bytes | str, bytes | str]) -> dict[int, Heartbeat]:
@@ -71,18 +76,35 @@ def parse_heartbeats(raw: Mapping[bytes | str, bytes | str]) -> dict[int, Heartb
     beats: dict[int, Heartbeat] = {}
     for index, value in raw.items():
         try:
-            beats[int(index)] = {str(k): float(v) for k, v in json.loads(value).items()}
+            fields = json.loads(value)
+            refused = _refused(fields.pop("weights_refused", {}))
+            beats[int(index)] = {str(k): float(v) for k, v in fields.items()}
         except (ValueError, TypeError, AttributeError):
             continue
+        if refused:
+            beats[int(index)]["weights_refused"] = refused
     return beats
 
 
+def _refused(raw: Any) -> dict[str, tuple[int, str]]:
+    """``weights_refused`` of a heartbeat; ``{}`` when it is not policy -> [version, reason]."""
+    try:
+        return {str(policy): (int(seq), str(reason)) for policy, (seq, reason) in raw.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
 def write_heartbeat(
-    client: redis.Redis, keys: JobKeys, worker_index: int, stats: Mapping[str, float | int], now: float | None = None
+    client: redis.Redis,
+    keys: JobKeys,
+    worker_index: int,
+    stats: Mapping[str, float | int],
+    now: float | None = None,
+    refused: Refused | None = None,
 ) -> None:
     """Write worker ``worker_index``'s heartbeat and push the hash's expiry back (one round trip)."""
     pipe = client.pipeline(transaction=False)
-    pipe.hset(keys.heartbeats, str(worker_index), beat(stats, now))
+    pipe.hset(keys.heartbeats, str(worker_index), beat(stats, now, refused))
     pipe.expire(keys.heartbeats, HEARTBEAT_TTL_S)
     pipe.execute()
 

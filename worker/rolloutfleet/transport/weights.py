@@ -38,6 +38,18 @@ would ignore versions 1 to 5 of the learner, sampling with old weights. Instead:
   workers load it as usual. Workers poll before every fragment and a learner publishes
   after reading fragments, so the report is there before the learner's next version.
 
+**A version is checked before it is used** (:mod:`rolloutfleet.data.weights_check`):
+
+* a worker refuses a version whose names, shapes or dtypes do not fit its model, that
+  holds NaN/inf, or that cannot be decoded: it keeps the weights it holds, logs one line,
+  counts it (:attr:`WeightSubscriber.refusals`) and reports it in its heartbeat; a refused
+  version is not downloaded again (:meth:`WeightSubscriber.refuse`);
+* the workers record their model's names, shapes and dtypes (``weights:model``), and a
+  :class:`WeightPublisher` checks a version against them before publishing it
+  (``validate=False`` to skip; with no worker started yet only the values are checked), so
+  ``publish`` raises :class:`~rolloutfleet.data.weights_check.WeightsRefused` (a
+  ``ValueError``, one line) and nothing is published.
+
 Multi-agent jobs: ``policy="red"`` on both sides publishes and polls that policy's weights
 under its own keys (``weights:red:version``...), with a sequence of its own::
 
@@ -56,6 +68,7 @@ import numpy as np
 import redis
 
 from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, encode_tensors
+from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where
@@ -162,6 +175,10 @@ class WeightPublisher:
 
     ``reconnect_timeout_s``: how long a publish rides out a Redis that is away, then
     :class:`~rolloutfleet.transport.connection.RedisUnavailable`.
+
+    ``validate``: check each version before publishing it (finite values; names, shapes
+    and dtypes against the model the workers recorded): a bad one raises
+    :class:`~rolloutfleet.data.weights_check.WeightsRefused` and is not published.
     """
 
     def __init__(
@@ -177,9 +194,11 @@ class WeightPublisher:
         reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         policy: str | None = None,
         socket_timeout_s: float = WEIGHTS_SOCKET_TIMEOUT_S,
+        validate: bool = True,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
+        self.validate = validate
         if not 1 <= chunk_bytes <= 512 << 20:
             raise ValueError(f"chunk_bytes must be within 1 byte and 512 MiB (Redis' bulk limit), got {chunk_bytes}")
         self.keys = job_keys(namespace, job, policy)
@@ -200,7 +219,10 @@ class WeightPublisher:
 
         Atomic: readers see the previous version until this one is complete.
         """
-        payload = memoryview(encode_tensors(to_numpy_state(weights), self.compression))
+        state = to_numpy_state(weights)
+        if self.validate:
+            check_weights(state, self._retry.call(self.model_signature))
+        payload = memoryview(encode_tensors(state, self.compression))
         seq = self._retry.call(self._take_seq)
         chunks = [payload[i : i + self.chunk_bytes] for i in range(0, len(payload), self.chunk_bytes)] or [payload]
         names = [self.keys.weights_chunk(seq, i) for i in range(len(chunks))]
@@ -223,6 +245,17 @@ class WeightPublisher:
         self.seq_no = max(self.seq_no, seq)
         return seq
 
+    def model_signature(self) -> Signature | None:
+        """The model the workers recorded (names -> shape, dtype), or None if none did."""
+        raw = self.client.get(self.keys.weights_model)
+        if raw is None:
+            return None
+        try:
+            return parse_signature(raw)
+        except ValueError as exc:
+            log.warning("%s holds no model signature (%s): checking the values only", self.keys.weights_model, exc)
+            return None
+
     def _take_seq(self) -> int:
         """The next version: the counter's, moved past what Redis forgot (see the module doc)."""
         keys = [self.keys.weights_counter, self.keys.weights_held]
@@ -244,6 +277,19 @@ class WeightPublisher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _decode(parts: list[bytes], size: int) -> dict[str, np.ndarray]:
+    if sum(len(part) for part in parts) != size:
+        raise DecodeError(f"chunks hold {sum(map(len, parts))} bytes, expected {size}")
+    # One copy into a writable buffer: torch warns on (and must not write to) read-only arrays.
+    buffer = bytearray(size)
+    offset = 0
+    for part in parts:
+        buffer[offset : offset + len(part)] = part
+        offset += len(part)
+    parts.clear()  # the chunks are freed before decoding
+    return decode_tensors(buffer)
 
 
 class WeightSubscriber:
@@ -276,6 +322,27 @@ class WeightSubscriber:
         """Times the published version was found gone or older than the one held (Redis lost
         its state): logged and counted once per reset."""
         self._in_reset = False
+        self.refused: tuple[int, str] | None = None
+        """(version, reason) of the last version refused, until a newer one is accepted."""
+        self.refusals = 0
+        """Versions refused (each once)."""
+
+    def refuse(self, seq_no: int, reason: str) -> None:
+        """Refuse version ``seq_no`` (it does not fit, holds NaN/inf, cannot be decoded): one
+        log line, counted, and not downloaded again; the weights held stay in use."""
+        self.refused = (seq_no, " ".join(reason.split())[:300])
+        self.refusals += 1
+        log.warning("weights v%d (%s) refused, keeping the weights held: %s", seq_no, self.keys.weights_version,
+                    self.refused[1])  # fmt: skip
+
+    def accepted(self, seq_no: int) -> None:
+        """Version ``seq_no`` was loaded: a refusal of an older one is no longer news."""
+        if self.refused is not None and self.refused[0] <= seq_no:
+            self.refused = None
+
+    def record_model(self, signature: Signature) -> None:
+        """Record the model's names, shapes and dtypes, for publishers to check versions against."""
+        self.client.set(self.keys.weights_model, signature_json(signature))
 
     def current_seq_no(self) -> int | None:
         """The published version (one GET), or None if none was published."""
@@ -295,8 +362,9 @@ class WeightSubscriber:
             if self.seq_no > 0 and (version is None or version[0] < self.seq_no):
                 self._went_back(None if version is None else version[0])
                 return None
-            if version is None or version[0] <= self.seq_no:
-                return None
+            refused = 0 if self.refused is None else self.refused[0]
+            if version is None or version[0] <= max(self.seq_no, refused):
+                return None  # nothing newer (a refused version is not downloaded again)
             seq, count, size = version
             pipe = self.client.pipeline(transaction=False)
             for index in range(count):
@@ -304,16 +372,11 @@ class WeightSubscriber:
             parts = pipe.execute()
             if any(part is None for part in parts):
                 continue  # replaced and expired while we looked: read the version again
-            if sum(len(part) for part in parts) != size:
-                raise DecodeError(f"weights version {seq}: chunks hold {sum(map(len, parts))} bytes, expected {size}")
-            # One copy into a writable buffer: torch warns on (and must not write to) read-only arrays.
-            buffer = bytearray(size)
-            offset = 0
-            for part in parts:
-                buffer[offset : offset + len(part)] = part
-                offset += len(part)
-            del parts
-            weights = decode_tensors(buffer)
+            try:
+                weights = _decode(parts, size)
+            except DecodeError as exc:
+                self.refuse(seq, f"cannot be decoded: {exc}")
+                return None
             self.seq_no = seq
             self._in_reset = False
             return WeightsUpdate(seq, weights)
