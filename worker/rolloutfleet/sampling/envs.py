@@ -185,6 +185,7 @@ def _bare_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callabl
     register_namespace(env_id)
 
     def create_registered(vector_index: int) -> gym.Env[Any, Any]:
+        register_namespace(env_id)  # again in an async subprocess that did not fork from here
         return gym.make(env_id, **spec.config)
 
     return create_registered
