@@ -182,19 +182,14 @@ def test_hidden_layers_have_the_model_s_limits_in_the_crd() -> None:
         assert hidden["maxItems"] == MAX_LAYERS and hidden["items"]["maximum"] == MAX_LAYER_WIDTH, section
 
 
-def test_the_crd_checks_every_wrapper_s_argument_names_as_the_model_does() -> None:
-    """One rule per wrapper lists the arguments it takes, one per required argument asks for it."""
+def test_the_crd_knows_the_wrappers_the_model_knows() -> None:
+    """Names and count in the CRD; the arguments are free-form values (ints, floats, bools,
+    strings) that a structural schema cannot type, so CEL cannot see them: the model checks
+    them (the operator reports its one line in the job's status)."""
     from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WRAPPERS
 
     wrappers = _section("env")[1]["properties"]["wrappers"]
     assert wrappers["maxItems"] == MAX_WRAPPERS
-    # Bounded, so the API server's CEL cost estimate stays small (no wrapper takes more than 8).
+    assert wrappers["items"]["properties"]["name"]["enum"] == list(WRAPPERS)
     assert wrappers["items"]["properties"]["args"]["maxProperties"] >= max(len(t.all) for t in WRAPPERS.values())
-    rules = [rule["rule"] for rule in wrappers["items"]["x-kubernetes-validations"]]
-    expected = []
-    for name, takes in WRAPPERS.items():
-        quoted = ", ".join(f"'{arg}'" for arg in takes.all)
-        allowed = f"self.args.all(k, k in [{quoted}])" if takes.all else "size(self.args) == 0"
-        expected.append(f"self.name != '{name}' || !has(self.args) || {allowed}")
-        expected += [f"self.name != '{name}' || has(self.args) && '{arg}' in self.args" for arg in takes.required]
-    assert rules == expected
+    assert "x-kubernetes-validations" not in wrappers["items"]  # they would not compile (no type for args)
