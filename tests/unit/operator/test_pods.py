@@ -97,6 +97,7 @@ def memory_of(pod: dict[str, Any]) -> tuple[str | None, str | None]:
         ({"policy": {"inference": "torch"}}, "1Gi"),
         ({"policy": {"entryPoint": "my.models:Net"}}, "1Gi"),
         ({"policy": {"device": "cuda"}}, "1Gi"),
+        ({"policy": {"device": "cpu", "recurrent": {"cell": "lstm", "size": 64}}}, "1Gi"),  # acts in torch
         ({"resources": {"gpu": 1}}, "1Gi"),  # device auto in a pod with a GPU
         ({"resources": {"gpu": 1}, "policy": {"device": "cpu"}}, "192Mi"),
         ({"resources": {"memory": "3Gi"}, "policy": {"inference": "torch"}}, "3Gi"),  # the job's own wins
@@ -104,6 +105,15 @@ def memory_of(pod: dict[str, Any]) -> tuple[str | None, str | None]:
             {
                 "multiAgent": {
                     "policies": {"a": {}, "b": {"inference": "torch"}},
+                    "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]},
+                }
+            },
+            "1Gi",
+        ),
+        (
+            {
+                "multiAgent": {
+                    "policies": {"a": {}, "b": {"recurrent": {"cell": "gru"}}},
                     "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]},
                 }
             },

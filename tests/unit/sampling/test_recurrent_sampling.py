@@ -216,3 +216,30 @@ def test_multiagent_state_is_per_agent_and_replays(env_config: dict[str, Any]) -
     assert sum(replay(model, trajectory) for trajectory in found) >= 30
     assert any(len(np.unique(trajectory["call"])) > 1 for trajectory in found), "no trajectory spans fragments"
     assert len(np.unique(even["agent_index"])) >= 2  # several agents, each with its own state
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "ornsteinUhlenbeck"])
+def test_noise_exploration_on_continuous_actions_with_a_recurrent_model(kind: str) -> None:
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "pendulum-lstm"},
+            "spec": {
+                "env": {"id": "Pendulum-v1", "numEnvs": 2},
+                "policy": {
+                    "hidden": [8],
+                    "device": "cpu",
+                    "recurrent": {"cell": "lstm", "size": 4},
+                    "exploration": {"type": kind, "sigma": 0.3},
+                },
+                "sampling": {"rolloutFragmentLength": 20, "seed": 1},
+            },
+        }
+    )
+    with EnvRunner(job) as runner:
+        batch = collect(runner, 3)
+        model = runner.policy.torch_model()
+    assert sum(replay(model, episode) for episode in episodes(batch)) == 120  # 2 envs x 60 steps, all from t = 0
+    mean = batch["action_dist_inputs"][:, :1]
+    assert (batch["exploration_scale"] == 0.3).all()
+    assert np.abs(batch["actions"] - np.clip(mean, -2, 2)).max() > 0.05  # noise was added to the mean
+    assert (np.abs(batch["actions"]) <= 2).all()
