@@ -153,7 +153,11 @@ class Worker:
             log.info("sizes: %s", size.describe())
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         self.metrics.record_policies(runner.policies)
-        transport = self.transport = WorkerTransport(config)
+        transport = self.transport = self._connect(lambda: WorkerTransport(config))
+        if transport is None:  # stopped while Redis was away
+            runner.close()
+            server.shutdown()
+            return 0
         self._interrupt_envs = interrupt_failing_envs
         if self.stopping:
             transport.interrupt()
@@ -219,6 +223,24 @@ class Worker:
         server.shutdown()
         log.info("stopped cleanly")
         return 0
+
+    def _connect(self, make: Callable[[], WorkerTransport]) -> WorkerTransport | None:
+        """``make()`` (which asks Redis whether it is a cluster), retried with backoff while
+        Redis is away (not ready meanwhile, never a crash); None once told to stop."""
+        from rolloutfleet.fleet.worker_transport import WorkerTransport
+
+        backoff = 0.5
+        while not self.stopping:
+            self.probes.beat()
+            try:
+                return make()
+            except WorkerTransport.retryable as exc:
+                self.metrics.redis_errors.inc()
+                self.probes.set_ready(False, f"redis: {exc}")
+                log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
+                self._sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+        return None
 
     def _record(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:
         m = self.metrics
