@@ -5,9 +5,9 @@ A local cluster of 3 masters (no replicas: a replica doubles every write's CPU, 
 bench is about what the masters move) on loopback. Producers and consumers are separate
 processes: 3 producers (worker index 0-2: with 3 shards one per shard, with 1 all on it)
 publishing flat out with ``block`` backpressure, and 2 consumers of one group, each reading
-every shard and acking. The raw ceiling is the same topology with bare redis-py
-(RedisCluster XADD to the shard's stream; XREADGROUP + XACK of every stream) and the same
-payload bytes. Medians of 3 repeats, interleaved.
+every shard and acking. The raw ceiling is the same topology with bare redis-py and the
+same payload bytes: XADD on the shard master's own client (waiting while 150 entries are
+undelivered), XREADGROUP + XACK of every stream read the way BatchConsumer reads them. Medians of 3 repeats, interleaved.
 
 On a machine with few cores the figure cannot scale with shards: every master, producer
 and consumer shares the same cores, so the 3-shard row says what sharding costs (more
@@ -35,7 +35,7 @@ import redis
 from bench.bench_transport import atari_batch, cartpole_batch, nbytes
 from rolloutfleet.data.codec import encode
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import connect
+from rolloutfleet.transport.connection import connect, node_client
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 from tests.integration.redis_cluster import LocalCluster
@@ -59,10 +59,19 @@ def produce_ours(url: str, job: str, kind: str, shards: int, stop: Event, index:
 
 def produce_raw(url: str, job: str, kind: str, shards: int, stop: Event, index: int) -> None:
     payload = encode(BATCHES[kind]())
-    client = connect(url)
     key = job_keys("default", job).shard(index % shards, shards).batches
+    client = node_client(connect(url), key)  # the master's own client, as BatchPublisher's
     while not stop.is_set():
-        client.xadd(key, {"payload": payload, "worker_index": index}, maxlen=200, approximate=True)
+        # Bare backpressure: each XADD reads the group's lag in the same round trip and
+        # waits while 150 entries are undelivered (without it the producers flood the
+        # cores the consumers need, and MAXLEN trims entries nobody read).
+        pipe = client.pipeline(transaction=False)
+        pipe.xadd(key, {"payload": payload, "worker_index": index}, maxlen=200, approximate=True)
+        pipe.xinfo_groups(key)
+        _, groups = pipe.execute()
+        while groups and max(int(g.get("lag") or 0) for g in groups) >= 150 and not stop.is_set():
+            time.sleep(0.002)
+            groups = client.xinfo_groups(key)
 
 
 def consume_ours(url: str, job: str, kind: str, shards: int, seconds: float, results: Any) -> None:
@@ -86,16 +95,31 @@ def consume_raw(url: str, job: str, kind: str, shards: int, seconds: float, resu
     data_bytes = nbytes(BATCHES[kind]())
     consumer = f"c{os.getpid()}"
 
-    def read() -> int:
+    turn = 0
+
+    def poll(streams: list[str], block: int | None) -> int:
         pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.xreadgroup("bench", consumer, {key: ">"}, count=16)
+        for key in streams:
+            pipe.xreadgroup("bench", consumer, {key: ">"}, count=16, block=block)
+        acks = client.pipeline(transaction=False)
         got = 0
-        for key, reply in zip(keys, pipe.execute(), strict=True):
+        for key, reply in zip(streams, pipe.execute(), strict=True):
             ids = [entry_id for _, items in reply or [] for entry_id, _ in items]
             if ids:
-                client.xack(key, "bench", *ids)
+                acks.xack(key, "bench", *ids)
             got += len(ids)
+        acks.execute()
+        return got
+
+    def read() -> int:
+        # As BatchConsumer reads: one stream blocks; several get a look each, then a short block.
+        nonlocal turn
+        if len(keys) == 1:
+            return poll(keys, 1000)
+        got = poll(keys, None)
+        if not got:
+            turn = (turn + 1) % len(keys)
+            got = poll([keys[turn]], 50)
         return got
 
     read()
@@ -138,11 +162,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short runs, one repeat (a smoke test)")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 3, quick 1)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help=f"repeats per figure (default {REPEATS})")
     args = parser.parse_args()
     seconds = args.seconds or (1.0 if args.quick else 3.0)
-    repeats = 1 if args.quick else REPEATS
-    print(f"# RolloutFleet on a Redis Cluster ({os.cpu_count()} cores; 3 masters, {PRODUCERS} producer and "
-          f"{CONSUMERS} consumer processes; {seconds:g} s per measurement, median of {repeats})\n")  # fmt: skip
+    repeats = 1 if args.quick else args.repeats
+    load = os.getloadavg()[0]
+    print(f"# RolloutFleet on a Redis Cluster ({os.cpu_count()} cores, load average {load:.1f} before the run; "
+          f"3 masters, {PRODUCERS} producer and {CONSUMERS} consumer processes; {seconds:g} s per measurement, "
+          f"median of {repeats})\n")  # fmt: skip
     print("| batch | shards | BatchPublisher -> BatchConsumer MB/s | raw ceiling MB/s | ours / raw |")
     print("| --- | --- | --- | --- | --- |")
     per_shard: dict[str, float] = {}
