@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
+from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.transport.consumer import BatchConsumer
-from tests.integration.fleet_helpers import read_until, small_job
+from tests.integration.fleet.test_worker import probe, start_worker, wait_probe
+from tests.integration.fleet_helpers import read_until, small_job, wait_until
 from tests.integration.redis_cluster import LocalCluster
 
 
@@ -22,3 +27,19 @@ def test_a_fleet_on_a_cluster_spreads_over_the_masters_and_the_learner_reads_the
     assert len({redis_cluster.master_of(shard.keys.batches) for shard in consumer.shards}) == 3
     rows = {m.metadata.worker_index: len(m.batch) for m in seen}
     assert set(rows.values()) == {100}  # 2 envs x 50 steps, whole fragments from every worker
+
+
+def test_a_worker_given_a_wrong_cluster_password_waits_not_ready_and_says_why(tmp_path: Path) -> None:
+    with LocalCluster(password="s3cret") as cluster:
+        port = free_port()
+        stderr = (tmp_path / "stderr").open("w+")
+        worker = start_worker(cluster.url, port, tmp_path, stderr=stderr, ROLLOUTFLEET_REDIS_PASSWORD="wrong")
+        try:
+            wait_probe(port, "/readyz", 503, 60)
+            wait_until(lambda: "authentication refused" in (tmp_path / "stderr").read_text(), 60, "the reason logged")
+            assert worker.poll() is None and probe(port, "/healthz") == 200  # alive: no crash loop
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(30) == 0
+            assert "s3cret" not in (tmp_path / "stderr").read_text()
+        finally:
+            worker.kill()
