@@ -20,7 +20,8 @@ A multi-agent job has one batch stream and one weights version per policy: the k
     >>> parse_stream_key(red.batches)
     ('default', 'tag', 'red')
 
-Dead letters and heartbeats stay one per job (a dead letter names its stream).
+Heartbeats stay one per job; dead letters are one per batch stream (per shard, below; a
+dead letter names its stream).
 
 **Shards** (``spec.redis.shards``, for a Redis Cluster): a job with ``shards > 1`` has one
 batch stream per shard, each under its own hash tag ``{<namespace>/<job>/<shard>.<n>}``, so
