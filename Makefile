@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer soak chaos demo demo-lstm lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -74,6 +74,9 @@ soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 1
 	$(BIN)/python -m bench.soak --duration $(or $(DURATION),1h)
 
 PEER_VENV ?= .venv-peer
+bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
+	$(BIN)/python -m bench.bench_cluster
+
 bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
 	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }
 	$(BIN)/python -m bench.compare $(REF)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.redis_cluster import LocalCluster
 from tests.integration.redis_server import RedisServer, redis_server_binary
 
 
@@ -35,3 +36,27 @@ def own_redis() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """One Redis Cluster (3 masters, 3 replicas) for the session; tests that kill a node
+    make their own (``own_cluster``)."""
+    with LocalCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: LocalCluster) -> str:
+    for index in redis_cluster.alive():
+        client = redis_cluster.client(index)
+        if client.info("replication")["role"] == "master":
+            client.flushall()
+        client.close()
+    return redis_cluster.url
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[LocalCluster]:
+    with LocalCluster() as cluster:
+        yield cluster

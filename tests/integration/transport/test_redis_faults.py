@@ -359,7 +359,7 @@ def test_entries_a_dead_learner_left_pending_are_not_trimmed_before_they_are_rec
         survivor.ack(survivor.read(count=16, timeout=0.01))
     survivor.ack(survivor.read(count=16, timeout=0.1))
     survivor.reclaim_idle_s = 0.01
-    survivor._next_reclaim = 0.0
+    survivor.shards[0].next_reclaim = 0.0
     time.sleep(0.05)
     reclaimed = survivor.read(count=16, timeout=5)
     assert sorted(values_of(reclaimed)) == [0, 1]

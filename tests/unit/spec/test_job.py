@@ -86,6 +86,8 @@ def test_defaults_and_camel_case_round_trip() -> None:
         ({"redis": {"url": "http://x"}}, "spec.redis.url"),
         ({"redis": {"url": "redis://:hunter2@redis:6379"}}, "spec.redis.url"),
         ({"redis": {"backpressure": "drop"}}, "spec.redis.backpressure"),
+        ({"redis": {"shards": 65}}, "spec.redis.shards"),
+        ({"redis": {"shards": 0}}, "spec.redis.shards"),
         ({"env": {"entryPoint": "pkg:make", "vectorization": "vector"}}, "spec.env"),
         (
             {"multiAgent": _ma(rules=[{"prefix": "a", "policy": "green"}])},

@@ -230,7 +230,7 @@ def _consume(args: argparse.Namespace) -> int:
                 saved = f"the {len(messages)} batches read are saved in {spool}" if messages else "nothing saved"
                 print(
                     f"rolloutfleet consume: {len(messages)} of {args.count} batches after waiting {args.timeout:g} s "
-                    f"on {consumer.keys.batches} as group {args.group!r}; {saved}",
+                    f"on {consumer.keys.batches}{_other_shards(len(consumer.shards))} as group {args.group!r}; {saved}",
                     file=sys.stderr,
                 )
                 if not messages:
@@ -276,11 +276,13 @@ def _new_group_note(args: argparse.Namespace) -> str | None:
     import redis
 
     from rolloutfleet.transport.connection import connect
+    from rolloutfleet.transport.sharding import read_shards
     from rolloutfleet.transport.stream_status import as_text
 
     keys = job_keys(args.namespace, args.job, args.policy)
     client = connect(args.redis, socket_timeout=10.0)
     try:
+        keys = keys.shard(0, read_shards(client, keys))  # a group is made on every shard at once
         groups = [as_text(g["name"]) for g in client.xinfo_groups(keys.batches)]
     except redis.ResponseError:  # no stream yet (or not a stream: the consumer says so)
         groups = []
@@ -290,6 +292,10 @@ def _new_group_note(args: argparse.Namespace) -> str | None:
         return None
     existing = f"its groups: {', '.join(groups)}" if groups else "it had no consumer group"
     return f"consumer group {args.group!r} did not exist on {keys.batches} ({existing}); created it at the oldest entry"
+
+
+def _other_shards(shards: int) -> str:
+    return "" if shards == 1 else f" and {shards - 1} other shard(s)"
 
 
 def _report(columns: dict[str, Any], messages: list[Any], output: Path, note: str) -> None:
@@ -304,7 +310,8 @@ def run_streams(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rolloutfleet.transport.connection import connect, where
+    from rolloutfleet.transport.connection import connect, explain, where_url
+    from rolloutfleet.transport.sharding import read_shards
     from rolloutfleet.transport.stream_status import GroupStatus, read_stream_status
 
     if not args.timeout > 0:
@@ -312,7 +319,11 @@ def run_streams(args: argparse.Namespace) -> int:
         return 2
     if (code := unreachable("streams", args.redis, args.timeout)) is not None:
         return code
-    client = connect(args.redis, socket_timeout=10.0)
+    try:
+        client = connect(args.redis, socket_timeout=10.0)
+    except redis.RedisError as exc:
+        print(f"rolloutfleet streams: Redis at {where_url(args.redis)}: {explain(exc)}", file=sys.stderr)
+        return 1
     try:
         streams = sorted(
             {
@@ -324,12 +335,15 @@ def run_streams(args: argparse.Namespace) -> int:
             key=lambda stream: (stream[0], stream[1], stream[2] or ""),
         )
         statuses = [
-            (policy, read_stream_status(client, job_keys(namespace, name, policy)))
+            (policy, read_stream_status(client, keys))
             for namespace, name, policy in streams
+            for keys in job_keys(namespace, name, policy).all_shards(
+                read_shards(client, job_keys(namespace, name, policy))
+            )
         ]
         refused = _refused(client, streams)
     except redis.RedisError as exc:
-        print(f"rolloutfleet streams: Redis at {where(client)}: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"rolloutfleet streams: Redis at {where_url(args.redis)}: {explain(exc)}", file=sys.stderr)
         return 1
     finally:
         client.close()
@@ -350,6 +364,8 @@ def run_streams(args: argparse.Namespace) -> int:
     holds = []
     for policy, status in statuses:
         name = f"{status.namespace}/{status.job}" + ("" if policy is None else f" ({policy})")
+        if status.shards > 1:
+            name += f" shard {status.shard}/{status.shards}"
         weights = "-" if status.weights_seq_no is None else f"v{status.weights_seq_no}"
         groups: list[GroupStatus | None] = [*status.groups] or [None]
         for group in groups:

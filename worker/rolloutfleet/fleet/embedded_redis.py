@@ -36,10 +36,18 @@ class EmbeddedRedis:
     redis://127.0.0.1:40123/0
     """
 
-    def __init__(self, port: int | None = None, executable: str = "redis-server", maxmemory: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        executable: str = "redis-server",
+        maxmemory: str | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.port = port or free_port()
         self.executable = executable
         self.maxmemory = maxmemory
+        self.extra_args = extra_args
+        """More ``redis-server`` options (``--cluster-enabled yes`` ...)."""
         self.process: subprocess.Popen[bytes] | None = None
         self.directory: Path | None = None
 
@@ -68,6 +76,7 @@ class EmbeddedRedis:
         ]  # fmt: skip
         if self.maxmemory:
             args += ["--maxmemory", self.maxmemory]
+        args += self.extra_args
         log = (self.directory / "redis.log").open("wb")
         self.process = subprocess.Popen(
             args,
@@ -85,7 +94,7 @@ class EmbeddedRedis:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
+                    if sock.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # up (with a password: extra_args)
                         return self
             except OSError:
                 time.sleep(0.02)

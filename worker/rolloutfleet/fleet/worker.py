@@ -172,7 +172,13 @@ class Worker:
         limit_cpu_threads(config.job.spec.policy.num_threads)
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         self.metrics.record_policies(runner.policies)
-        transport = self.transport = WorkerTransport(config)
+        began = time.monotonic()
+        made = self._connect(lambda: WorkerTransport(config), began)
+        if isinstance(made, int):  # stopped while Redis was away, or gave up (said in one line)
+            runner.close()
+            server.shutdown()
+            return made
+        transport = self.transport = made
         self._interrupt_envs = interrupt_failing_envs
         if self.stopping:
             transport.interrupt()
@@ -183,7 +189,7 @@ class Worker:
         restarts_seen = 0
         filters_pulled = False
         stop_deadline = 0.0  # set at the first Redis error after a stop request
-        began, code = time.monotonic(), 0
+        code = 0
         while not self.stopping or pending is not None:
             self.probes.beat()
             self._count_transport(transport)
@@ -257,6 +263,31 @@ class Worker:
             return False
         report_fatal(f"{failure_line(exc, address(self.config.redis_url))} (tried for {bound:g} s)")
         return True
+
+    def _connect(self, make: Callable[[], WorkerTransport], began: float) -> WorkerTransport | int:
+        """``make()`` (which asks Redis whether it is a cluster), retried with backoff while
+        Redis is away (not ready meanwhile, never a crash) up to ``redis_startup_timeout_s``;
+        else the exit code: 0 once told to stop, EXIT_REDIS for a refused password (not
+        retried: it will not become right by waiting) or a bound spent, said in one line."""
+        from rolloutfleet.fleet.worker_transport import WorkerTransport
+
+        backoff = 0.5
+        while not self.stopping:
+            self.probes.beat()
+            try:
+                return make()
+            except redis.AuthenticationError as exc:  # before retryable: it is a ConnectionError
+                report_fatal(failure_line(exc, address(self.config.redis_url)))
+                return EXIT_REDIS
+            except WorkerTransport.retryable as exc:
+                self.metrics.redis_errors.inc()
+                self.probes.set_ready(False, f"redis: {exc}")
+                if self._gave_up(exc, began):
+                    return EXIT_REDIS
+                log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
+                self._sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+        return 0
 
     def _record(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:
         m = self.metrics

@@ -68,7 +68,7 @@ class WorkerTransport:
         url, password = config.redis_url, config.redis_password
         multi = job.spec.multi_agent
         # Short reconnect window: the worker's own loop backs off and keeps the fragment.
-        options: dict[str, Any] = {"password": password, "reconnect_timeout_s": 2.0}
+        options: dict[str, Any] = {"password": password, "reconnect_timeout_s": 2.0, "worker_index": self.worker_index}
         if config.learner_idle_s is not None:
             options["learner_idle_s"] = config.learner_idle_s
         # Keyed by policy id, "default" for a single-agent job (whose Redis keys carry no policy).
@@ -88,7 +88,7 @@ class WorkerTransport:
         }
         self.publisher = next(iter(self.publishers.values()))
         self.weights = next(iter(self.subscribers.values()))
-        self.client = self.publisher.client
+        self.client = self.publisher.job_client  # the job's keys: weights, filters, heartbeats
         self._sent: tuple[object, set[str]] = (None, set())  # (the batch being published, policies done)
         self._filter_syncs: dict[str, FilterSync] = {}
         # Exploration schedules follow the learner's global step: read only by jobs that have one.

@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
+from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
 
 API_VERSION = "rolloutfleet.io/v1alpha1"
@@ -391,6 +392,10 @@ class RedisSpec(_Model):
     """When the stream is full: block the worker (with a timeout) or trim the oldest entries (counted)."""
     block_timeout_seconds: float = Field(default=60.0, gt=0)
     compression: Literal["none", "lz4", "zstd"] = "none"
+    shards: int | None = Field(default=None, ge=1, le=MAX_SHARDS)
+    """Batch streams of the job, each in its own hash slot (a Redis Cluster spreads them over
+    its masters); worker ``i`` writes shard ``i % shards``. Unset: 1 on a plain Redis, one
+    per master (at most 16) on a Redis Cluster."""
 
     @field_validator("url")
     @classmethod

@@ -20,13 +20,30 @@ A multi-agent job has one batch stream and one weights version per policy: the k
     >>> parse_stream_key(red.batches)
     ('default', 'tag', 'red')
 
-Dead letters and heartbeats stay one per job (a dead letter names its stream).
+Heartbeats stay one per job; dead letters are one per batch stream (per shard, below; a
+dead letter names its stream).
+
+**Shards** (``spec.redis.shards``, for a Redis Cluster): a job with ``shards > 1`` has one
+batch stream per shard, each under its own hash tag ``{<namespace>/<job>/<shard>.<n>}``, so
+the shards' slots can sit on different masters. The stream's companions (dead letters,
+backpressure, learners) follow it into its slot; weights, filters, heartbeats and the
+global step keep the job's tag (the weights' version flip stays in one slot). ``<n>`` is the
+smallest number that puts shard ``k`` of ``S`` in the middle of the ``k``-th of ``S`` equal
+slot ranges: with the slot layout ``redis-cli --cluster create`` makes (equal ranges) and
+``S`` equal to the number of masters, every shard has a master of its own. One shard is
+today's names, unchanged::
+
+    >>> job_keys("default", "cartpole").shard(0, 1).batches
+    'rolloutfleet:{default/cartpole}:batches'
+    >>> [key_slot(k.stream_tag) // 5462 for k in job_keys("default", "cartpole").all_shards(3)]
+    [0, 1, 2]
 """
 
 from __future__ import annotations
 
+import binascii
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PREFIX = "rolloutfleet"
 DEFAULT_GROUP = "learner"
@@ -35,7 +52,11 @@ DEFAULT_GROUP = "learner"
 # Kubernetes names (RFC 1123 labels / subdomains) never contain braces, slashes or colons,
 # which is what keeps the key grammar unambiguous; anything else is a caller's mistake.
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
-_BATCHES = re.compile(r"^rolloutfleet:\{([^/{}]+)/([^/{}]+)\}:batches(?::([^/{}:]+))?$")
+_BATCHES = re.compile(r"^rolloutfleet:\{([^/{}]+)/([^/{}]+)(?:/(\d+)\.\d+)?\}:batches(?::([^/{}:]+))?$")
+SLOTS = 16384
+"""Hash slots of a Redis Cluster."""
+MAX_SHARDS = 64
+"""The most batch streams one job may spread over (``spec.redis.shards``)."""
 # Same grammar as spec.multiAgent.policies' keys (checked there with a field name).
 _POLICY = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
 
@@ -48,15 +69,43 @@ class JobKeys:
     job: str
     policy: str | None = None
     """A multi-agent job's policy id: batches and weights are that policy's."""
+    shard_index: int = 0
+    shards: int = 1
+    """The batch stream is shard ``shard_index`` of ``shards`` (see the module doc)."""
 
     @property
     def tag(self) -> str:
         return f"{PREFIX}:{{{self.namespace}/{self.job}}}"
 
     @property
+    def stream_tag(self) -> str:
+        """The tag of the batch stream and its companions: the job's with one shard."""
+        if self.shards == 1:
+            return self.tag
+        suffix = _shard_suffix(f"{self.namespace}/{self.job}", self.shard_index, self.shards)
+        return f"{PREFIX}:{{{self.namespace}/{self.job}/{self.shard_index}.{suffix}}}"
+
+    def shard(self, index: int, shards: int) -> JobKeys:
+        """These keys with the batch stream of shard ``index`` of ``shards``."""
+        if not 1 <= shards <= MAX_SHARDS or not 0 <= index < shards:
+            raise ValueError(f"shard {index} of {shards}: need 0 <= shard < shards <= {MAX_SHARDS}")
+        return replace(self, shard_index=index, shards=shards)
+
+    def all_shards(self, shards: int) -> list[JobKeys]:
+        """The keys of every shard of a job with ``shards`` batch streams."""
+        return [self.shard(index, shards) for index in range(shards)]
+
+    @property
+    def shards_key(self) -> str:
+        """How many batch streams the job's workers write (a decimal integer; absent: 1 or
+        the Redis's default). Workers set it; learners follow it."""
+        return f"{self.tag}:shards" if self.policy is None else f"{self.tag}:shards:{self.policy}"
+
+    @property
     def batches(self) -> str:
         """The stream of encoded batches (XADD by workers, XREADGROUP by learners)."""
-        return f"{self.tag}:batches" if self.policy is None else f"{self.tag}:batches:{self.policy}"
+        tag = self.stream_tag
+        return f"{tag}:batches" if self.policy is None else f"{tag}:batches:{self.policy}"
 
     @property
     def weights_prefix(self) -> str:
@@ -66,7 +115,7 @@ class JobKeys:
     @property
     def dead_letters(self) -> str:
         """Entries no consumer could decode, with the reason."""
-        return f"{self.tag}:dead-letters"
+        return f"{self.stream_tag}:dead-letters"
 
     @property
     def filters(self) -> str:
@@ -77,12 +126,14 @@ class JobKeys:
     def backpressure(self) -> str:
         """Hash written by workers while ``block`` backpressure has held them for over a
         second: which group holds them back, since when (expires soon after the wait ends)."""
-        return f"{self.tag}:backpressure" if self.policy is None else f"{self.tag}:backpressure:{self.policy}"
+        tag = self.stream_tag
+        return f"{tag}:backpressure" if self.policy is None else f"{tag}:backpressure:{self.policy}"
 
     @property
     def learners(self) -> str:
         """Hash: consumer group -> Redis time (ms) a BatchConsumer of it last asked for entries."""
-        return f"{self.tag}:learners" if self.policy is None else f"{self.tag}:learners:{self.policy}"
+        tag = self.stream_tag
+        return f"{tag}:learners" if self.policy is None else f"{tag}:learners:{self.policy}"
 
     @property
     def heartbeats(self) -> str:
@@ -135,11 +186,38 @@ def job_keys(namespace: str, job: str, policy: str | None = None) -> JobKeys:
     return JobKeys(namespace, job, policy)
 
 
+def key_slot(key: str) -> int:
+    """The Redis Cluster hash slot of ``key`` (CRC16-XMODEM of its hash tag, mod 16384)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return binascii.crc_hqx(key.encode(), 0) % SLOTS
+
+
+def _shard_suffix(job: str, index: int, shards: int) -> int:
+    """The smallest ``n`` putting ``{job/index.n}`` in the middle half of slot range ``index``."""
+    width = SLOTS / shards
+    low, high = index * width + width / 4, (index + 1) * width - width / 4
+    n = 0
+    while not low <= key_slot(f"{{{job}/{index}.{n}}}") < high:
+        n += 1
+    return n
+
+
 def parse_stream_key(key: str | bytes) -> tuple[str, str, str | None] | None:
     """``(namespace, job, policy or None)`` of a batch stream key, or ``None`` for any other key."""
     text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
     match = _BATCHES.match(text)
-    return (match.group(1), match.group(2), match.group(3)) if match else None
+    return (match.group(1), match.group(2), match.group(4)) if match else None
+
+
+def parse_shard(key: str | bytes) -> int:
+    """The shard index of a batch stream key (0 for a job's only stream)."""
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    match = _BATCHES.match(text)
+    return int(match.group(3)) if match and match.group(3) else 0
 
 
 def parse_batches_key(key: str | bytes) -> tuple[str, str] | None:

@@ -15,6 +15,14 @@ Redis stops answering fails after the client's socket timeout, so that must be s
 than the deadline (else the first timeout uses up the whole window and nothing is
 retried): the clients here keep it well below theirs, and a deadline is kept to within
 one socket timeout.
+
+**Redis Cluster.** :func:`connect` asks the node it is given (``INFO cluster``); a node
+in cluster mode gets a :class:`redis.cluster.RedisCluster` client (it finds the other
+nodes itself, follows MOVED/ASK redirects, and re-reads the slot map after a connection
+error: a failover). A cluster whose ``cluster_state`` is ``fail`` (a slot without a
+master) is a retryable :class:`~redis.exceptions.ClusterDownError` saying so; a wrong
+password is one line at once (never retried by a :class:`RetryLoop`: waiting does not fix
+it), while a worker's own loop keeps trying (the Secret may be fixed).
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
@@ -41,6 +51,9 @@ RETRYABLE: tuple[type[Exception], ...] = (
     redis.exceptions.TryAgainError,
     redis.exceptions.ReadOnlyError,  # a replica during failover
     redis.exceptions.OutOfMemoryError,  # maxmemory reached (noeviction): room comes back as learners consume
+    redis.exceptions.ClusterError,  # a cluster failing over: CLUSTERDOWN, redirections exhausted
+    redis.exceptions.SlotNotCoveredError,  # a slot whose master is gone, before its replica took over
+    redis.exceptions.MovedError,  # a node client of a slot that moved (failover): re-routed, then retried
     ConnectionResetError,
 )
 """Errors after which the same call may succeed later (Redis restarting, failing over, full)."""
@@ -52,16 +65,62 @@ class RedisUnavailable(redis.ConnectionError):
     caller with a retry loop of its own (a worker) still treats it as Redis being away."""
 
 
+class RedisAuthRefused(RedisUnavailable, redis.AuthenticationError):
+    """Redis refused the password: never retried (it will not become right by waiting). One
+    line, as :class:`RedisUnavailable`; also an ``AuthenticationError``, so a caller that
+    tells a refused password from an outage (a worker exits, rather than waiting) still can."""
+
+
 def where(client: redis.Redis) -> str:
-    """``host:port/db`` (or the unix socket's path) of ``client``, never its password."""
+    """``host:port/db`` (or the unix socket's path) of ``client``, never its password;
+    ``cluster via host:port`` for a Redis Cluster client."""
+    if isinstance(client, RedisCluster):
+        node = cast(Any, client).get_default_node()
+        return f"cluster via {node.host}:{node.port}" if node is not None else "cluster"
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
 
+def where_url(url: str) -> str:
+    """``host:port/db`` of a URL (or the unix socket's path), never its password."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix:{parts.path}"
+    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path or '/0'}"
+
+
+def is_cluster(client: redis.Redis) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (see :func:`connect`)."""
+    return isinstance(client, RedisCluster)
+
+
+def node_client(client: redis.Redis, key: str) -> redis.Redis:
+    """The client of the node serving ``key``: ``client`` itself unless it is a cluster's
+    (for pipelines of one slot with keyless commands such as TIME or WAIT)."""
+    if not isinstance(client, RedisCluster):
+        return client
+    cluster = cast(Any, client)
+    return cast(redis.Redis, cluster.get_redis_connection(cluster.get_node_from_key(key)))
+
+
+def refresh_routes(client: redis.Redis | None) -> None:
+    """A cluster client reads the slot map again (after an error: a master may have failed
+    over); nothing for a plain client, nor while no node answers."""
+    if isinstance(client, RedisCluster):
+        try:
+            cast(Any, client).nodes_manager.initialize()
+        except (*RETRYABLE, redis.exceptions.RedisClusterException):
+            pass
+
+
 def explain(exc: BaseException) -> str:
     """What a retryable error means, in words a user can act on (one line)."""
+    if isinstance(exc, redis.AuthenticationError):
+        return f"authentication refused ({' '.join(str(exc).split())}): check the password (spec.redis.passwordSecret)"
+    if isinstance(exc, redis.exceptions.ClusterDownError | redis.exceptions.SlotNotCoveredError):
+        return f"the Redis Cluster is down ({' '.join(str(exc).split())}): a hash slot has no master"
     if isinstance(exc, redis.exceptions.OutOfMemoryError):
         return (
             "it refuses writes: out of memory (maxmemory reached with policy noeviction); "
@@ -89,23 +148,56 @@ def connect(
     socket_timeout: float = 30.0,
     connect_timeout: float = 5.0,
 ) -> redis.Redis:
-    """A client for ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``).
+    """A client for ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``): a
+    :class:`~redis.cluster.RedisCluster` when the node is in cluster mode. Asks the node
+    (one round trip), so it raises what Redis being away raises: call it in a retry loop.
 
     The password is ``password`` or else ``$ROLLOUTFLEET_REDIS_PASSWORD``; it is never
     logged (redis-py masks it in the client's repr). ``socket_timeout`` must exceed the
     longest BLOCK plus the largest transfer: without one a dead server hangs the caller.
     """
     password = password if password is not None else os.environ.get(PASSWORD_ENV) or None
-    return redis.Redis.from_url(
-        url,
-        password=password,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=connect_timeout,
-        socket_keepalive=True,
-        health_check_interval=30,
+    options: dict[str, Any] = {
+        "password": password,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "socket_keepalive": True,
         # Retries are ours (RetryLoop), so a re-sent XADD is a decision we make and count.
-        retry=Retry(NoBackoff(), 0),
-    )
+        "retry": Retry(NoBackoff(), 0),
+    }
+    client = redis.Redis.from_url(url, health_check_interval=30, **options)
+    if url.startswith("unix://"):
+        return client
+    cluster = _cluster_state(client)
+    if cluster is None:
+        return client
+    client.close()
+    if cluster != "ok":
+        raise redis.exceptions.ClusterDownError(
+            f"CLUSTERDOWN the Redis Cluster at {where_url(url)} reports cluster_state:{cluster}"
+        )
+    # Partial coverage is accepted at start: a slot without a master is a retryable error
+    # of the commands that need it (a failover in progress), not a client that cannot be made.
+    made = RedisCluster.from_url(url, require_full_coverage=False, **options)
+    return cast(redis.Redis, made)  # the same command API; is_cluster() tells them apart
+
+
+def _cluster_state(client: redis.Redis) -> str | None:
+    """``None`` for a Redis not in cluster mode, else its ``cluster_state`` (``ok``, ``fail``)."""
+    try:
+        info = client.info("cluster")
+    except redis.AuthenticationError:
+        raise
+    except redis.ResponseError:  # INFO refused (an ACL): a server that hides it is taken as it is
+        return None
+    if not int(info.get("cluster_enabled", 0)):
+        return None
+    raw = client.execute_command("CLUSTER INFO")  # type: ignore[no-untyped-call]
+    if isinstance(raw, dict):  # parsed by redis-py
+        return str(raw.get("cluster_state", "unknown"))
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    fields = dict(line.split(":", 1) for line in text.split() if ":" in line)
+    return fields.get("cluster_state", "unknown")
 
 
 class RetryLoop:
@@ -139,6 +231,8 @@ class RetryLoop:
         self.where = where
         self.retries = 0
         """Failed attempts that were retried, over the loop's lifetime (a metric)."""
+        self.client: redis.Redis | None = None
+        """A Redis Cluster client whose slot map is read again before each retry."""
 
     def call(self, operation: Callable[[], T], on_retry: Callable[[Exception], None] | None = None) -> T:
         """``operation()``, retried on :data:`RETRYABLE` errors until ``timeout_s`` after the
@@ -153,8 +247,10 @@ class RetryLoop:
                 return operation()
             except RedisUnavailable:
                 raise  # an inner loop's deadline passed: it has said everything
-            except redis.AuthenticationError:
-                raise  # a wrong or missing password does not become right by waiting
+            except redis.AuthenticationError as exc:
+                raise RedisAuthRefused(
+                    f"Redis {'at ' + self.where + ' ' if self.where else ''}refused the connection: {explain(exc)}"
+                ) from exc
             except RETRYABLE as exc:
                 remaining = deadline - time.monotonic()
                 if self._stopped():
@@ -166,6 +262,7 @@ class RetryLoop:
                         f"({attempts} attempt{'s' if attempts > 1 else ''}): {explain(exc)}"
                     ) from exc
                 self.retries += 1
+                refresh_routes(self.client)
                 if on_retry is not None:
                     on_retry(exc)
                 # Full jitter: many workers reconnecting to a restarted Redis do not stampede.
@@ -231,6 +328,8 @@ def failure_line(exc: BaseException, where: str) -> str:
     >>> failure_line(redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."), "127.0.0.1:1")
     'redis at 127.0.0.1:1: connection refused'
     """
+    if isinstance(exc, RedisAuthRefused) and isinstance(exc.__cause__, redis.AuthenticationError):
+        exc = exc.__cause__  # Redis's own words, not a retry loop's sentence around them
     text = " ".join(str(exc).split())
     lower = text.lower()
     if isinstance(exc, redis.AuthenticationError):

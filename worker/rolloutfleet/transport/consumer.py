@@ -34,6 +34,12 @@ letters at once, with the reason, and the good entries read with it are delivere
 next call. While Redis is out of memory a dead letter cannot be written: the entry is
 left pending and moved when it comes round again.
 
+**Shards.** A job whose workers write several batch streams (``spec.redis.shards``, a
+Redis Cluster) is read on all of them: the consumer follows the number the workers
+recorded (:mod:`rolloutfleet.transport.sharding`; ``shards=`` fixes it), looks again every
+few seconds, and keeps its group, reclaiming and dead letters per stream;
+:attr:`Message.shard` says which. ``get(min_steps)`` gathers rows across streams.
+
 **Redis away.** Every call rides out a Redis that restarts, pauses or refuses writes for up
 to ``reconnect_timeout_s`` (default 120 s) after it began, then raises
 :class:`~rolloutfleet.transport.connection.RedisUnavailable`, one line saying where and
@@ -67,8 +73,8 @@ from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.learners import LEARNERS_TTL_MS, READING_SCRIPT
-from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, job_keys
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where
+from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
 from rolloutfleet.transport.entries import (
     Message,
     Schema,
@@ -80,6 +86,7 @@ from rolloutfleet.transport.entries import (
     schema_mismatch,
     schema_of,
 )
+from rolloutfleet.transport.sharding import read_shards
 from rolloutfleet.transport.stream_status import as_text, read_stream_status, weights_version
 
 if TYPE_CHECKING:
@@ -92,6 +99,19 @@ DEAD_LETTER_MAX_LEN = 10_000
 _SEEN_CAPACITY = 1 << 16
 SOCKET_MARGIN_S = 10.0
 """A read's socket timeout is its BLOCK plus this."""
+SHARDS_REFRESH_S = 5.0
+"""How often a consumer looks whether the job's workers write more (or fewer) batch streams."""
+SHARD_BLOCK_MS = 50
+"""With several streams, how long a read waits on one of them once none had anything."""
+
+
+@dataclass
+class _Shard:
+    """One batch stream of the job and this consumer's reclaim position in it."""
+
+    keys: JobKeys
+    reclaim_cursor: str = "0-0"
+    next_reclaim: float = 0.0
 
 
 class _Full(Exception):
@@ -180,10 +200,16 @@ class BatchConsumer:
         reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         policy: str | None = None,
         socket_timeout_s: float | None = None,
+        shards: int | None = None,
     ) -> None:
+        fixed_shards = shards
         if isinstance(job, RolloutJob):
+            fixed_shards = shards or job.spec.redis.shards
             namespace, job = job.namespace, job.name
-        self.keys = job_keys(namespace, job, policy)
+        self._job_keys = job_keys(namespace, job, policy)
+        self._fixed_shards = fixed_shards
+        self.shards: list[_Shard] = []
+        """The job's batch streams, each with this consumer's reclaim state."""
         self.policy = policy
         self.group = group
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
@@ -203,44 +229,65 @@ class BatchConsumer:
         # Silence longer than the BLOCK plus this margin is a Redis that is away (a retry
         # follows), well within the reconnect deadline.
         timeout = block_s + SOCKET_MARGIN_S if socket_timeout_s is None else socket_timeout_s
-        self.client = connect(redis_url, password, socket_timeout=timeout)
+        self._retry = RetryLoop(reconnect_timeout_s, where=where_url(redis_url))
+        self.client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=timeout))
+        self._retry.client = self.client
         self._reading = self.client.register_script(READING_SCRIPT)
-        self._retry = RetryLoop(reconnect_timeout_s, where=where(self.client))
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
-        self._in_flight: set[str] = set()
+        self._in_flight: set[tuple[int, str]] = set()
         self._carry: list[Message] = []
         self._uncommitted: list[Message] = []
-        self._next_reclaim = 0.0
         self._next_reading = 0.0
-        self._reclaim_cursor = "0-0"
+        self._next_shards = time.monotonic() + SHARDS_REFRESH_S
+        self._turn = 0
         self._last_min_seq_no: int | None = None
         self._schema: Schema | None = None
         """Columns, dtypes and row shapes of the last batch get() returned."""
         self._published_version: int | None = None
-        self._call(self._create_group)
+        self._call(self._follow_shards)
 
     # -- Redis calls ---------------------------------------------------------------------
 
-    def _create_group(self) -> None:
+    @property
+    def keys(self) -> JobKeys:
+        """The keys of the job (its first batch stream; :attr:`shards` has every one)."""
+        return self.shards[0].keys if self.shards else self._job_keys
+
+    def _follow_shards(self) -> None:
+        """Read every batch stream the job's workers write (``spec.redis.shards``): the
+        number they recorded, else the Redis's default; groups made on new ones."""
+        count = self._fixed_shards or read_shards(self.client, self._job_keys)
+        if count == len(self.shards):
+            return
+        known = {shard.keys.batches: shard for shard in self.shards}
+        shards = [known.get(keys.batches) or _Shard(keys) for keys in self._job_keys.all_shards(count)]
+        for shard in shards:
+            if shard.keys.batches not in known:
+                self._create_group(shard.keys)
+        if self.shards:
+            log.info("%s: reading %d batch stream(s), was %d", self._job_keys.tag, count, len(self.shards))
+        self.shards = shards
+
+    def _create_group(self, keys: JobKeys) -> None:
         try:
-            self.client.xgroup_create(self.keys.batches, self.group, id=self.start, mkstream=True)
+            self.client.xgroup_create(keys.batches, self.group, id=self.start, mkstream=True)
         except redis.exceptions.OutOfMemoryError:
             # Refused before Redis looked: a group that exists is all we need.
-            if self.group not in self._groups():
+            if self.group not in self._groups(keys):
                 raise
         except redis.ResponseError as exc:
             if "BUSYGROUP" in str(exc):
                 return
             if "WRONGTYPE" in str(exc):
                 raise redis.ResponseError(
-                    f"{self.keys.batches} holds a {as_text(self.client.type(self.keys.batches))}, not a stream: "
+                    f"{keys.batches} holds a {as_text(self.client.type(keys.batches))}, not a stream: "
                     "something else wrote that key"
                 ) from None
             raise
 
-    def _groups(self) -> list[str]:
+    def _groups(self, keys: JobKeys) -> list[str]:
         try:
-            return [as_text(g["name"]) for g in self.client.xinfo_groups(self.keys.batches)]
+            return [as_text(g["name"]) for g in self.client.xinfo_groups(keys.batches)]
         except redis.ResponseError:  # no stream
             return []
 
@@ -255,7 +302,8 @@ class BatchConsumer:
                 if "NOGROUP" not in str(exc):
                     raise
                 log.warning("group %s of %s is gone (Redis restarted?); re-creating it", self.group, self.keys.batches)
-                self._create_group()
+                for shard in self.shards:
+                    self._create_group(shard.keys)
                 return operation()
 
         def count_retry(exc: Exception) -> None:
@@ -264,60 +312,89 @@ class BatchConsumer:
 
         return self._retry.call(attempt, on_retry=count_retry)
 
-    def _read_entries(self, count: int, block_ms: int) -> tuple[list[tuple[bytes, Any]], bool]:
+    def _read_entries(self, count: int, block_ms: int) -> list[tuple[int, bytes, Any]]:
+        """``(shard, id, fields)`` of entries: idle ones reclaimed first, else new ones."""
         now = time.monotonic()
-        if now >= self._next_reclaim:
-            self._next_reclaim = now + self.reclaim_idle_s / 2
-            entries = self._reclaim(count)
-            if entries:
-                return entries, True
+        if now >= self._next_shards:
+            self._next_shards = now + SHARDS_REFRESH_S
+            self._call(self._follow_shards)
+        for index, shard in enumerate(self.shards):
+            if now >= shard.next_reclaim:
+                shard.next_reclaim = now + self.reclaim_idle_s / 2
+                entries = self._reclaim(index, count)
+                if entries:
+                    return [(index, entry_id, fields) for entry_id, fields in entries]
+        if now >= self._next_reading:
+            # Said on reads with entries or without: the fleet's backpressure waits only
+            # for groups seen reading (rolloutfleet.spec.learners), and a learner that has
+            # caught up must not look gone. Twice a second is precise enough.
+            self._next_reading = now + 0.5
+            self._stamp()
+        if len(self.shards) == 1:
+            return self._read_shards([0], count, max(block_ms, 1))
+        # Several streams: one look at each without blocking, then a short block on one in
+        # turn (a BLOCK on one stream cannot see the others).
+        found = self._read_shards(list(range(len(self.shards))), count, None)
+        if not found:
+            self._turn = (self._turn + 1) % len(self.shards)
+            found = self._read_shards([self._turn], count, max(1, min(block_ms, SHARD_BLOCK_MS)))
+        return found
 
-        def read() -> Any:
-            pipe = self.client.pipeline(transaction=False)
-            if now >= self._next_reading:
-                # Said on reads with entries or without: the fleet's backpressure waits only
-                # for groups seen reading (rolloutfleet.spec.learners), and a learner that has
-                # caught up must not look gone. Twice a second is precise enough, and spares
-                # the pipeline's script check on most reads.
-                self._next_reading = now + 0.5
-                self._reading(keys=[self.keys.learners], args=[self.group, LEARNERS_TTL_MS], client=pipe)
-            pipe.xreadgroup(self.group, self.consumer, {self.keys.batches: ">"}, count=count, block=max(block_ms, 1))
-            *stamp, reply = pipe.execute(raise_on_error=False)
-            if isinstance(reply, Exception):
-                raise reply
-            if stamp and isinstance(stamp[0], Exception):
+    def _stamp(self) -> None:
+        """Mark this group as reading on every shard (:mod:`rolloutfleet.spec.learners`)."""
+
+        def stamp(shard: _Shard) -> None:
+            self._reading(keys=[shard.keys.learners], args=[self.group, LEARNERS_TTL_MS])
+
+        for shard in self.shards:
+            try:
+                self._call(lambda shard=shard: _refusing_oom(lambda: stamp(shard)))  # type: ignore[misc]
+            except _Full:
                 # Out of memory refuses the stamp, not the read: a learner draining a full
                 # Redis is what frees it (the workers trim what it consumed).
-                if not isinstance(stamp[0], redis.exceptions.OutOfMemoryError):
-                    raise stamp[0]
                 self._next_reading = 0.0
-            return reply
 
-        reply = self._call(read)
-        if not reply:
-            return [], False
-        return [entry for _, entries in cast(Any, reply) for entry in entries], False  # RESP2: [[stream, entries]]
+    def _read_shards(self, indices: list[int], count: int, block_ms: int | None) -> list[tuple[int, bytes, Any]]:
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for index in indices:
+                streams: dict[Any, Any] = {self.shards[index].keys.batches: ">"}
+                pipe.xreadgroup(self.group, self.consumer, streams, count=count, block=block_ms)
+            replies = pipe.execute(raise_on_error=False)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
 
-    def _reclaim(self, count: int) -> list[tuple[bytes, Any]]:
+        replies = self._call(read)
+        return [
+            (index, entry_id, fields)
+            for index, reply in zip(indices, replies, strict=True)
+            for _, entries in reply or []  # RESP2: [[stream, entries]]
+            for entry_id, fields in entries
+        ]
+
+    def _reclaim(self, index: int, count: int) -> list[tuple[bytes, Any]]:
+        shard = self.shards[index]
         reply = self._call(
             lambda: self.client.xautoclaim(
-                self.keys.batches,
+                shard.keys.batches,
                 self.group,
                 self.consumer,
                 min_idle_time=int(self.reclaim_idle_s * 1000),
-                start_id=self._reclaim_cursor,
+                start_id=shard.reclaim_cursor,
                 count=count,
             )
         )
         cursor, entries = reply[0], reply[1]
-        self._reclaim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
-        if self._reclaim_cursor != "0-0":
-            self._next_reclaim = 0.0  # more idle entries wait: keep claiming on the next read
+        shard.reclaim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        if shard.reclaim_cursor != "0-0":
+            shard.next_reclaim = 0.0  # more idle entries wait: keep claiming on the next read
         # Our own messages still in the learner's hands are not redeliveries.
-        fresh = [(i, f) for i, f in entries if as_text(i) not in self._in_flight]
+        fresh = [(i, f) for i, f in entries if (index, as_text(i)) not in self._in_flight]
         if fresh:
             self.stats.reclaimed += len(fresh)
-            log.info("reclaimed %d idle entries of %s", len(fresh), self.keys.batches)
+            log.info("reclaimed %d idle entries of %s", len(fresh), shard.keys.batches)
         return fresh
 
     def _current_policy_version(self) -> int | None:
@@ -338,17 +415,17 @@ class BatchConsumer:
     # -- turning entries into messages ------------------------------------------------
 
     def _fetch(self, count: int, block_ms: int) -> list[Message]:
-        entries, _ = self._read_entries(count, block_ms)
+        entries = self._read_entries(count, block_ms)
         if not entries:
             return []
         newest = self._current_policy_version() if self.max_policy_lag is not None else None
         messages: list[Message] = []
         versions: list[int] = []  # the oldest weights version of each message's rows
-        drop: list[str] = []
-        for raw_id, fields in entries:
+        drop: list[tuple[int, str]] = []
+        for shard, raw_id, fields in entries:
             entry_id = as_text(raw_id)
             if fields is None:  # deleted (trimmed) while pending
-                drop.append(entry_id)
+                drop.append((shard, entry_id))
                 continue
             try:
                 batch, metadata = decode_entry(fields, self.policy)
@@ -357,12 +434,12 @@ class BatchConsumer:
                     # remembered as seen, or its next delivery would pass for a duplicate.
                     check_versions(batch)
             except DecodeError as exc:
-                self._poisoned(entry_id, fields, str(exc))
+                self._poisoned(shard, entry_id, fields, str(exc))
                 continue
             key = (metadata.producer, metadata.seq)
             if metadata.producer and key in self._seen:
                 self.stats.duplicates += 1
-                drop.append(entry_id)
+                drop.append((shard, entry_id))
                 continue
             if metadata.producer:
                 self._seen[key] = None
@@ -374,46 +451,50 @@ class BatchConsumer:
                 self.stats.stale_rows += stale_rows
                 if not len(batch) and stale_rows:
                     self.stats.stale += 1
-                    drop.append(entry_id)
+                    drop.append((shard, entry_id))
                     continue
                 if stale_rows:
                     oldest = int(batch[WEIGHTS_SEQ_NO].min())
-            self._in_flight.add(entry_id)
-            messages.append(Message(entry_id, batch, metadata, self))
+            self._in_flight.add((shard, entry_id))
+            messages.append(Message(entry_id, batch, metadata, self, shard))
             versions.append(cast(int, oldest))
-        if drop:
-            self._ack_ids(drop)
+        for shard in sorted({shard for shard, _ in drop}):
+            self._ack_ids(shard, [entry_id for s, entry_id in drop if s == shard])
         self.stats.delivered += len(messages)
         if versions:
             self._last_min_seq_no = min(versions)
         return messages
 
-    def _poisoned(self, entry_id: str, fields: Mapping[bytes, bytes], reason: str) -> None:
+    def _poisoned(self, shard: int, entry_id: str, fields: Mapping[bytes, bytes], reason: str) -> None:
         self.stats.decode_failures += 1
-        detail = self._call(lambda: self.client.xpending_range(self.keys.batches, self.group, entry_id, entry_id, 1))
+        keys = self.shards[shard].keys
+        detail = self._call(lambda: self.client.xpending_range(keys.batches, self.group, entry_id, entry_id, 1))
         deliveries = int(detail[0]["times_delivered"]) if detail else self.max_deliveries
         if deliveries < self.max_deliveries:
             log.warning("entry %s of %s: %s (delivery %d of %d; left pending for another try)",
-                        entry_id, self.keys.batches, reason, deliveries, self.max_deliveries)  # fmt: skip
+                        entry_id, keys.batches, reason, deliveries, self.max_deliveries)  # fmt: skip
             return
-        self._dead_letter(entry_id, fields, reason, deliveries)
+        self._dead_letter(shard, entry_id, fields, reason, deliveries)
 
-    def _dead_letter(self, entry_id: str, fields: Mapping[bytes, bytes], reason: str, deliveries: int) -> bool:
-        """Move an entry with ``reason`` to the dead letters (and ack it); whether it was moved
-        (not while Redis is out of memory: it is left pending, to be reclaimed and judged again)."""
+    def _dead_letter(
+        self, shard: int, entry_id: str, fields: Mapping[bytes, bytes], reason: str, deliveries: int
+    ) -> bool:
+        """Move an entry with ``reason`` to its shard's dead letters (and ack it); whether it was
+        moved (not while Redis is out of memory: it is left pending, to be reclaimed and judged again)."""
+        keys = self.shards[shard].keys
         letter: dict[bytes | str, bytes | str | int] = {
             **{k: v for k, v in fields.items() if isinstance(k, bytes)},
             "dead_letter_reason": reason,
             "dead_letter_id": entry_id,
-            "dead_letter_stream": self.keys.batches,
+            "dead_letter_stream": keys.batches,
             "dead_letter_consumer": self.consumer,
             "dead_letter_deliveries": deliveries,
         }
 
         def move() -> None:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.xadd(self.keys.dead_letters, letter, maxlen=DEAD_LETTER_MAX_LEN, approximate=True)  # type: ignore[arg-type]
-            pipe.xack(self.keys.batches, self.group, entry_id)
+            pipe = self.client.pipeline(transaction=True)  # one slot: the stream's tag
+            pipe.xadd(keys.dead_letters, letter, maxlen=DEAD_LETTER_MAX_LEN, approximate=True)  # type: ignore[arg-type]
+            pipe.xack(keys.batches, self.group, entry_id)
             pipe.execute()
 
         try:
@@ -421,11 +502,11 @@ class BatchConsumer:
             self._call(lambda: _refusing_oom(move))
         except _Full:
             log.warning("entry %s of %s: %s; left pending: Redis is out of memory, no dead letter can be written",
-                        entry_id, self.keys.batches, reason)  # fmt: skip
-            self._in_flight.discard(entry_id)
+                        entry_id, keys.batches, reason)  # fmt: skip
+            self._in_flight.discard((shard, entry_id))
             return False
-        log.error("entry %s of %s: %s; moved to %s", entry_id, self.keys.batches, reason, self.keys.dead_letters)
-        self._in_flight.discard(entry_id)
+        log.error("entry %s of %s: %s; moved to %s", entry_id, keys.batches, reason, keys.dead_letters)
+        self._in_flight.discard((shard, entry_id))
         self.stats.dead_lettered += 1
         return True
 
@@ -444,9 +525,10 @@ class BatchConsumer:
             self.stats.delivered -= 1
             # Judged again if it comes back (left pending while Redis is full): not a duplicate then.
             self._seen.pop((message.metadata.producer, message.metadata.seq), None)
-            reply = self._call(lambda m=message: self.client.xrange(self.keys.batches, m.id, m.id))  # type: ignore[misc]
+            stream = self.shards[message.shard].keys.batches
+            reply = self._call(lambda m=message, s=stream: self.client.xrange(s, m.id, m.id))  # type: ignore[misc]
             fields = cast(Mapping[bytes, bytes], reply[0][1]) if reply else {}
-            self._dead_letter(message.id, fields, f"cannot join the batch: {reason}", 1)
+            self._dead_letter(message.shard, message.id, fields, f"cannot join the batch: {reason}", 1)
         return fit
 
     # -- public API -------------------------------------------------------------------
@@ -467,15 +549,16 @@ class BatchConsumer:
 
     def ack(self, messages: Sequence[Message]) -> None:
         """Ack several messages in one round trip."""
-        ids = [m.id for m in messages if not m.acked]
-        if ids:
-            self._ack_ids(ids)
+        unacked = [m for m in messages if not m.acked]
+        for shard in sorted({m.shard for m in unacked}):
+            self._ack_ids(shard, [m.id for m in unacked if m.shard == shard])
         for message in messages:
             message.acked = True
-            self._in_flight.discard(message.id)
+            self._in_flight.discard((message.shard, message.id))
 
-    def _ack_ids(self, ids: list[str]) -> None:
-        self._call(lambda: self.client.xack(self.keys.batches, self.group, *ids))
+    def _ack_ids(self, shard: int, ids: list[str]) -> None:
+        stream = self.shards[shard].keys.batches
+        self._call(lambda: self.client.xack(stream, self.group, *ids))
         self.stats.acked += len(ids)
 
     def commit(self) -> None:
@@ -540,13 +623,19 @@ class BatchConsumer:
     def lag(self) -> ConsumerLag:
         """Pending and undelivered entries of this group, the oldest pending one's age,
         and the policy-version lag of the rows last returned."""
-        status = self._call(lambda: read_stream_status(self.client, self.keys))
-        group = next((g for g in status.groups if g.name == self.group), None)
-        newest = self.policy_version if self.policy_version is not None else status.weights_seq_no
+        statuses = [self._call(lambda s=shard: read_stream_status(self.client, s.keys)) for shard in self.shards]  # type: ignore[misc]
+        newest = self.policy_version if self.policy_version is not None else statuses[0].weights_seq_no
         policy_lag = None if newest is None or self._last_min_seq_no is None else newest - self._last_min_seq_no
-        if group is None:
-            return ConsumerLag(0, status.length, None, policy_lag)
-        return ConsumerLag(group.pending, group.undelivered, group.oldest_pending_age_s, policy_lag)
+        pending, undelivered, ages = 0, cast(int | None, 0), []
+        for status in statuses:
+            group = next((g for g in status.groups if g.name == self.group), None)
+            if group is None:
+                undelivered = None if undelivered is None else undelivered + status.length
+                continue
+            pending += group.pending
+            undelivered = None if undelivered is None or group.undelivered is None else undelivered + group.undelivered
+            ages += [] if group.oldest_pending_age_s is None else [group.oldest_pending_age_s]
+        return ConsumerLag(pending, undelivered, max(ages) if ages else None, policy_lag)
 
     def close(self) -> None:
         """Close the connection; un-acked messages stay pending (and will be reclaimed)."""

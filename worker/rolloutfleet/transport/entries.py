@@ -83,10 +83,14 @@ def _agent_ids(raw: bytes | None) -> tuple[str, ...]:
 class Message:
     """One stream entry: ``batch`` (read-only zero-copy views), ``metadata``, ``ack()``."""
 
-    __slots__ = ("_consumer", "acked", "batch", "id", "metadata")
+    __slots__ = ("_consumer", "acked", "batch", "id", "metadata", "shard")
 
-    def __init__(self, entry_id: str, batch: SampleBatch, metadata: BatchMetadata, consumer: _Acker | None) -> None:
+    def __init__(
+        self, entry_id: str, batch: SampleBatch, metadata: BatchMetadata, consumer: _Acker | None, shard: int = 0
+    ) -> None:
         self.id = entry_id
+        self.shard = shard
+        """The batch stream (shard of the job, ``spec.redis.shards``) the entry is in."""
         self.batch = batch
         self.metadata = metadata
         self.acked = consumer is None  # read without a group: there is nothing to acknowledge

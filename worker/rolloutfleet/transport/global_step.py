@@ -21,7 +21,7 @@ import redis
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import RetryLoop, connect
+from rolloutfleet.transport.connection import RetryLoop, connect, where_url
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,9 @@ class GlobalStepPublisher:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
         self.keys = job_keys(namespace, job)
-        self.client = connect(redis_url, password)
-        self._retry = RetryLoop(reconnect_timeout_s)
+        self._retry = RetryLoop(reconnect_timeout_s, where=where_url(redis_url))
+        self.client = self._retry.call(lambda: connect(redis_url, password))
+        self._retry.client = self.client
 
     def set_global_step(self, step: int) -> None:
         """Make ``step`` (an integer >= 0, e.g. the env steps trained on; numpy and torch integers

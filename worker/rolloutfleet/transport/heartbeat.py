@@ -113,7 +113,10 @@ def read_heartbeats(redis_url: str, job: RolloutJob, password: str | None = None
     """Worker index -> its last heartbeat; empty when Redis cannot be reached (a status
     display must keep going while Redis restarts)."""
     keys = job_keys(job.namespace, job.name)
-    client = connect(redis_url, password, socket_timeout=2.0, connect_timeout=1.0)
+    try:
+        client = connect(redis_url, password, socket_timeout=2.0, connect_timeout=1.0)
+    except RETRYABLE:
+        return {}
     try:
         raw = client.hgetall(keys.heartbeats)
     except RETRYABLE:

@@ -84,7 +84,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import redis
@@ -96,18 +96,25 @@ from rolloutfleet.spec.learners import DEFAULT_LEARNER_IDLE_S, StreamLoad, group
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.connection import (
     DEFAULT_RECONNECT_TIMEOUT_S,
+    RETRYABLE,
     RetryLoop,
     connect,
     explain,
-    where,
+    is_cluster,
+    node_client,
+    where_url,
 )
 from rolloutfleet.transport.room import consumed_bound, drop_oldest, full_message, trim_consumed, undelivered
+from rolloutfleet.transport.sharding import record_shards, shard_of
 
 log = logging.getLogger(__name__)
 
 Backpressure = Literal["block", "dropOldest"]
 DEFAULT_MAX_PAYLOAD_BYTES = 32 << 20
 PUBLISH_SOCKET_TIMEOUT_S = 20.0
+REPLICA_WAIT_MS = 2000
+"""On a Redis Cluster, how long a publish waits for a replica of its stream's master to
+have the batch (WAIT); past it the batch counts as ``unreplicated``."""
 """A reply slower than this fails the attempt (a retry follows); it also bounds sending one
 payload (32 MiB in 20 s: 13 Mbit/s)."""
 
@@ -151,6 +158,9 @@ class PublisherStats:
     oom_wait_seconds: float = 0.0
     trimmed: int = 0
     """Entries every learner group had consumed, trimmed to free memory for a refused XADD."""
+    unreplicated: int = 0
+    """On a Redis Cluster: batches no replica confirmed within ``REPLICA_WAIT_MS`` (a
+    failover of their master right then could lose them)."""
 
 
 _HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
@@ -207,6 +217,11 @@ class BatchPublisher:
     ``policy``: publish to that policy's stream of a multi-agent job
     (``rolloutfleet:{ns/job}:batches:<policy>``); each entry then also carries ``policy`` and
     ``agent_ids`` (JSON list: ``agent_index`` -> agent id) fields, and ``agent_steps``.
+
+    ``worker_index``, ``shards``: a job with several batch streams
+    (``spec.redis.shards``, see :mod:`rolloutfleet.transport.sharding`) is written on shard
+    ``worker_index % shards``; ``shards`` defaults to the spec's, else to the Redis's default
+    (1, or one per master of a Redis Cluster).
     """
 
     def __init__(
@@ -225,6 +240,8 @@ class BatchPublisher:
         policy: str | None = None,
         learner_idle_s: float = DEFAULT_LEARNER_IDLE_S,
         socket_timeout_s: float = PUBLISH_SOCKET_TIMEOUT_S,
+        worker_index: int = 0,
+        shards: int | None = None,
     ) -> None:
         namespace, name, spec, replicas = _options(job, namespace)
         self.keys = job_keys(namespace, name, policy)
@@ -252,10 +269,21 @@ class BatchPublisher:
         self.producers = max(1, replicas)
         """How many publishers share the stream (the job's replicas), to space the checks."""
         self._interrupted = threading.Event()
-        self.client = connect(redis_url, password, socket_timeout=socket_timeout_s)
         # interrupt() also ends a wait for a Redis that is away (a stopping worker drops the batch).
-        self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted, where=where(self.client))
-        self._hold_script = self.client.register_script(_HOLD_SCRIPT)
+        self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted, where=where_url(redis_url))
+        self.job_client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=socket_timeout_s))
+        """The client for the job's other keys (a Redis Cluster client on a cluster)."""
+        requested = spec.shards if shards is None else shards
+        count = self._retry.call(lambda: record_shards(self.job_client, self.keys, requested))
+        self.keys = self.keys.shard(shard_of(worker_index, count), count)
+        self.producers = max(1, -(-self.producers // count))  # the publishers sharing this shard
+        self._retry.client = self.job_client
+        self.client = self.job_client
+        """The client of the stream's node: on a cluster, its master's own (so an XADD and the
+        WAIT after it share a connection); re-routed after a failover."""
+        self._replicas = 0
+        self._retry.call(self._route)
+        self._hold_script = self.job_client.register_script(_HOLD_SCRIPT)
         self._unsent: tuple[Mapping[str, Any], dict[Any, Any]] | None = None
         """The batch whose publish failed, and the fields it was sent with (its identity)."""
 
@@ -292,6 +320,9 @@ class BatchPublisher:
         def count_retry(exc: Exception) -> None:
             self.stats.retries += 1
             log.warning("redis unavailable while publishing to %s (%s); retrying", self.keys.batches, explain(exc))
+            if is_cluster(self.job_client):
+                with contextlib.suppress(*RETRYABLE, redis.exceptions.RedisClusterException):
+                    self._route()  # the loop reads the slot map again first
 
         entry_id = self._retry.call(lambda: self._add(fields), on_retry=count_retry)
         self._unsent = None
@@ -338,6 +369,27 @@ class BatchPublisher:
         self._seq += 1
         return fields
 
+    def _route(self) -> None:
+        """On a cluster: the client of the master of the stream's slot, and whether it has a
+        replica to wait for."""
+        if not is_cluster(self.job_client):
+            return
+        cluster = cast(Any, self.job_client)
+        self.client = node_client(self.job_client, self.keys.batches)
+        slot = cluster.keyslot(self.keys.batches)
+        self._replicas = min(1, len(cluster.nodes_manager.slots_cache.get(slot, [])) - 1)
+
+    def _xadd(self, pipe: Any, key: str, fields: dict[Any, Any], **options: Any) -> None:
+        """Queue the XADD, and on a cluster master with a replica a WAIT for one replica: a
+        batch is published once a replica has it, so a failover does not lose it."""
+        pipe.xadd(key, fields, **options)
+        if self._replicas:
+            pipe.execute_command("WAIT", self._replicas, REPLICA_WAIT_MS)
+
+    def _replicated(self, acks: Any) -> None:
+        if self._replicas and not isinstance(acks, Exception) and int(acks) < self._replicas:
+            self.stats.unreplicated += 1
+
     def _add(self, fields: dict[Any, Any]) -> str:
         """XADD ``fields``; while Redis is out of memory, trim what the learners consumed and wait."""
         started: float | None = None
@@ -381,15 +433,21 @@ class BatchPublisher:
                 # Far from full: a bare XADD. Measuring costs a third of a publish, and
                 # matters only near the limit (where the learner sets the pace anyway).
                 self._until_check -= 1
-                entry_id = self.client.xadd(key, fields, minid=self._trim_before, approximate=True)
+                pipe = self.client.pipeline(transaction=False)
+                self._xadd(pipe, key, fields, minid=self._trim_before, approximate=True)
+                entry_id, *acks = pipe.execute()
+                self._replicated(acks[0] if acks else None)
             else:
                 # One round trip: the XADD, and what it left behind (decides the next publishes).
                 pipe = self.client.pipeline(transaction=False)
-                pipe.xadd(key, fields, minid=self._trim_before, approximate=True)
+                self._xadd(pipe, key, fields, minid=self._trim_before, approximate=True)
                 self._queue_measure(pipe)
                 entry_id, *replies = pipe.execute(raise_on_error=False)
                 if isinstance(entry_id, Exception):
                     raise entry_id
+                if self._replicas:
+                    acks, *replies = replies
+                    self._replicated(acks)
                 unconsumed = self._load(replies).unconsumed
                 self._full = unconsumed >= self.max_len
                 # Skip checks while even every producer publishing that many times could
@@ -557,6 +615,8 @@ class BatchPublisher:
 
     def close(self) -> None:
         self.client.close()
+        if self.job_client is not self.client:
+            self.job_client.close()
 
     def __enter__(self) -> BatchPublisher:
         return self

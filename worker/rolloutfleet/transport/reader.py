@@ -10,7 +10,8 @@ workers publish them (XREAD). Under ``block`` backpressure the fleet does not ru
 of its learners: with no learner reading, the stream holds about ``maxLen`` entries and
 no more are published until one reads. An entry that cannot be decoded is skipped and
 counted (learners' consumers dead-letter it; a reader changes nothing); so is a second
-copy of a batch (same producer and seq).
+copy of a batch (same producer and seq). A job with several batch streams
+(``spec.redis.shards``) is read on every one (as many as its workers recorded).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import redis
 
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where
+from rolloutfleet.spec.redis_keys import job_keys, parse_shard
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
 from rolloutfleet.transport.entries import Message, decode_entry
+from rolloutfleet.transport.sharding import read_shards
 
 _SEEN_CAPACITY = 1 << 16
 
@@ -56,15 +58,20 @@ class BatchReader:
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
-        self.keys = job_keys(namespace, job, policy)
+        keys = job_keys(namespace, job, policy)
         self.policy = policy
         self.block_s = block_s
         self.stats = ReaderStats()
-        self.position = "0-0"
-        """The id of the last entry read: the next read returns what follows it."""
+        self.positions: dict[str, str] = {}
+        """Stream -> the id of the last entry read there: the next read returns what follows it."""
         # A BLOCK's silence plus a margin, well within the reconnect deadline (retries fit in it).
-        self.client = connect(redis_url, password, socket_timeout=block_s + 10.0)
-        self._retry = RetryLoop(reconnect_timeout_s, where=where(self.client))
+        self._retry = RetryLoop(reconnect_timeout_s, where=where_url(redis_url))
+        self.client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=block_s + 10.0))
+        self._retry.client = self.client
+        self.shards = self._retry.call(lambda: keys.all_shards(read_shards(self.client, keys)))
+        self.keys = self.shards[0]
+        self.positions = {shard.batches: "0-0" for shard in self.shards}
+        self._turn = 0
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     def read(self, count: int = 16, timeout: float | None = None) -> list[Message]:
@@ -76,11 +83,27 @@ class BatchReader:
             if messages or (deadline is not None and time.monotonic() >= deadline):
                 return messages
 
+    def _xread(self, streams: list[str], count: int, block_ms: int | None) -> list[Any]:
+        """XREAD on each stream (one slot each: a pipeline, not one multi-key call)."""
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                pipe.xread({stream: self.positions[stream]}, count=count, block=block_ms)
+            return [entry for reply in pipe.execute() for entry in reply or []]
+
+        return self._retry.call(read)
+
     def _fetch(self, count: int, block_ms: int) -> list[Message]:
         try:
-            reply: Any = self._retry.call(
-                lambda: self.client.xread({self.keys.batches: self.position}, count=count, block=max(block_ms, 1))
-            )
+            streams = [shard.batches for shard in self.shards]
+            if len(streams) == 1:
+                reply = self._xread(streams, count, max(block_ms, 1))
+            else:  # a look at each, then a short BLOCK on one in turn
+                reply = self._xread(streams, count, None)
+                if not reply:
+                    self._turn = (self._turn + 1) % len(streams)
+                    reply = self._xread([streams[self._turn]], count, max(1, min(block_ms, 50)))
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
@@ -90,10 +113,10 @@ class BatchReader:
                 "something else wrote that key"
             ) from None
         messages = []
-        for _, entries in reply or []:  # RESP2: [[stream, entries]]
+        for stream, entries in reply:  # RESP2: [[stream, entries]]
             for raw_id, fields in entries:
                 entry_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-                self.position = entry_id
+                self.positions[stream.decode() if isinstance(stream, bytes) else str(stream)] = entry_id
                 try:
                     batch, metadata = decode_entry(cast(dict[bytes, bytes], fields), self.policy)
                 except DecodeError:
@@ -107,7 +130,7 @@ class BatchReader:
                     self._seen[key] = None
                     if len(self._seen) > _SEEN_CAPACITY:
                         self._seen.popitem(last=False)
-                messages.append(Message(entry_id, batch, metadata, None))
+                messages.append(Message(entry_id, batch, metadata, None, parse_shard(stream)))
         self.stats.delivered += len(messages)
         return messages
 

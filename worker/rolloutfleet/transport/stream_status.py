@@ -12,6 +12,7 @@ import redis
 
 from rolloutfleet.spec.learners import group_idle_ms
 from rolloutfleet.spec.redis_keys import JobKeys
+from rolloutfleet.transport.connection import node_client
 
 
 @dataclass(frozen=True)
@@ -56,20 +57,24 @@ class StreamStatus:
     groups: list[GroupStatus] = field(default_factory=list)
     hold: Hold | None = None
     """Who holds the workers back and since when, while they wait."""
+    shard: int = 0
+    shards: int = 1
+    """Which of the job's batch streams this is (``spec.redis.shards``)."""
 
 
 def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
     """Length, groups (pending, lag, consumers, age of the oldest pending, idle time), dead
     letters, and who holds the workers back if they wait."""
+    version = client.get(keys.weights_version)  # the job's slot (on a cluster, maybe another node)
+    client = node_client(client, keys.batches)  # the stream and its companions share a slot
     pipe = client.pipeline(transaction=False)
     pipe.xlen(keys.batches)
     pipe.xinfo_groups(keys.batches)
     pipe.xlen(keys.dead_letters)
-    pipe.get(keys.weights_version)
     pipe.time()
     pipe.hgetall(keys.backpressure)
     pipe.hgetall(keys.learners)
-    length, groups, dead, version, now, hold, reading = pipe.execute(raise_on_error=False)
+    length, groups, dead, now, hold, reading = pipe.execute(raise_on_error=False)
     groups = [] if isinstance(groups, Exception) else groups
     now_ms = now[0] * 1000 + now[1] // 1000 if isinstance(now, tuple | list) else time.time() * 1000
     names = [as_text(group["name"]) for group in groups]
@@ -108,6 +113,8 @@ def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
         weights_version(version),
         statuses,
         _hold(hold, now_ms),
+        keys.shard_index,
+        keys.shards,
     )
 
 

@@ -71,7 +71,7 @@ from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, en
 from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +205,11 @@ class WeightPublisher:
         self.chunk_bytes = chunk_bytes
         self.grace_s = grace_s
         self.compression: Compression = compression
-        self.client = connect(redis_url, password, socket_timeout=socket_timeout_s)
+        self._retry = RetryLoop(reconnect_timeout_s, where=where_url(redis_url))
+        self.client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=socket_timeout_s))
+        self._retry.client = self.client
         self._script = self.client.register_script(_PUBLISH_LUA)
         self._next_seq = self.client.register_script(_NEXT_SEQ_LUA)
-        self._retry = RetryLoop(reconnect_timeout_s, where=where(self.client))
         self.seq_no = 0
         """The version this publisher published last."""
         self.resets = 0
