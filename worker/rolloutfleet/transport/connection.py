@@ -156,15 +156,7 @@ def connect(
     logged (redis-py masks it in the client's repr). ``socket_timeout`` must exceed the
     longest BLOCK plus the largest transfer: without one a dead server hangs the caller.
     """
-    password = password if password is not None else os.environ.get(PASSWORD_ENV) or None
-    options: dict[str, Any] = {
-        "password": password,
-        "socket_timeout": socket_timeout,
-        "socket_connect_timeout": connect_timeout,
-        "socket_keepalive": True,
-        # Retries are ours (RetryLoop), so a re-sent XADD is a decision we make and count.
-        "retry": Retry(NoBackoff(), 0),
-    }
+    options = _options(password, socket_timeout, connect_timeout)
     client = redis.Redis.from_url(url, health_check_interval=30, **options)
     if url.startswith("unix://"):
         return client
@@ -180,6 +172,18 @@ def connect(
     # of the commands that need it (a failover in progress), not a client that cannot be made.
     made = RedisCluster.from_url(url, require_full_coverage=False, **options)
     return cast(redis.Redis, made)  # the same command API; is_cluster() tells them apart
+
+
+def _options(password: str | None, socket_timeout: float, connect_timeout: float) -> dict[str, Any]:
+    """Client options of :func:`connect`; the password is ``password`` or ``$ROLLOUTFLEET_REDIS_PASSWORD``."""
+    return {
+        "password": password if password is not None else os.environ.get(PASSWORD_ENV) or None,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "socket_keepalive": True,
+        # Retries are ours (RetryLoop), so a re-sent XADD is a decision we make and count.
+        "retry": Retry(NoBackoff(), 0),
+    }
 
 
 def _cluster_state(client: redis.Redis) -> str | None:
@@ -334,7 +338,9 @@ def failure_line(exc: BaseException, where: str) -> str:
     lower = text.lower()
     if isinstance(exc, redis.AuthenticationError):
         why = (
-            "a password is required" if "noauth" in lower or "required" in lower else f"authentication failed ({text})"
+            "a password is required"
+            if "noauth" in lower or "required" in lower or "already authenticated" in lower  # RESP3's HELLO says so
+            else f"authentication failed ({text})"
         )
         return f"redis at {where}: {why}; the password comes from ${PASSWORD_ENV}"
     if isinstance(exc, redis.TimeoutError):
@@ -379,7 +385,9 @@ def check_reachable(url: str, password: str | None = None, timeout_s: float | No
     :class:`RedisUnavailable` (one line, :func:`wait_for_redis`) for a Redis that stays
     away past ``timeout_s`` or refuses the password."""
     check_url(url)
-    client = connect(url, password, socket_timeout=5.0, connect_timeout=min(5.0, timeout_s or 5.0))
+    # A plain client: it only PINGs, which any node of a cluster answers too (connect() would
+    # ask the node about cluster mode first, and raise before this wait could retry).
+    client = redis.Redis.from_url(url, **_options(password, 5.0, min(5.0, timeout_s or 5.0)))
     try:
         wait_for_redis(client, timeout_s, address(url))
     finally:
