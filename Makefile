@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer soak chaos demo lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-compare bench-peer soak chaos demo demo-dqn lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -90,6 +90,10 @@ images: ## the chart's default images (worker, worker -cpu where its index answe
 demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole.yaml --target-return 475
+
+demo-dqn: install ## Ape-X-style DQN on CartPole-v1: 4 workers at per-worker ε, until greedy evaluation returns >= 475 (10 min limit)
+	$(BIN)/rolloutfleet run examples/dqn.yaml --no-status -- \
+		$(BIN)/python -m rolloutfleet.examples.dqn examples/dqn.yaml --target-return 475 --time-limit 600
 
 cluster-build: ## build the control plane (and with NODE=real the node's binaries) from pinned Go modules (cached outside the repo)
 	hack/cluster/build.sh control-plane
