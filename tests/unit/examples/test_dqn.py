@@ -120,6 +120,23 @@ def test_update_moves_q_towards_the_target_and_copies_the_target_on_schedule() -
     torch.testing.assert_close(target.table, online.table)
 
 
+def test_train_takes_train_ratio_gradient_steps_per_env_step_after_learning_starts() -> None:
+    dqn = DQN(TableQ([[0.0, 0.0], [0.0, 0.0]]), DQNConfig(learning_starts=4, train_ratio=0.25, batch_size=2))
+    replay = ReplayBuffer(capacity=10)
+    transitions: dict[str, np.ndarray] = {
+        "obs": np.zeros((3, 1), np.float32),
+        "actions": np.zeros(3, np.int64),
+        "returns": np.ones(3, np.float32),
+        "next_obs": np.ones((3, 1), np.float32),
+        "discounts": np.zeros(3, np.float32),
+    }
+    replay.add(transitions)
+    assert dqn.train(replay, 3) == 0  # 3 < learning_starts
+    replay.add(transitions)
+    assert [dqn.train(replay, steps) for steps in (3, 3, 2)] == [0, 1, 1]  # 0.75, 1.5, 1.0 owed
+    assert dqn.updates == 2
+
+
 def test_replay_ring_keeps_the_newest_rows() -> None:
     replay = ReplayBuffer(capacity=5)
     for start in (0, 3, 6):

@@ -141,6 +141,21 @@ class DQN:
         self.target = copy.deepcopy(model).requires_grad_(False)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.config.lr)
         self.updates = 0
+        self.loss = float("nan")
+        """The last gradient step's loss."""
+        self._owed = 0.0
+
+    def train(self, replay: ReplayBuffer, env_steps: int) -> int:
+        """The gradient steps ``env_steps`` new env steps earn (``train_ratio`` each, fractions
+        carried over), once the buffer holds ``learning_starts`` transitions; returns how many."""
+        if len(replay) < self.config.learning_starts:
+            return 0
+        self._owed += env_steps * self.config.train_ratio
+        taken = int(self._owed)
+        for _ in range(taken):
+            self.loss = self.update(replay.sample(self.config.batch_size))
+        self._owed -= taken
+        return taken
 
     def td_targets(self, returns: torch.Tensor, next_obs: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
         """``returns + discounts · Q_target(next_obs, a*)``, a* the argmax of the online network
@@ -245,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     consumer = BatchConsumer(args.redis, job.name, namespace=job.namespace, group="dqn-learner")
     seq_no = weights.publish(dqn.model)
     fleet = ReturnsByEpsilon()
-    steps, owed, loss, evaluation = 0, 0.0, float("nan"), float("nan")
+    steps, evaluation = 0, float("nan")
     next_eval, started = args.eval_every, time.monotonic()
     print(f"dqn: learning {job.name} from {args.redis}; target greedy return {args.target_return}", flush=True)
     while (elapsed := time.monotonic() - started) < args.time_limit:
@@ -257,12 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet.add(batch)
         steps += len(batch)
         global_step.set_global_step(steps)
-        if len(replay) < cfg.learning_starts:
+        if not dqn.train(replay, len(batch)):
             continue
-        owed += len(batch) * cfg.train_ratio
-        while owed >= 1:
-            loss = dqn.update(replay.sample(cfg.batch_size))
-            owed -= 1
         seq_no = weights.publish(dqn.model)
         if dqn.updates < next_eval:
             continue
@@ -270,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         evaluation = float(greedy_returns(dqn.model, eval_envs, seed=10_000 + dqn.updates).mean())
         print(
             f"dqn: {steps:>8} env steps  {dqn.updates:>6} updates  {elapsed:5.0f} s  greedy return {evaluation:6.1f}  "
-            f"fleet returns by ε {fleet.summary()}  weights v{seq_no}  loss {loss:.3f}",
+            f"fleet returns by ε {fleet.summary()}  weights v{seq_no}  loss {dqn.loss:.3f}",
             flush=True,
         )
         if evaluation >= args.target_return:
