@@ -93,15 +93,19 @@ class Categorical:
         Gumbel-max trick with one draw instead of two). ``log P(a) = -log(1 + exp(-s))`` with
         ``s = d`` for action 1 and ``-d`` for action 0: ``logaddexp`` keeps it exact for any
         ``d``, including +-inf (an action of logit -inf: never drawn, the other has logp 0),
-        so no max-shift is needed. With ``bounded`` logits ``|s| <= 60``: ``exp`` cannot
-        overflow float32 and ``log1p(exp(-s))`` is exact, and two SIMD calls cost less than
-        ``logaddexp``'s one. Ties of the greedy choice go to action 0, as ``argmax``'s.
+        so no max-shift is needed. With ``bounded`` logits ``|d| <= 60``: ``exp`` cannot
+        overflow float32, so ``log P(a) = a * d - log1p(exp(d))`` (two SIMD calls cost less
+        than ``logaddexp``'s one, and no masked write is needed). Ties of the greedy choice go to action 0, as ``argmax``'s.
         """
         d = np.subtract(inputs[:, 1], inputs[:, 0], dtype=np.float32)
         take = rng.logistic(size=len(d)) < d if explore else d > 0
-        np.negative(d, out=d, where=take)  # -s: -d where action 1 is taken, d where 0 is
-        logp = np.log1p(np.exp(d, out=d), out=d) if bounded else np.logaddexp(0, d, out=d)
-        np.negative(logp, out=logp)
+        if bounded:  # log P(a) = a * d - softplus(d): no masked write (slow in numpy)
+            logp = np.multiply(d, take)
+            logp -= np.log1p(np.exp(d, out=d), out=d)
+        else:
+            np.negative(d, out=d, where=take)  # -s: -d where action 1 is taken, d where 0 is
+            logp = np.logaddexp(0, d, out=d)
+            np.negative(logp, out=logp)
         actions = take.astype(np.int64)
         if self.start:
             actions += self.start
