@@ -64,6 +64,7 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, and
 	$(BIN)/python -m bench.bench_fleet
 	$(BIN)/python -m bench.bench_multiagent
 	$(BIN)/python -m bench.bench_atari
+	$(BIN)/python -m bench.bench_async
 	$(BIN)/python -m bench.bench_operator
 
 SEED ?= 0

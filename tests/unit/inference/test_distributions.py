@@ -115,3 +115,50 @@ def test_masked_sampling_holds_when_the_noise_draws_exactly_zero() -> None:
     mask = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 1, 1]], np.bool_)
     drawn, _ = Categorical(3, start=1).sample_masked(logits, mask, ZeroNoise(), explore=True)  # type: ignore[arg-type]
     assert mask[np.arange(4), drawn - 1].all()
+
+
+# -- two actions: one logistic draw per row (Categorical._sample_two) ----------------------
+
+# Chi-square's 0.999 quantile with 8 degrees of freedom (one per row of logits below).
+CHI2_8_DF_999 = 26.12
+
+
+def test_two_action_draws_match_the_exact_probabilities_chi_square() -> None:
+    # Eight rows of logits (log-odds from -6 to 8, shifted arbitrarily), 250 000 draws each:
+    # the count of action 1 per row against sigmoid(logit_1 - logit_0) computed in float64.
+    pairs = np.array(
+        [[3.0, -3.0], [1.0, -1.0], [0.25, -0.25], [5.0, 5.0], [-0.1, 0.2], [0.0, 1.0], [-4.0, -1.0], [-10.0, -2.0]],
+        np.float32,
+    )
+    draws = 250_000
+    logits = np.repeat(pairs, draws, axis=0)
+    actions, logp = Categorical(2).sample(logits, np.random.default_rng(7), explore=True, bounded=True)
+    p1 = 1.0 / (1.0 + np.exp(-(pairs[:, 1].astype(np.float64) - pairs[:, 0])))
+    ones = actions.reshape(len(pairs), draws).sum(axis=1)
+    expected = np.stack([draws * (1 - p1), draws * p1])
+    observed = np.stack([draws - ones, ones])
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert chi2 < CHI2_8_DF_999, (chi2, ones / draws, p1)
+    exact = torch.log_softmax(torch.from_numpy(logits), dim=-1).gather(1, torch.from_numpy(actions)[:, None])[:, 0]
+    np.testing.assert_allclose(logp, exact.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_two_action_draws_are_not_mirrored() -> None:
+    # A sampler that drew sigmoid(-d) would pass a symmetric test: here p(1) = 0.982.
+    logits = np.tile(np.array([[0.0, 4.0]], np.float32), (100_000, 1))
+    actions, _ = Categorical(2).sample(logits, np.random.default_rng(8), explore=True)
+    assert abs(actions.mean() - 1 / (1 + np.exp(-4.0))) < 0.003
+
+
+def test_two_actions_with_infinite_logits_greedy_ties_and_start() -> None:
+    logits = np.array([[-np.inf, 0.0], [0.0, -np.inf], [2.0, 2.0], [1.0, 1.5]], np.float32)
+    with np.errstate(over="raise", divide="raise", invalid="raise"):
+        drawn, logp = Categorical(2, start=3).sample(
+            np.repeat(logits[:2], 1000, axis=0), np.random.default_rng(9), True
+        )
+    assert drawn.tolist() == [4] * 1000 + [3] * 1000
+    np.testing.assert_array_equal(logp, 0.0)
+    greedy, greedy_logp = Categorical(2).sample(logits, np.random.default_rng(9), explore=False)
+    assert greedy.tolist() == [1, 0, 0, 1]  # ties go to action 0, as argmax's do
+    np.testing.assert_allclose(greedy_logp[2:], [np.log(0.5), -np.log1p(np.exp(-0.5))], rtol=1e-6)
+    assert logp.dtype == np.float32 and drawn.dtype == np.int64

@@ -55,6 +55,8 @@ class Categorical:
         to zero without subtracting the row maximum first. Otherwise logits of -inf
         (masked actions) are fine: their weight is 0 and they are never drawn.
         """
+        if self.n == 2:
+            return self._sample_two(inputs, rng, explore, bounded)
         if bounded:
             logits = inputs
             weights = np.exp(logits)
@@ -80,6 +82,34 @@ class Categorical:
         if self.start:
             actions += self.start
         return actions, logp.astype(np.float32, copy=False)
+
+    def _sample_two(
+        self, inputs: np.ndarray, rng: np.random.Generator, explore: bool, bounded: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Two actions: one logistic draw per row against the log-odds, in place.
+
+        With ``d = logit_1 - logit_0``, ``P(1) = sigmoid(d)``, and a standard logistic draw
+        ``L`` has ``P(L < d) = sigmoid(d)`` (the difference of two Gumbels, so this is the
+        Gumbel-max trick with one draw instead of two). ``log P(a) = -log(1 + exp(-s))`` with
+        ``s = d`` for action 1 and ``-d`` for action 0: ``logaddexp`` keeps it exact for any
+        ``d``, including +-inf (an action of logit -inf: never drawn, the other has logp 0),
+        so no max-shift is needed. With ``bounded`` logits ``|d| <= 60``: ``exp`` cannot
+        overflow float32, so ``log P(a) = a * d - log1p(exp(d))`` (two SIMD calls cost less
+        than ``logaddexp``'s one, and no masked write is needed). Ties of the greedy choice go to action 0, as ``argmax``'s.
+        """
+        d = np.subtract(inputs[:, 1], inputs[:, 0], dtype=np.float32)
+        take = rng.logistic(size=len(d)) < d if explore else d > 0
+        if bounded:  # log P(a) = a * d - softplus(d): no masked write (slow in numpy)
+            logp = np.multiply(d, take)
+            logp -= np.log1p(np.exp(d, out=d), out=d)
+        else:
+            np.negative(d, out=d, where=take)  # -s: -d where action 1 is taken, d where 0 is
+            logp = np.logaddexp(0, d, out=d)
+            np.negative(logp, out=logp)
+        actions = take.astype(np.int64)
+        if self.start:
+            actions += self.start
+        return actions, logp
 
     def sample_masked(
         self, inputs: np.ndarray, mask: np.ndarray, rng: np.random.Generator, explore: bool

@@ -14,6 +14,7 @@ Anything wrong raises one :class:`SpecError` whose message names the field, e.g.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,6 +72,12 @@ def parse_quantity(value: str | int | float) -> float:
     if suffix is not None and suffix[0] in "eE":
         return number * 10.0 ** int(suffix[1:])
     return number * _QUANTITY_SCALE[suffix]
+
+
+ASYNC_ENVS_PER_CPU = 2
+"""``vectorization: async`` runs one process per sub-env: at most this many per CPU of ``resources.cpu``."""
+MAX_ASYNC_ENVS = 64
+"""The most async sub-envs (processes) a job that sets no ``resources.cpu`` may have."""
 
 
 class SpecError(ValueError):
@@ -461,6 +468,29 @@ class RolloutJobSpec(_Model):
                 )
             if self.env.vectorization == "envpool":
                 raise _SubfieldError("env.vectorization", "'envpool' steps single-agent envs only")
+        return self
+
+    @model_validator(mode="after")
+    def _async_processes_fit_the_cpus(self) -> RolloutJobSpec:
+        """``async`` runs one process per sub-env: no more of them than the pod's CPUs can run."""
+        if self.env.vectorization != "async":
+            return self
+        n, cpu = self.env.num_envs, self.resources.cpu
+        if cpu is None:
+            limit, why = MAX_ASYNC_ENVS, f"at most {MAX_ASYNC_ENVS} without resources.cpu"
+        else:
+            try:
+                cpus = parse_quantity(cpu)
+            except ValueError as exc:
+                raise _SubfieldError("resources.cpu", str(exc)) from None
+            limit = ASYNC_ENVS_PER_CPU * max(1, math.ceil(cpus))
+            why = f"at most {ASYNC_ENVS_PER_CPU} per CPU of resources.cpu {cpu!r}, so {limit}"
+        if n > limit:
+            raise _SubfieldError(
+                "env.numEnvs",
+                f"{n} with vectorization 'async' is {n} env processes, {why}; "
+                "raise resources.cpu, lower numEnvs, or use 'sync' (light envs step faster in one process)",
+            )
         return self
 
 

@@ -1,0 +1,111 @@
+"""Heavy envs over the cores: env steps/s of a CPU-bound env at 1 and 2 cores.
+
+The env is :mod:`bench.heavy_env`'s CartPole that burns ``--burn-ms`` of CPU per step (a
+stand-in for a Box2D/MuJoCo step). The bench process (and so every env subprocess it
+starts) is pinned to the first 1, then 2, CPUs with ``os.sched_setaffinity``. Rows, env
+steps/s, medians of interleaved repeats:
+
+* sync: our EnvRunner, ``vectorization: sync`` (all sub-envs in the worker process);
+* async: our EnvRunner, ``vectorization: async`` (one process per sub-env);
+* ceiling: bare ``gymnasium.vector.AsyncVectorEnv`` of the same sub-envs, random actions.
+
+Usage: ``python -m bench.bench_async [--envs 2 4 8] [--cores 1 2] [--burn-ms 2] [--seconds 2] [--repeats 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from bench.heavy_env import make
+from rolloutfleet import EnvRunner, RolloutJob
+from rolloutfleet.inference.cpu_threads import limit_cpu_threads
+from rolloutfleet.sampling.envs import EnvContext
+
+FRAGMENT = 10
+
+
+def rate(step: Callable[[], int], seconds: float) -> float:
+    step()  # warm-up
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        steps += step()
+    return steps / elapsed
+
+
+def ours(num_envs: int, vectorization: str, burn_ms: float) -> tuple[Callable[[], int], Any]:
+    env = {"entryPoint": "bench.heavy_env:make", "config": {"burnMs": burn_ms}, "numEnvs": num_envs}
+    spec = {"env": {**env, "vectorization": vectorization}, "sampling": {"seed": 0, "rolloutFragmentLength": FRAGMENT}}
+    job = RolloutJob.from_dict({"metadata": {"name": "bench"}, "spec": spec})
+    limit_cpu_threads(job.spec.policy.num_threads)
+    runner = EnvRunner(job)
+    return (lambda: len(runner.sample())), runner
+
+
+def bare(num_envs: int, burn_ms: float) -> tuple[Callable[[], int], Any]:
+    fns = [lambda i=i: make(EnvContext({"burnMs": burn_ms}, 0, i, 1)) for i in range(num_envs)]
+    env = gym.vector.AsyncVectorEnv(fns)
+    env.reset(seed=0)
+
+    def step() -> int:
+        for _ in range(FRAGMENT):
+            env.step(env.action_space.sample())
+        return FRAGMENT * num_envs
+
+    return step, env
+
+
+def measure(num_envs: int, args: argparse.Namespace) -> dict[str, float]:
+    built = {
+        "sync": ours(num_envs, "sync", args.burn_ms),
+        "async": ours(num_envs, "async", args.burn_ms),
+        "ceiling": bare(num_envs, args.burn_ms),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in built}
+    try:
+        for _ in range(args.repeats):  # interleaved: drift on a shared machine hits all rows alike
+            for name, (step, _) in built.items():
+                samples[name].append(rate(step, args.seconds))
+    finally:
+        for _, closeable in built.values():
+            closeable.close()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--envs", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--cores", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--burn-ms", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    available = sorted(os.sched_getaffinity(0))
+    print(
+        f"heavy env (CartPole + {args.burn_ms} ms CPU per step), EnvRunner MLP 64x64, env steps/s, "
+        f"median of {args.repeats} x {args.seconds}s; ideal per core: {1000 / args.burn_ms:,.0f}"
+    )
+    print(f"{'cores':>5} {'envs':>5} {'sync':>8} {'async':>8} {'ceiling':>8} {'async/sync':>11} {'async/ceiling':>14}")
+    for cores in args.cores:
+        if cores > len(available):
+            print(f"{cores:>5} skipped: this process may use {len(available)} CPU(s)")
+            continue
+        os.sched_setaffinity(0, available[:cores])  # env subprocesses inherit it
+        for n in args.envs:
+            med = measure(n, args)
+            print(
+                f"{cores:>5} {n:>5} {med['sync']:>8,.0f} {med['async']:>8,.0f} {med['ceiling']:>8,.0f}"
+                f" {med['async'] / med['sync']:>10.2f}x {med['async'] / med['ceiling']:>13.0%}",
+                flush=True,
+            )
+    os.sched_setaffinity(0, available)
+
+
+if __name__ == "__main__":
+    main()
