@@ -216,3 +216,30 @@ def test_multiagent_state_is_per_agent_and_replays(env_config: dict[str, Any]) -
     assert sum(replay(model, trajectory) for trajectory in found) >= 30
     assert any(len(np.unique(trajectory["call"])) > 1 for trajectory in found), "no trajectory spans fragments"
     assert len(np.unique(even["agent_index"])) >= 2  # several agents, each with its own state
+
+
+def test_multiagent_state_with_dict_observations_and_action_masks_replays() -> None:
+    """Tic-tac-toe's Dict observations (board and action mask), players acting in turns, a
+    recurrent policy: moves only on empty cells, each row's state_in the replay of its
+    player's game through the model's input (the board leaf)."""
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "ttt-lstm"},
+            "spec": {
+                "env": {"id": "pettingzoo.classic.tictactoe_v3", "numEnvs": 2},
+                "policy": {"hidden": [8], "device": "cpu", "recurrent": {"cell": "gru", "size": 4}},
+                "multiAgent": {
+                    "policies": {"default": {}},
+                    "policyMapping": {"rules": [{"regex": ".*", "policy": "default"}]},
+                },
+                "sampling": {"rolloutFragmentLength": 12, "seed": 1},
+            },
+        }
+    )
+    with MultiAgentEnvRunner(job) as runner:
+        batch = SampleBatch.concat([runner.sample().by_policy()["default"] for _ in range(3)])
+        policy = runner.policies["default"]
+        model = policy.torch_model()
+    assert batch["action_mask"][np.arange(len(batch)), batch["actions"]].all()
+    replayed = SampleBatch({**batch, "obs": policy.obs_parts.batch_input(batch)})
+    assert sum(replay(model, game) for game in episodes(replayed, key="agent")) >= 12
