@@ -279,6 +279,8 @@ class EnvRunner(Runner[SampleBatch]):
                 if noise is not None:
                     noise.reset(np.ones(n, np.bool_))
                 self._restart_state(np.ones(n, np.bool_))
+                if ended is not None:  # the rebuilt env's next step is its episodes' first, not a reset step
+                    ended[:] = False
                 env_step, obs, accounted = self.env.step, self._obs, s + 1
                 assert obs is not None
                 continue
