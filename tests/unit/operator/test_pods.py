@@ -100,6 +100,16 @@ def memory_of(pod: dict[str, Any]) -> tuple[str | None, str | None]:
         ({"resources": {"gpu": 1}}, "1Gi"),  # device auto in a pod with a GPU
         ({"resources": {"gpu": 1}, "policy": {"device": "cpu"}}, "192Mi"),
         ({"resources": {"memory": "3Gi"}, "policy": {"inference": "torch"}}, "3Gi"),  # the job's own wins
+        ({"policy": {"device": "cpu", "recurrent": {"cell": "lstm"}}}, "1Gi"),  # an LSTM/GRU acts in torch
+        (
+            {
+                "multiAgent": {
+                    "policies": {"a": {}, "b": {"recurrent": {"cell": "gru"}}},
+                    "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]},
+                }
+            },
+            "1Gi",
+        ),
         (
             {
                 "multiAgent": {

@@ -2,8 +2,8 @@
 
 A worker's default MLP on the CPU acts in numpy and never imports torch (about 70 MB of
 resident memory against about 560 MB with torch, measured by ``make bench``). torch is
-certain when a policy has an ``entryPoint``, ``inference: torch``, a ``cuda`` device, or
-``device: auto`` in a pod given a GPU. One case only the env can tell: image observations
+certain when a policy has an ``entryPoint``, ``recurrent`` (the LSTM/GRU model), ``inference:
+torch``, a ``cuda`` device, or ``device: auto`` in a pod given a GPU. One case only the env can tell: image observations
 (the default CNN) load torch too; such jobs should set ``resources.memory``.
 """
 
@@ -24,6 +24,7 @@ def policy_needs_torch(policy: PolicySpec, gpus: int) -> bool:
     """Whether this policy surely acts in torch in a pod with ``gpus`` GPUs."""
     return (
         policy.entry_point is not None
+        or policy.recurrent is not None
         or policy.inference == "torch"
         or policy.device.startswith("cuda")
         or (policy.device == "auto" and gpus > 0)
