@@ -104,7 +104,7 @@ def memory_of(pod: dict[str, Any]) -> tuple[str | None, str | None]:
         (
             {
                 "multiAgent": {
-                    "policies": {"a": {}, "b": {"inference": "torch"}},
+                    "policies": {"a": {}, "b": {"recurrent": {"cell": "gru"}}},
                     "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]},
                 }
             },
@@ -113,7 +113,7 @@ def memory_of(pod: dict[str, Any]) -> tuple[str | None, str | None]:
         (
             {
                 "multiAgent": {
-                    "policies": {"a": {}, "b": {"recurrent": {"cell": "gru"}}},
+                    "policies": {"a": {}, "b": {"inference": "torch"}},
                     "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]},
                 }
             },

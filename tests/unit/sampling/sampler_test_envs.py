@@ -215,3 +215,14 @@ def make_text_env(ctx: dict[str, Any]) -> gym.Env[Any, np.int64]:
     env = CounterEnv(ctx)
     env.observation_space = spaces.Text(8)  # type: ignore[assignment]
     return env  # type: ignore[return-value]
+
+
+def make_masked_counter_vec(num_envs: int = 1, length: int = 3) -> VectorEnv[Any, Any, Any]:
+    """Masked counters in gymnasium's SyncVectorEnv with NEXT_STEP autoreset (a vector entry
+    point), whose final observation allows no action (a finished game has no legal move): the
+    runner acts on it in the reset step, which the env ignores."""
+    creators = [lambda: MaskedCounterEnv({"length": length, "empty_mask_at": length}) for _ in range(num_envs)]
+    return gym.vector.SyncVectorEnv(creators, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+gym.register("RolloutFleetMaskedCounterVec-v0", vector_entry_point=make_masked_counter_vec)

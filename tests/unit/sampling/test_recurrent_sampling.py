@@ -243,3 +243,56 @@ def test_noise_exploration_on_continuous_actions_with_a_recurrent_model(kind: st
     assert (batch["exploration_scale"] == 0.3).all()
     assert np.abs(batch["actions"] - np.clip(mean, -2, 2)).max() > 0.05  # noise was added to the mean
     assert (np.abs(batch["actions"]) <= 2).all()
+
+
+def test_multiagent_state_with_dict_observations_and_action_masks_replays() -> None:
+    """Tic-tac-toe's Dict observations (board and action mask), players acting in turns, a
+    recurrent policy: moves only on empty cells, each row's state_in the replay of its
+    player's game through the model's input (the board leaf)."""
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "ttt-lstm"},
+            "spec": {
+                "env": {"id": "pettingzoo.classic.tictactoe_v3", "numEnvs": 2},
+                "policy": {"hidden": [8], "device": "cpu", "recurrent": {"cell": "gru", "size": 4}},
+                "multiAgent": {
+                    "policies": {"default": {}},
+                    "policyMapping": {"rules": [{"regex": ".*", "policy": "default"}]},
+                },
+                "sampling": {"rolloutFragmentLength": 12, "seed": 1},
+            },
+        }
+    )
+    with MultiAgentEnvRunner(job) as runner:
+        batch = SampleBatch.concat([runner.sample().by_policy()["default"] for _ in range(3)])
+        policy = runner.policies["default"]
+        model = policy.torch_model()
+    assert batch["action_mask"][np.arange(len(batch)), batch["actions"]].all()
+    replayed = SampleBatch({**batch, "obs": policy.obs_parts.batch_input(batch)})
+    assert sum(replay(model, game) for game in episodes(replayed, key="agent")) >= 12
+
+
+def test_state_replays_after_a_vector_env_fails_on_its_reset_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NEXT_STEP autoreset: the vector env raises on the reset step that follows its episodes'
+    end (4th step, episodes of 3). The rebuilt env's episodes replay from their first row: the
+    state is not restarted again one step into them."""
+    from tests.unit.sampling.sampler_test_envs import CounterVectorEnv
+
+    monkeypatch.setattr(CounterVectorEnv, "failures_left", 1)
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "lstm-crash"},
+            "spec": {
+                "env": {"id": "RolloutFleetCounterVec-v0", "numEnvs": 2, "config": {"length": 3, "fail_at": 4}},
+                "policy": {"hidden": [8], "device": "cpu", "recurrent": {"cell": "lstm", "size": 4}},
+                "sampling": {"rolloutFragmentLength": 12, "seed": 2},
+            },
+        }
+    )
+    with EnvRunner(job) as runner:
+        batch = runner.sample()
+        model = runner.policy.torch_model()
+    assert runner.get_metrics()["num_env_restarts"] == 1
+    found = episodes(batch)
+    assert len(found) >= 6 and all(len(episode) == 3 for episode in found)
+    assert sum(replay(model, episode) for episode in found) >= 18

@@ -180,3 +180,21 @@ def test_a_recurrent_policy_reads_dict_observations_and_keeps_the_mask() -> None
         assert state.shape == (len(batch), 8)
         assert not state[first].any()  # every episode starts from the zero state
         assert state[~first].any(axis=1).all()  # and carries one after its first step
+
+
+@pytest.mark.parametrize("policy", [{}, {"recurrent": {"cell": "gru", "size": 4}, "device": "cpu"}])
+def test_next_step_autoreset_acts_on_a_final_observation_that_allows_no_action(policy: dict[str, Any]) -> None:
+    """NEXT_STEP: the reset step's observation is the episode's last, whose mask may be empty
+    (no legal move at the end): not an error, and no row of the batch."""
+    MaskedCounterEnv.illegal = 0
+    env = {"id": "RolloutFleetMaskedCounterVec-v0", "numEnvs": 2, "config": {"length": 3}}
+    runner = EnvRunner(job(env, {"rolloutFragmentLength": 12}, policy))
+    try:
+        assert runner.vectorization == "vector"
+        batch = runner.sample()
+    finally:
+        runner.close()
+    assert batch["action_mask"][np.arange(len(batch)), batch["actions"]].all()
+    assert MaskedCounterEnv.illegal == 0
+    np.testing.assert_array_equal(batch["terminateds"], batch["new_obs/observation"][:, 1] == 3)
+    assert len(batch) == 24 and batch["terminateds"].sum() == 8  # 12 transitions per sub-env: 4 episodes of 3

@@ -59,3 +59,17 @@ def test_atari_ids_without_wrappers_use_ale_s_vector_env() -> None:
         runner.close()
     assert batch["obs"].shape == (40, 4, 84, 84)  # ale-py's vector env preprocesses and stacks 4 frames
     np.testing.assert_array_equal(batch["new_obs"][:, :3], batch["obs"][:, 1:])
+
+
+def test_a_learner_s_model_for_ale_s_vector_env_fits_the_workers() -> None:
+    """build_model reads the spaces the workers sample (ale-py's vector env preprocesses and
+    stacks frames), so the learner's state dict is one the workers load."""
+    from rolloutfleet.sampling.runners import build_model
+
+    pong = job({"id": "ALE/Pong-v5", "numEnvs": 2}, fragment=20)
+    runner = EnvRunner(pong)
+    try:
+        learner_weights = build_model(pong).state_dict()
+        assert runner.policy.set_weights(learner_weights, 1)
+    finally:
+        runner.close()

@@ -194,3 +194,24 @@ def test_kubernetes_quantities() -> None:
     for bad in ("lots", "1 Gi", "Gi", "1GB", "-1Gi"):
         with pytest.raises(ValueError, match="quantity"):
             parse_quantity(bad)
+
+
+@pytest.mark.parametrize(
+    ("policy", "override"),
+    [
+        ({"recurrent": {"cell": "lstm"}}, {"entryPoint": "pkg.mod:Model"}),
+        ({"entryPoint": "pkg.mod:Model"}, {"recurrent": {"cell": "gru"}}),
+    ],
+    ids=["recurrent-base-custom-override", "custom-base-recurrent-override"],
+)
+def test_a_multiagent_policy_both_recurrent_and_custom_is_refused_naming_it(
+    policy: dict[str, Any], override: dict[str, Any]
+) -> None:
+    """spec.policy's fields merged with a policy's overrides: recurrent wraps the default model only."""
+    multi = {"policies": {"a": {}, "b": override}, "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]}}
+    spec = {"env": {"entryPoint": "pkg.env:make"}, "policy": policy, "multiAgent": multi}
+    with pytest.raises(SpecError) as refused:
+        RolloutJob.from_dict({"metadata": {"name": "x"}, "spec": spec})
+    assert str(refused.value).startswith("spec.multiAgent.policies.b.recurrent: wraps the default model"), str(
+        refused.value
+    )

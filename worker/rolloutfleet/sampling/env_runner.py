@@ -140,6 +140,9 @@ class EnvRunner(Runner[SampleBatch]):
         self._grid = Grid(n, self._grid_columns(), self.observation_space.shape or (), obs_dtype, leaves)
         self._obs: np.ndarray | None = None
         self._pending_reset = np.zeros(n, np.bool_)  # NEXT_STEP: this step's row is the reset step
+        # NEXT_STEP with action masks: a reset step acts on its episode's final observation, whose
+        # mask may allow nothing (a finished game); its action is ignored and its row dropped.
+        self._mask_exempt = np.zeros(n, np.bool_) if self.parts.masked and not self._same_step else None
         self._eps_id = np.zeros(n, np.int64)
         self._t = np.zeros(n, np.int64)
         self._ep_return = np.zeros(n, np.float64)
@@ -263,6 +266,9 @@ class EnvRunner(Runner[SampleBatch]):
         ended = self._pending_reset.copy() if noise is not None or recurrent else None
         obs = self._obs
         assert obs is not None  # _reset_envs set it
+        exempt = self._mask_exempt
+        if exempt is not None:
+            exempt[:] = self._pending_reset
         put(start, obs)
         accounted = start  # rows before this one have their episode bookkeeping done
         # Weights change only between sample() calls, so weights_seq_no (like env_id and
@@ -279,6 +285,10 @@ class EnvRunner(Runner[SampleBatch]):
                 if noise is not None:
                     noise.reset(np.ones(n, np.bool_))
                 self._restart_state(np.ones(n, np.bool_))
+                if ended is not None:  # the rebuilt env's next step is its episodes' first, not a reset step
+                    ended[:] = False
+                if exempt is not None:
+                    exempt[:] = False
                 env_step, obs, accounted = self.env.step, self._obs, s + 1
                 assert obs is not None
                 continue
@@ -288,6 +298,8 @@ class EnvRunner(Runner[SampleBatch]):
             c_vf[s] = values
             c_term[s] = terminateds
             c_trunc[s] = truncateds
+            if exempt is not None:
+                np.logical_or(terminateds, truncateds, out=exempt)
             if ended is not None:
                 done = terminateds | truncateds
                 starts = done if same_step else ended
@@ -345,12 +357,15 @@ class EnvRunner(Runner[SampleBatch]):
         parts = self.parts
         paths, masked = parts.paths, parts.masked
         names = [f"sub-env {i}" for i in range(self.num_envs)]
+        exempt = self._mask_exempt
 
         def read(obs: Any) -> tuple[Any, np.ndarray | None]:
             leaves = leaf_values(obs, paths)
             if not masked:
                 return parts.model_input(leaves), None
             mask = np.asarray(leaves[MASK_KEY]) != 0
+            if exempt is not None and exempt.any():
+                mask[exempt] = True  # reset steps: any action (ignored by the env)
             try:
                 check_masks(mask, names, "")
             except ValueError as exc:

@@ -193,12 +193,20 @@ def _bare_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callabl
 
 def env_spaces(spec: EnvSpec, worker_index: int, num_workers: int) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
     """A sub-env's observation and action spaces: EnvPool's from its spec (building a pool
-    takes seconds), else those of one sub-env, built and closed."""
-    if choose_vectorization(spec) == "envpool":
+    takes seconds), an env's own vector env's (ale-py's preprocesses and stacks frames), else
+    those of one sub-env, built and closed."""
+    mode = choose_vectorization(spec)
+    if mode == "envpool":
         from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv
 
         pool = EnvPoolVectorEnv(spec)
         return pool.single_observation_space, pool.single_action_space
+    if mode == "vector":
+        vec = make_vector_env(spec.model_copy(update={"num_envs": 1}), worker_index, num_workers)
+        try:
+            return vec.single_observation_space, vec.single_action_space
+        finally:
+            vec.close()
     env = env_creator(spec, worker_index, num_workers)(0)
     try:
         return env.observation_space, env.action_space

@@ -372,7 +372,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 starts = [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in zip(envs, agents, strict=True)]
                 self._noise[policy_id].bind(zip(envs, agents, strict=True), starts)
             if self._stateful and policy_id in self._stateful:
-                action, logp, dist_inputs, values = self._act_stateful(policy_id, rows, start, envs, agents, mask)
+                action, logp, dist_inputs, values = self._act_stateful(policy_id, rows, start, envs, agents, obs, mask)
             else:
                 action, logp, dist_inputs, values = acts[policy_id](obs) if mask is None else acts[policy_id](obs, mask)
             cols[sb.ACTIONS][start:end] = action
@@ -420,10 +420,18 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self.stats.period.agent_steps += sum(len(group[0]) for group in groups.values())
 
     def _act_stateful(
-        self, policy_id: str, rows: PolicyRows, start: int, envs: list[int], agents: list[Any], mask: np.ndarray | None
+        self,
+        policy_id: str,
+        rows: PolicyRows,
+        start: int,
+        envs: list[int],
+        agents: list[Any],
+        obs: np.ndarray,
+        mask: np.ndarray | None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Act for rows ``start:`` of a stateful policy: each (sub-env, agent)'s state (the
-        initial one at its episode's start) into ``state_in``, the new state kept per agent."""
+        """Act for rows ``start:`` of a stateful policy on the model's input ``obs`` (a Dict's
+        encoded leaves): each (sub-env, agent)'s state (the initial one at its episode's start)
+        into ``state_in``, the new state kept per agent."""
         end = start + len(envs)
         parts = len(rows.initial_state)
         state_in = [rows.columns[name][start:end] for name in rows.state_names[:parts]]
@@ -433,7 +441,6 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             for k in range(parts):
                 state_in[k][offset] = initial[k] if kept is None else kept[k]
         act = self._stateful[policy_id]
-        obs = rows.obs[start:end]
         action, logp, dist_inputs, values, new_state = act(obs, state_in, mask)
         for name, part in zip(rows.state_names[parts:], new_state, strict=False):
             rows.columns[name][start:end] = part

@@ -130,9 +130,9 @@ class Runner(Generic[BatchT]):
     def get_state(self) -> dict[str, Any]:
         """Weights and their versions, filter states and lifetime counters, per policy.
 
-        A stateful model's per-sub-env state is not part of it: a runner restored with
-        :meth:`set_state` resets its envs, so every episode (and with it the model state)
-        starts anew; carrying a state over from another episode would be wrong for it."""
+        A stateful model's per-sub-env state is not part of it (it belongs to the runner's own
+        episodes): :meth:`set_state` leaves a runner's running episodes, and their model
+        states, as they are; a new runner starts every episode from the initial state."""
         return {
             "weights": self.get_weights(),
             "weights_seq_nos": self.weights_seq_nos,

@@ -2,8 +2,8 @@
 
 A worker's default MLP on the CPU acts in numpy and never imports torch (about 70 MB of
 resident memory against about 560 MB with torch, measured by ``make bench``). torch is
-certain when a policy has an ``entryPoint``, ``recurrent``, ``inference: torch``, a ``cuda`` device, or
-``device: auto`` in a pod given a GPU. One case only the env can tell: image observations
+certain when a policy has an ``entryPoint``, ``recurrent`` (the LSTM/GRU model), ``inference:
+torch``, a ``cuda`` device, or ``device: auto`` in a pod given a GPU. One case only the env can tell: image observations
 (the default CNN) load torch too; such jobs should set ``resources.memory``.
 """
 

@@ -468,6 +468,12 @@ class RolloutJobSpec(_Model):
                 )
             if self.env.vectorization == "envpool":
                 raise _SubfieldError("env.vectorization", "'envpool' steps single-agent envs only")
+            for policy_id, overrides in self.multi_agent.policies.items():
+                merged = overrides.apply(self.policy)  # spec.policy's fields, then the policy's own
+                try:
+                    check_recurrent(merged.recurrent, merged.entry_point)
+                except _SubfieldError as exc:
+                    raise _SubfieldError(f"multiAgent.policies.{policy_id}.{exc.path}", str(exc)) from None
         return self
 
     @model_validator(mode="after")
