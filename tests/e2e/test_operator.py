@@ -224,3 +224,27 @@ def test_the_operator_user_has_only_what_it_needs(cluster: Cluster, operator_rba
         ("create", "rolebindings"),
     ]:
         assert can(verb, resource, "-n", "default") == "no", f"{verb} {resource}"
+
+
+def test_a_job_on_a_redis_cluster_spreads_over_its_masters_and_reports_progress(
+    cluster: Cluster, kubelet: LocalKubelet, operators: OperatorFactory, jobs: Jobs, namespace: str
+) -> None:
+    """The job's URL names one node of a Redis Cluster, nothing else: workers find the
+    cluster, write one shard per master, and the operator reads their heartbeats from it."""
+    from rolloutfleet.transport.consumer import BatchConsumer
+    from tests.integration.redis_cluster import LocalCluster
+
+    with LocalCluster(masters=3, replicas=0) as redis_cluster:
+        operators.start()
+        jobs.create(job_manifest("spread", redis_cluster.url, replicas=3))
+        wait_for(lambda: jobs.running("spread", 3), 90, jobs.describe)
+        read_batches(redis_cluster.url, "spread", namespace, {0, 1, 2})
+        consumer = BatchConsumer(redis_cluster.url, "spread", namespace=namespace, group="e2e")
+        # One shard per master (the default), each stream on its own master.
+        assert len(consumer.shards) == 3
+        assert len({redis_cluster.master_of(shard.keys.batches) for shard in consumer.shards}) == 3
+        wait_for(lambda: jobs.status("spread").get("stepsPerSecond", 0) > 0, 60, jobs.describe)
+        status = jobs.status("spread")
+        assert status["readyReplicas"] == 3 and status["restarts"] == 0
+        jobs.api.delete_namespaced_custom_object("rolloutfleet.io", "v1alpha1", namespace, "rolloutjobs", "spread")
+        wait_for(lambda: not jobs.pods("spread"), 60, jobs.describe)
