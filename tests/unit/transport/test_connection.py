@@ -80,8 +80,11 @@ def test_urls_are_checked_and_shown_without_their_password() -> None:
         ("h:6379", "must start with redis://"),
         ("redis://:hunter2@h:99999/0", "its port is not a number"),
         ("unix://", "names no socket path"),
+        ("redis://:hunter2@h:6379/abc", "its path '/abc' is not a database number"),
     ]:
         with pytest.raises(ValueError, match=why) as caught:
             check_url(bad)
         assert "hunter2" not in str(caught.value)
+    with pytest.raises(ValueError, match="'redis://h:99999/0' is not a Redis URL"):  # the port as written
+        check_url("redis://h:99999/0")
     assert address("redis://:hunter2@10.0.0.7:6380/2") == "10.0.0.7:6380"

@@ -316,13 +316,17 @@ def check_url(url: str) -> None:
     parts = urllib.parse.urlsplit(url)
     why = "" if parts.scheme in _SCHEMES else "it must start with redis://, rediss:// or unix://"
     try:
-        port = f":{parts.port}" if parts.port else ""
+        parts.port  # noqa: B018 - urllib checks the port when it is read
     except ValueError:
-        port, why = "", why or "its port is not a number from 0 to 65535"
+        why = why or "its port is not a number from 0 to 65535"
     if not why and parts.scheme == "unix" and not parts.path:
         why = "it names no socket path"
+    if not why and parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        # redis-py would quietly use database 0
+        why = f"its path {parts.path!r} is not a database number (redis://HOST:PORT/DB)"
     if why:
-        shown = urllib.parse.urlunsplit((parts.scheme, (parts.hostname or "") + port, parts.path, "", ""))
+        host = parts.netloc.rsplit("@", 1)[-1]  # as written (a bad port too), never the password
+        shown = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
         raise ValueError(f"{shown!r} is not a Redis URL: {why}")
 
 
