@@ -9,17 +9,14 @@ but FAIL under ``CI=true`` (as in ``redis_server.py``).
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
 
-import pytest
 import redis
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
-from tests.integration.redis_server import redis_server_binary
+from tests.integration.redis_server import redis_server_binary, tool_binary
 
 NODE_TIMEOUT_MS = 1000
 """How long a master may be silent before its replica takes over (kept short for tests)."""
@@ -27,13 +24,7 @@ NODE_TIMEOUT_MS = 1000
 
 def redis_cli_binary() -> str:
     """The path of ``redis-cli``; skips the test where it is missing (fails under CI)."""
-    binary = shutil.which("redis-cli")
-    if binary is None:
-        message = "redis-cli not found on PATH (Debian: apt-get install redis-tools, or `make install`)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
+    return tool_binary("redis-cli", "redis-tools")
 
 
 def _cluster_port() -> int:

@@ -37,15 +37,20 @@ class RedisServer(EmbeddedRedis):
         return Pause(self).start()
 
 
-def redis_server_binary() -> str:
-    """The path of ``redis-server``; skips the test where it is missing (fails under CI)."""
-    binary = shutil.which("redis-server")
+def tool_binary(name: str, package: str) -> str:
+    """The path of ``name``; skips the test where it is missing (fails under CI)."""
+    binary = shutil.which(name)
     if binary is None:
-        message = "redis-server not found on PATH (Debian: apt-get install redis-server, or `make install`)"
+        message = f"{name} not found on PATH (Debian: apt-get install {package}, or `make install`)"
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
         pytest.skip(message)
     return binary
+
+
+def redis_server_binary() -> str:
+    """The path of ``redis-server``; skips the test where it is missing (fails under CI)."""
+    return tool_binary("redis-server", "redis-server")
 
 
 class Pause:
