@@ -17,26 +17,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
+from bench.bench_sampling import rate
 from bench.heavy_env import make
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
 from rolloutfleet.sampling.envs import EnvContext
 
 FRAGMENT = 10
-
-
-def rate(step: Callable[[], int], seconds: float) -> float:
-    step()  # warm-up
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        steps += step()
-    return steps / elapsed
 
 
 def ours(num_envs: int, vectorization: str, burn_ms: float) -> tuple[Callable[[], int], Any]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,13 @@ import gymnasium as gym
 import numpy as np
 import yaml
 
+from bench.bench_sampling import rate
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pong.yaml"
 FRAGMENT = 16
 """Steps per sub-env per sample() call: small, so a call at 64 envs takes about a second."""
-
-
-def rate(step: Callable[[], int], seconds: float) -> float:
-    step()  # warm-up
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        steps += step()
-    return steps / elapsed
 
 
 def example_env(num_envs: int) -> dict[str, Any]:
