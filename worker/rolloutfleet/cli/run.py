@@ -157,22 +157,12 @@ def run_fleet(args: argparse.Namespace) -> int:
 def _unreachable(url: str, timeout_s: float) -> int | None:
     """An external ``--redis`` checked before any worker starts: None when it answers within
     ``timeout_s``, else one line on stderr and the exit code (workers would retry for ever)."""
-    import redis
-
-    from rolloutfleet.transport.connection import PASSWORD_ENV, check_reachable
+    from rolloutfleet.cli.preflight import unreachable
 
     if not timeout_s > 0:
         print(f"rolloutfleet run: --redis-timeout must be > 0 s, got {timeout_s:g}", file=sys.stderr)
         return 2
-    try:
-        check_reachable(url, os.environ.get(PASSWORD_ENV) or None, timeout_s)
-    except ValueError as exc:
-        print(f"rolloutfleet run: --redis {exc}", file=sys.stderr)
-        return 2
-    except redis.RedisError as exc:
-        print(f"rolloutfleet run: {exc}", file=sys.stderr)
-        return 1
-    return None
+    return unreachable("run", url, timeout_s)
 
 
 class StopSignals:

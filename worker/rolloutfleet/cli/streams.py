@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rolloutfleet.cli.preflight import unreachable
 from rolloutfleet.spec.redis_keys import (
     BATCHES_PATTERN,
     DEFAULT_GROUP,
@@ -89,24 +90,6 @@ def add_streams_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.set_defaults(run=run_streams)
     return parser
-
-
-def unreachable(command: str, url: str, timeout_s: float) -> int | None:
-    """Start-up check: None when Redis at ``url`` answers within ``timeout_s`` (retried while
-    it is away; a wrong password at once); else one line on stderr and the exit code."""
-    import redis
-
-    from rolloutfleet.transport.connection import check_reachable
-
-    try:
-        check_reachable(url, timeout_s=timeout_s)
-    except ValueError as exc:  # not a Redis URL
-        print(f"rolloutfleet {command}: --redis {exc}", file=sys.stderr)
-        return 2
-    except redis.RedisError as exc:
-        print(f"rolloutfleet {command}: {exc}", file=sys.stderr)
-        return 1
-    return None
 
 
 def run_consume(args: argparse.Namespace) -> int:
