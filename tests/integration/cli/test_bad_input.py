@@ -4,7 +4,6 @@ that is not a stream. Each: one clear line, nothing lost, no hang."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,28 +11,19 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
+from tests.integration.cli.cli_kit import run_cli
 from tests.integration.redis_server import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.integration
 KEYS = job_keys("default", "cartpole")
 
 
-def run(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_consume_parser(commands)
-    add_streams_parser(commands)
-    args = parser.parse_args(argv)
-    return int(args.run(args))
-
-
 def consume(url: str, output: Path, *extra: str) -> int:
-    return run("consume", "--redis", url, "--job", "cartpole", "--output", str(output), *extra)
+    return run_cli("consume", "--redis", url, "--job", "cartpole", "--output", str(output), *extra)
 
 
 def one_line(text: str) -> str:
@@ -142,5 +132,5 @@ def test_no_redis_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert consume(url, tmp_path / "x.npz", "--count", "1", "--timeout", "1") == 1
     line = one_line(capsys.readouterr().err)
     assert line.endswith(f"redis at {url[8:-2]}: connection refused (tried for 1 s)"), line
-    assert run("streams", "--redis", url, "--timeout", "1") == 1
+    assert run_cli("streams", "--redis", url, "--timeout", "1") == 1
     assert "connection refused" in one_line(capsys.readouterr().err)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import threading
 import time
@@ -12,22 +11,13 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.stream_status import Hold, read_stream_status
+from tests.integration.cli.cli_kit import run_cli
 
 pytestmark = pytest.mark.integration
-
-
-def run(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_consume_parser(commands)
-    add_streams_parser(commands)
-    args = parser.parse_args(argv)
-    return int(args.run(args))
 
 
 def test_consume_saves_columns_with_per_row_metadata(redis_url: str, tmp_path: Path) -> None:
@@ -36,7 +26,7 @@ def test_consume_saves_columns_with_per_row_metadata(redis_url: str, tmp_path: P
         publisher.publish({"obs": np.full((worker + 1, 2), worker, np.float32)}, weights_seq_no=10 + worker,
                           worker_index=worker)  # fmt: skip
     output = tmp_path / "out.npz"
-    assert run("consume", "--redis", redis_url, "--job", "cartpole", "--namespace", "team", "--count", "3",
+    assert run_cli("consume", "--redis", redis_url, "--job", "cartpole", "--namespace", "team", "--count", "3",
                "--output", str(output)) == 0  # fmt: skip
     with np.load(output, allow_pickle=False) as data:
         assert data["obs"].shape == (6, 2)
@@ -48,7 +38,7 @@ def test_consume_saves_each_rows_own_weights_version(redis_url: str, tmp_path: P
     publisher = BatchPublisher(redis_url, "cartpole")
     publisher.publish({"obs": np.zeros((3, 2), np.float32), "weights_seq_no": np.array([3, 7, 7])})
     output = tmp_path / "out.npz"
-    assert run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "1", "--output", str(output)) == 0
+    assert run_cli("consume", "--redis", redis_url, "--job", "cartpole", "--count", "1", "--output", str(output)) == 0
     with np.load(output, allow_pickle=False) as data:
         assert data["weights_seq_no"].tolist() == [3, 7, 7]  # not the entry's newest version on every row
 
@@ -56,7 +46,7 @@ def test_consume_saves_each_rows_own_weights_version(redis_url: str, tmp_path: P
 def test_consume_gives_up_without_enough_batches(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = run("consume", "--redis", redis_url, "--job", "idle", "--count", "1", "--output", str(tmp_path / "x.npz"),
+    code = run_cli("consume", "--redis", redis_url, "--job", "idle", "--count", "1", "--output", str(tmp_path / "x.npz"),
                "--timeout", "0.2")  # fmt: skip
     assert code == 1 and "0 of 1 batches" in capsys.readouterr().err
 
@@ -69,12 +59,12 @@ def test_streams_lists_every_job(
     BatchPublisher(redis_url, "pong", "default").publish({"obs": np.zeros(2)})
     for policy in ("red", "blue"):  # a multi-agent job: one stream per policy
         BatchPublisher(redis_url, "tag", "default", policy=policy).publish({"obs": np.zeros(2)})
-    run("consume", "--redis", redis_url, "--job", "pong", "--count", "1", "--output", str(tmp_path / "pong.npz"),
+    run_cli("consume", "--redis", redis_url, "--job", "pong", "--count", "1", "--output", str(tmp_path / "pong.npz"),
         "--group", "learner", "--timeout", "5")  # fmt: skip
-    run("consume", "--redis", redis_url, "--job", "tag", "--policy", "red", "--count", "1", "--output",
+    run_cli("consume", "--redis", redis_url, "--job", "tag", "--policy", "red", "--count", "1", "--output",
         str(tmp_path / "red.npz"), "--group", "red-learner", "--timeout", "5")  # fmt: skip
     capsys.readouterr()
-    assert run("streams", "--redis", redis_url) == 0
+    assert run_cli("streams", "--redis", redis_url) == 0
     out = capsys.readouterr().out
     assert "team/cartpole" in out and "default/pong" in out and "learner" in out
     assert "default/tag (blue)" in out and "default/tag (red)" in out and "red-learner" in out
@@ -86,7 +76,9 @@ def test_consume_without_a_group_only_looks(redis_url: str, tmp_path: Path) -> N
         publisher.publish({"obs": np.full((1, 2), worker, np.float32)}, worker_index=worker)
     output = tmp_path / "look.npz"
     for _ in range(2):  # looking twice sees the same oldest entries: nothing was consumed
-        assert run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "3", "--output", str(output)) == 0
+        assert (
+            run_cli("consume", "--redis", redis_url, "--job", "cartpole", "--count", "3", "--output", str(output)) == 0
+        )
         with np.load(output, allow_pickle=False) as data:
             assert data["worker_index"].tolist() == [0, 1, 2]
     client = redis.Redis.from_url(redis_url)
@@ -99,7 +91,7 @@ def test_consume_as_a_group_acknowledges_what_it_saved(redis_url: str, tmp_path:
     for worker in range(4):
         publisher.publish({"obs": np.full((2, 2), worker, np.float32)}, worker_index=worker)
     output = tmp_path / "as-group.npz"
-    assert run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "3", "--output", str(output),
+    assert run_cli("consume", "--redis", redis_url, "--job", "cartpole", "--count", "3", "--output", str(output),
                "--group", "inspect") == 0  # fmt: skip
     with np.load(output, allow_pickle=False) as data:
         assert data["worker_index"].tolist() == [0, 0, 1, 1, 2, 2]
@@ -111,7 +103,7 @@ def test_consume_as_a_group_acknowledges_what_it_saved(redis_url: str, tmp_path:
 def test_consume_refuses_a_consumer_name_without_a_group(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = run("consume", "--redis", redis_url, "--job", "cartpole", "--count", "1", "--output",
+    code = run_cli("consume", "--redis", redis_url, "--job", "cartpole", "--count", "1", "--output",
                str(tmp_path / "x.npz"), "--consumer", "me")  # fmt: skip
     assert code == 2 and "--consumer names a consumer of --group" in capsys.readouterr().err
 
@@ -144,7 +136,7 @@ def test_streams_shows_which_group_holds_the_workers_back_and_since_when(
     try:
         time.sleep(2.5)  # the wait has lasted over a second: the workers say who holds them
         capsys.readouterr()
-        assert run("streams", "--redis", redis_url) == 0
+        assert run_cli("streams", "--redis", redis_url) == 0
         out = capsys.readouterr().out
         line = next(line for line in out.splitlines() if line.startswith("default/held:"))
         assert "group 'learner' holds the workers back since" in line, out
@@ -207,7 +199,7 @@ def test_consume_saves_dict_observation_leaves_as_their_own_columns(redis_url: s
     batch = EnvRunner(job).sample()
     BatchPublisher(redis_url, "masked").publish(batch)
     output = tmp_path / "out.npz"
-    assert run("consume", "--redis", redis_url, "--job", "masked", "--count", "1", "--output", str(output)) == 0
+    assert run_cli("consume", "--redis", redis_url, "--job", "masked", "--count", "1", "--output", str(output)) == 0
     with np.load(output, allow_pickle=False) as data:
         for name in ("obs/observation", "obs/action_mask", "new_obs/observation", "new_obs/action_mask", "action_mask"):
             np.testing.assert_array_equal(data[name], batch[name])

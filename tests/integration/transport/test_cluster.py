@@ -5,7 +5,6 @@ published batch, and bad input is one line."""
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 from pathlib import Path
@@ -14,7 +13,6 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
@@ -24,6 +22,7 @@ from rolloutfleet.transport.filter_sync import FilterSync, read_filter
 from rolloutfleet.transport.heartbeat import read_heartbeats, write_heartbeat
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.weights import WeightPublisher, WeightSubscriber
+from tests.integration.cli.cli_kit import run_cli
 from tests.integration.redis_cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -234,12 +233,3 @@ def test_streams_and_consume_show_and_read_every_shard(
                    "--group", "learner") == 0  # fmt: skip
     with np.load(taken, allow_pickle=False) as data:
         assert sorted(data["value"].tolist()) == [0, 1, 1, 2, 2, 2]
-
-
-def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_consume_parser(commands)
-    add_streams_parser(commands)
-    args = parser.parse_args(argv)
-    return int(args.run(args))
