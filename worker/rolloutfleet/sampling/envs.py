@@ -24,10 +24,11 @@ declares (NEXT_STEP for gymnasium's own and for EnvPool). The sampler handles bo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from copy import deepcopy
 from typing import Any, cast
 
@@ -230,11 +231,25 @@ def choose_vectorization(spec: EnvSpec) -> str:
     return "sync"
 
 
+@contextlib.contextmanager
+def env_build_errors(spec: EnvSpec) -> Iterator[None]:
+    """Whatever building the env raises becomes one :class:`SpecError` line naming the field
+    (``spec.env.id`` or ``spec.env.entryPoint``): for the operator, not a traceback."""
+    field = "spec.env.id" if spec.id is not None else "spec.env.entryPoint"
+    try:
+        yield
+    except SpecError:
+        raise
+    except gym.error.Error as exc:
+        raise SpecError(f"{field}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
+        raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
+
+
 def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> VectorEnv[Any, Any, Any]:
     """Build the worker's vector env; every failure becomes a SpecError naming the field."""
     mode = choose_vectorization(spec)
-    field = "spec.env.id" if spec.id is not None else "spec.env.entryPoint"
-    try:
+    with env_build_errors(spec):
         if mode == "vector":
             assert spec.id is not None
             if not has_vector_entry_point(spec.id):
@@ -252,12 +267,6 @@ def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> Vecto
             return ResetGuard(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP), spec)
         budget = FailureBudget(spec.max_consecutive_failures, env_name(spec), spec.restart_failed_sub_envs)
         return ResilientSyncVectorEnv(create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs, budget=budget)
-    except SpecError:
-        raise
-    except gym.error.Error as exc:
-        raise SpecError(f"{field}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
-        raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
 
 
 class ResetGuard(VectorWrapper):

@@ -22,13 +22,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import gymnasium as gym
 from gymnasium import spaces
 
 from rolloutfleet.inference.default_mlp import MLPLayout, is_image_space
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.obs_spaces import obs_parts
-from rolloutfleet.sampling.envs import env_spaces
+from rolloutfleet.sampling.envs import env_build_errors, env_spaces
 from rolloutfleet.spec.job import RolloutJob, SpecError, parse_quantity
 
 PAYLOAD_CAP_BYTES = 32 << 20
@@ -156,16 +155,8 @@ def problems(job: RolloutJob, size: SizeEstimate) -> list[str]:
 
 def _spaces(job: RolloutJob) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
     """A sub-env's spaces; a failure is a SpecError naming the field (as the runner says it)."""
-    spec = job.spec.env
-    field = "spec.env.id" if spec.id is not None else "spec.env.entryPoint"
-    try:
-        return env_spaces(spec, worker_index=0, num_workers=max(job.spec.replicas, 1))
-    except SpecError:
-        raise
-    except gym.error.Error as exc:
-        raise SpecError(f"{field}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
-        raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
+    with env_build_errors(job.spec.env):
+        return env_spaces(job.spec.env, worker_index=0, num_workers=max(job.spec.replicas, 1))
 
 
 def space_problems(job: RolloutJob, obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> list[str]:
