@@ -51,3 +51,13 @@ def test_lifetime_counters_survive_state_including_the_open_period() -> None:
     metrics = fresh.metrics()
     assert metrics["num_env_steps_sampled_lifetime"] == 100 and metrics["num_agent_steps_sampled_lifetime"] == 250
     assert metrics["num_episodes_lifetime"] == 3
+
+
+def test_state_set_on_a_runner_with_an_open_period_is_not_counted_twice() -> None:
+    running = EpisodeStats()
+    running.episodes(np.ones(2), np.ones(2, np.int64))  # ended since its last metrics()
+    running.set_state({"num_episodes_lifetime": 10})
+    assert running.get_state()["num_episodes_lifetime"] == 10
+    assert running.metrics()["num_episodes_lifetime"] == 10
+    running.episodes(np.ones(1), np.ones(1, np.int64))
+    assert running.metrics()["num_episodes_lifetime"] == 11

@@ -56,6 +56,16 @@ def test_a_schedule_follows_the_global_step_applied_between_fragments() -> None:
     assert fresh.sum() > 1500 and non_greedy(greedy, fresh) == 0
 
 
+def test_a_new_runner_given_the_state_explores_at_the_scheduled_scale() -> None:
+    schedule = {"type": "epsilonGreedy", "schedule": {"initial": 1.0, "final": 0.0, "steps": 1000}}
+    runner = EnvRunner(cartpole(schedule))
+    runner.set_global_step(750)  # ε = 1 - 750 / 1000
+    fresh = EnvRunner(cartpole(schedule), worker_index=1)
+    fresh.set_state(runner.get_state())
+    assert fresh.global_step == 750 and fresh.get_metrics()["global_step"] == 750
+    assert np.all(fresh.sample()["exploration_scale"] == np.float32(0.25))
+
+
 def test_ape_x_workers_each_sample_with_their_own_epsilon() -> None:
     for index in (0, 2):
         batch = EnvRunner(

@@ -83,7 +83,10 @@ class EpisodeStats:
     def set_state(self, state: Mapping[str, Any]) -> None:
         self.lifetime_env_steps = int(state.get("num_env_steps_sampled_lifetime", self.lifetime_env_steps))
         self.lifetime_agent_steps = int(state.get("num_agent_steps_sampled_lifetime", self.lifetime_agent_steps))
-        self.lifetime_episodes = int(state.get("num_episodes_lifetime", self.lifetime_episodes))
+        if "num_episodes_lifetime" in state:
+            # The open period's episodes are added by the next metrics(): leave room for them,
+            # so a runner that has sampled since its last metrics() reports the given count.
+            self.lifetime_episodes = int(state["num_episodes_lifetime"]) - self.period.num_episodes()
 
     def metrics(self) -> dict[str, float | int]:
         """Window statistics and this period's counters; starts the next period."""

@@ -128,15 +128,18 @@ class Runner(Generic[BatchT]):
     # -- state and metrics -------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
-        """Weights and their versions, filter states and lifetime counters, per policy.
+        """Weights and their versions, filter states, the learner's global step last applied
+        (where exploration follows a schedule) and lifetime counters, per policy.
 
-        A stateful model's per-sub-env state is not part of it (it belongs to the runner's own
-        episodes): :meth:`set_state` leaves a runner's running episodes, and their model
-        states, as they are; a new runner starts every episode from the initial state."""
+        A stateful model's per-sub-env state is not part of it, nor Ornstein-Uhlenbeck noise
+        (both belong to the runner's own episodes): :meth:`set_state` leaves a runner's
+        running episodes, and those states, as they are; a new runner starts every episode
+        from the initial state."""
         return {
             "weights": self.get_weights(),
             "weights_seq_nos": self.weights_seq_nos,
             "filters": {policy_id: filt.get_state() for policy_id, filt in self.filters.items()},
+            "global_step": self.global_step,
             **self.stats.get_state(),
         }
 
@@ -149,6 +152,8 @@ class Runner(Generic[BatchT]):
         for policy_id, filter_state in state.get("filters", {}).items():
             if policy_id in self.filters:
                 self.filters[policy_id].set_state(filter_state)
+        if "global_step" in state:
+            self.set_global_step(int(state["global_step"]))
         self.stats.set_state(state)
 
     def get_metrics(self) -> dict[str, float | int]:
