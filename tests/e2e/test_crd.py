@@ -97,6 +97,12 @@ MISTAKES: list[tuple[str, Any, str, str]] = [
         _MA + "countStepsBy",
         _MA + "countStepsBy",
     ),
+    (
+        "spec.multiAgent",
+        {"policies": A, "policyMapping": MAP_FN, "maxEpisodeSteps": 0},
+        _MA + "maxEpisodeSteps",
+        _MA + "maxEpisodeSteps",
+    ),
 ]
 
 

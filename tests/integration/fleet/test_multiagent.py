@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.fleet.worker_transport import WorkerTransport
@@ -119,6 +121,9 @@ def test_weights_per_policy_have_independent_versions(redis_url: str) -> None:
 
 def test_the_worker_process_runs_a_multi_agent_job(redis_url: str, tmp_path: Path) -> None:
     job = tag_job("tagw")
+    # Episodes cut at 5 env steps (team tag's own end comes at 50, or when blue is caught).
+    bounded = job.spec.multi_agent.model_copy(update={"max_episode_steps": 5})  # type: ignore[union-attr]
+    job = job.model_copy(update={"spec": job.spec.model_copy(update={"multi_agent": bounded})})
     config = WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=free_port())
     environ = {**os.environ, **config.to_environ(), "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination")}
     worker = subprocess.Popen(
@@ -138,6 +143,10 @@ def test_the_worker_process_runs_a_multi_agent_job(redis_url: str, tmp_path: Pat
         assert all(m.metadata.weights_seq_no == 0 for m in red.read(timeout=10))
         beats = redis.Redis.from_url(redis_url).hgetall(job_keys("default", "tagw").heartbeats)
         assert b"0" in beats
+        with urllib.request.urlopen(f"http://127.0.0.1:{config.metrics_port}/metrics", timeout=5) as response:
+            families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+        cut = families["rolloutfleet_episodes_truncated_by_max_steps"].samples[0].value
+        assert 0 < cut <= families["rolloutfleet_episodes"].samples[0].value
     finally:
         worker.terminate()
         _, stderr = worker.communicate(timeout=60)

@@ -50,3 +50,33 @@ def test_a_frame_stack_is_read_channels_first_as_an_hwc_image_is_read_channels_l
     logits_hwc, values_hwc = hwc(frames.permute(0, 2, 3, 1))
     torch.testing.assert_close(logits_stacked, logits_hwc)
     torch.testing.assert_close(values_stacked, values_hwc)
+
+
+def test_image_leaves_of_a_dict_each_reach_their_own_cnn_as_the_images_they_were() -> None:
+    from rolloutfleet.inference.models import ImageLeaves
+    from rolloutfleet.inference.obs_spaces import obs_parts
+
+    space = spaces.Dict(
+        {
+            "left": spaces.Box(0, 255, (6, 7, 3), np.uint8),
+            "speed": spaces.Box(-1, 1, (2,), np.float32),
+            "gear": spaces.Discrete(3),
+            "right": spaces.Box(0, 255, (4, 9, 9), np.uint8),  # channels first (a frame stack)
+        }
+    )
+    parts = obs_parts(space, spaces.Discrete(2))
+    # Dict leaves in gymnasium's (sorted) order: gear (one-hot 3), left (126), right (324), speed (2).
+    assert parts.images == ((3, (6, 7, 3)), (3 + 126, (4, 9, 9)))
+    rows = [space.sample() for _ in range(5)]
+    columns = {path: np.stack([row[path] for row in rows]) for path in parts.paths}
+    x = torch.as_tensor(parts.model_input(columns))
+    leaves = ImageLeaves(x.shape[1], parts.images)
+    with torch.no_grad():
+        out = leaves(x)
+        left = leaves.cnns[0](torch.as_tensor(columns["left"] / 255.0, dtype=torch.float32))
+        right = leaves.cnns[1](torch.as_tensor(columns["right"] / 255.0, dtype=torch.float32))
+    assert out.shape == (5, 512 + 512 + 3 + 2) == (5, leaves.features)
+    torch.testing.assert_close(out[:, :512], left)
+    torch.testing.assert_close(out[:, 512:1024], right)
+    np.testing.assert_array_equal(out[:, 1024:1027].numpy(), np.eye(3, dtype=np.float32)[columns["gear"]])
+    np.testing.assert_array_equal(out[:, 1027:].numpy(), columns["speed"])

@@ -233,3 +233,62 @@ def make_recorded_rps(ctx: EnvContext) -> Any:
 
 
 RECORDED: list[Any] = []
+
+
+def make_endless(ctx: EnvContext) -> Any:
+    """A turn-based PettingZoo AEC env that never ends (nor truncates): agents ``a`` and ``b``
+    alternate, ``a`` first; action ``k`` (Discrete(3)) pays the mover ``k + 1`` and the other
+    agent ``-(k + 1)``. An agent observes ``[moves made this game, its number]``. Each game's
+    own move count is recorded in ``games`` when the next game starts."""
+    from pettingzoo import AECEnv
+
+    class Endless(AECEnv):  # type: ignore[misc]
+        metadata: dict[str, Any] = {"name": "endless_v0"}
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.possible_agents = ["a", "b"]
+            self.games: list[int] = []
+            self.moves: int | None = None
+            self.observation_spaces = {
+                agent: spaces.Box(0.0, np.inf, (2,), np.float32) for agent in self.possible_agents
+            }
+            self.action_spaces = {agent: spaces.Discrete(3) for agent in self.possible_agents}
+
+        def observation_space(self, agent: str) -> spaces.Space[Any]:
+            return self.observation_spaces[agent]
+
+        def action_space(self, agent: str) -> spaces.Space[Any]:
+            return self.action_spaces[agent]
+
+        def observe(self, agent: str) -> np.ndarray:
+            return np.array([self.moves or 0, self.possible_agents.index(agent)], np.float32)
+
+        def reset(self, seed: int | None = None, options: Any = None) -> None:
+            if self.moves is not None:
+                self.games.append(self.moves)
+            self.moves = 0
+            self.agents = list(self.possible_agents)
+            self.rewards = dict.fromkeys(self.agents, 0.0)
+            self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+            self.terminations = dict.fromkeys(self.agents, False)
+            self.truncations = dict.fromkeys(self.agents, False)
+            self.infos: dict[str, dict[str, Any]] = {agent: {} for agent in self.agents}
+            self.agent_selection = "a"
+
+        def step(self, action: Any) -> None:
+            mover = self.agent_selection
+            other = "b" if mover == "a" else "a"
+            self._cumulative_rewards[mover] = 0.0
+            paid = float(int(action) + 1)
+            self.rewards = {mover: paid, other: -paid}
+            self._accumulate_rewards()
+            self.moves = (self.moves or 0) + 1
+            self.agent_selection = other
+
+    env = Endless()
+    ENDLESS.append(env)
+    return env
+
+
+ENDLESS: list[Any] = []

@@ -226,3 +226,53 @@ def make_masked_counter_vec(num_envs: int = 1, length: int = 3) -> VectorEnv[Any
 
 
 gym.register("RolloutFleetMaskedCounterVec-v0", vector_entry_point=make_masked_counter_vec)
+
+
+class CameraEnv(gym.Env[dict[str, Any], np.int64]):
+    """A Dict observation with an image beside other leaves: ``camera`` (``(10, 12, 3)``
+    uint8: a bright column at ``position``, rows shaded by the step), ``gps`` (Box:
+    ``[position, step]``) and ``heading`` (Discrete(4): the last action). Action ``a``
+    moves the column by ``a - 1`` (action 3 stays); reward 1 when it lands on column 6;
+    ``length`` steps an episode (truncated)."""
+
+    WIDTH = 12
+
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        self.length = int(ctx.get("length", 7))
+        self.observation_space = spaces.Dict(  # type: ignore[assignment]
+            {
+                "camera": spaces.Box(0, 255, (10, self.WIDTH, 3), np.uint8),
+                "gps": spaces.Box(-100.0, 100.0, (2,), np.float32),
+                "heading": spaces.Discrete(4),
+            }
+        )
+        self.action_space = spaces.Discrete(4)
+        self.position, self.step_count, self.heading = 0, 0, 0
+
+    def _obs(self) -> dict[str, Any]:
+        camera = np.zeros((10, self.WIDTH, 3), np.uint8)
+        camera[:, :, 2] = np.arange(10, dtype=np.uint8)[:, None] * (self.step_count + 1)
+        camera[:, self.position, :2] = 255
+        return {
+            "camera": camera,
+            "gps": np.array([self.position, self.step_count], np.float32),
+            "heading": self.heading,
+        }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        self.position, self.step_count, self.heading = int(self.np_random.integers(self.WIDTH)), 0, 0
+        return self._obs(), {}
+
+    def step(self, action: np.int64) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        move = 0 if int(action) == 3 else int(action) - 1
+        self.position = min(max(self.position + move, 0), self.WIDTH - 1)
+        self.step_count += 1
+        self.heading = int(action)
+        return self._obs(), float(self.position == 6), False, self.step_count >= self.length, {}
+
+
+def make_camera(ctx: dict[str, Any]) -> CameraEnv:
+    return CameraEnv(ctx)

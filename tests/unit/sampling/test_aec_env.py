@@ -40,7 +40,8 @@ def illegal_moves() -> Iterator[list[str]]:
     assert not fired, f"PettingZoo's illegal-move check fired {len(fired)} times"
 
 
-def game_job(env_id: str, num_envs: int = 4, **policy: Any) -> RolloutJob:
+def game_job(env_id: str, num_envs: int = 4, max_episode_steps: int | None = None, **policy: Any) -> RolloutJob:
+    bound = {} if max_episode_steps is None else {"maxEpisodeSteps": max_episode_steps}
     return RolloutJob.from_dict(
         {
             "metadata": {"name": "game"},
@@ -50,6 +51,7 @@ def game_job(env_id: str, num_envs: int = 4, **policy: Any) -> RolloutJob:
                 "multiAgent": {
                     "policies": {"main": {}, "opponent": {}},
                     "policyMapping": {"rules": [{"regex": "^player_1$", "policy": "main"}], "default": "opponent"},
+                    **bound,
                 },
                 "sampling": {"rolloutFragmentLength": 8, "seed": 5},
             },
@@ -70,8 +72,12 @@ def rows_by_game(batch: MultiAgentBatch) -> dict[int, dict[str, list[dict[str, A
     return games
 
 
-def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]]) -> int:
-    """Play the rows' actions in a fresh env, checking every row against it; the number of turns."""
+def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]], bound: int | None = None) -> int:
+    """Play the rows' actions in a fresh env, checking every row against it; the number of turns.
+
+    With ``bound`` (``maxEpisodeSteps``): a game the env has not ended after that many moves
+    was cut there: each agent's last row is truncated, with what the env lets it see now and
+    the rewards the env holds for it."""
     env = importlib.import_module(env_id).env()
     env.reset()
     next_row: dict[str, int] = defaultdict(int)
@@ -98,6 +104,16 @@ def replay(env_id: str, agents_rows: dict[str, list[dict[str, Any]]]) -> int:
         env.step(int(row["actions"]))
         pending[agent], next_row[agent] = row, next_row[agent] + 1
         turns += 1
+        game_over = any(env.terminations.values()) or any(env.truncations.values())
+        if turns == bound and not game_over:
+            for waiting, last_row in pending.items():
+                seen = env.observe(waiting)
+                np.testing.assert_array_equal(last_row["new_obs/observation"], seen["observation"])
+                np.testing.assert_array_equal(last_row["new_obs/action_mask"], seen["action_mask"])
+                assert float(last_row["rewards"]) == pytest.approx(float(env._cumulative_rewards[waiting]))
+                assert (bool(last_row["terminateds"]), bool(last_row["truncateds"])) == (False, True)
+            pending.clear()
+            break
     assert not pending  # every move's row was closed by the game
     assert {agent: len(rows) for agent, rows in agents_rows.items()} == dict(next_row)  # no row left over
     return turns
@@ -132,6 +148,84 @@ def test_a_model_that_insists_on_an_illegal_move_never_makes_it(env_id: str, exp
         replay(env_id, agents_rows)
     favoured_illegal = np.concatenate([~policy_batch["action_mask"][:, 0] for policy_batch in batch.values()])
     assert favoured_illegal.any()  # the model's own choice was illegal in these rows: the mask decided
+
+
+@pytest.mark.parametrize("bound", [4, 7])
+def test_games_still_on_at_max_episode_steps_are_cut_there_truncated_and_counted(bound: int) -> None:
+    """Tic-tac-toe is won at the 5th move at the earliest, drawn at the 9th: with bound 4 every
+    game is cut; with 7 some end by the env's rules first (terminated, not counted)."""
+    with MultiAgentEnvRunner(game_job(GAMES[0], max_episode_steps=bound)) as runner:
+        batch = runner.sample(num_episodes=16, random_actions=True)
+        metrics = runner.get_metrics()
+    cut = 0
+    for agents_rows in rows_by_game(batch).values():
+        turns = replay(GAMES[0], agents_rows, bound)  # every row against a fresh env
+        assert turns <= bound
+        finals = [rows[-1] for rows in agents_rows.values()]
+        if all(bool(row["truncateds"]) for row in finals):
+            assert turns == bound and not any(bool(row["terminateds"]) for row in finals)
+            cut += 1
+        else:
+            assert all(bool(row["terminateds"]) for row in finals)
+        assert sum(len(rows) for rows in agents_rows.values()) == turns  # a row per move, none after the cut
+    assert metrics["num_episodes_truncated_by_max_steps"] == cut
+    assert (cut == 16) if bound == 4 else (0 < cut < 16)
+
+
+@pytest.mark.parametrize("bound", [1, 5, 8])
+def test_a_game_that_never_ends_is_truncated_at_max_episode_steps_and_the_next_begins(bound: int) -> None:
+    from tests.unit.sampling import multiagent_test_envs
+
+    multiagent_test_envs.ENDLESS.clear()
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "endless"},
+            "spec": {
+                "env": {"entryPoint": "tests.unit.sampling.multiagent_test_envs:make_endless", "numEnvs": 2},
+                "policy": {"hidden": [8], "device": "cpu"},
+                "multiAgent": {
+                    "policies": {"main": {}},
+                    "policyMapping": {"rules": [{"regex": ".", "policy": "main"}]},
+                    "maxEpisodeSteps": bound,
+                },
+                "sampling": {"seed": 3, "batchMode": "complete_episodes", "rolloutFragmentLength": 1},
+            },
+        }
+    )
+    with MultiAgentEnvRunner(job) as runner:
+        batch = runner.sample(num_episodes=6)
+        metrics = runner.get_metrics()
+    assert metrics["num_episodes"] == 6 == metrics["num_episodes_truncated_by_max_steps"]
+    envs = multiagent_test_envs.ENDLESS
+    assert sum(len(env.games) for env in envs) >= 6 and all(moves == bound for env in envs for moves in env.games)
+    rows = batch["main"]
+    assert len(rows) == 6 * bound == batch.env_steps()
+    for eps in dict.fromkeys(rows["eps_id"].tolist()):
+        game = rows.rows(rows["eps_id"] == eps)
+        # Zero-sum, but for what b was charged before its first move (no row of b holds it).
+        assert float(game["rewards"].sum()) == float(game["actions"][game["t"] == 0][0] + 1)
+        for number, agent in enumerate(("a", "b")):
+            mine = game.rows(game["agent_id"] == agent)
+            moves = (bound + 1 - number) // 2  # a moves first
+            assert mine["t"].tolist() == list(range(moves))
+            assert mine["truncateds"].tolist() == [False] * (moves - 1) + [True] * min(moves, 1)
+            assert not mine["terminateds"].any()
+            # An agent observes again after both moved (2 moves later), or at the cut, after `bound` moves.
+            seen = [min(2 * t + number + 2, bound) for t in range(moves)]
+            assert mine["new_obs"][:, 0].tolist() == seen
+            np.testing.assert_array_equal(mine["obs"][:, 0], 2 * np.arange(moves) + number)
+            # A move pays the mover k + 1; the other's next move (if it came before the cut) costs as much.
+            paid = mine["actions"] + 1.0
+            theirs = game.rows(game["agent_id"] != agent)["actions"] + 1.0
+            cost = np.zeros(moves)
+            later = theirs[number : number + moves]
+            cost[: len(later)] = later
+            np.testing.assert_array_equal(mine["rewards"], paid - cost)
+
+
+def test_max_episode_steps_below_one_is_one_line_naming_the_field() -> None:
+    with pytest.raises(SpecError, match=r"^spec\.multiAgent\.maxEpisodeSteps: [^\n]*$"):
+        game_job(GAMES[0], max_episode_steps=0)
 
 
 def test_all_agents_of_all_sub_envs_whose_turn_it_is_act_in_one_call_per_policy() -> None:
@@ -278,6 +372,12 @@ def recorded_rps() -> Any:
     return make_recorded_rps({"max_cycles": 4})  # type: ignore[arg-type]
 
 
+def endless() -> Any:
+    from tests.unit.sampling.multiagent_test_envs import make_endless
+
+    return make_endless({})  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "make",
     [
@@ -285,11 +385,12 @@ def recorded_rps() -> Any:
         lambda: importlib.import_module(GAMES[1]).env(),
         lambda: importlib.import_module("pettingzoo.classic.rps_v2").env(max_cycles=4),
         recorded_rps,
+        endless,
     ],
-    ids=["tictactoe_v3", "connect_four_v3", "rps_v2_aec", "recorded_rps_wrapper"],
+    ids=["tictactoe_v3", "connect_four_v3", "rps_v2_aec", "recorded_rps_wrapper", "endless"],
 )
 def test_the_aec_envs_we_sample_pass_pettingzoos_own_api_test(make: Any) -> None:
-    """The AEC envs these tests (and examples/tictactoe.yaml) sample, and our recording wrapper:
+    """The AEC envs these tests (and examples/tictactoe.yaml) sample, our recording wrapper and endless env:
     PettingZoo's api_test holds for them, so what the runner is checked against is a conforming env."""
     from pettingzoo.test import api_test
 

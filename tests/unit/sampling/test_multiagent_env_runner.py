@@ -384,3 +384,19 @@ def test_tuple_observations_are_one_column_per_leaf_per_policy() -> None:
         np.testing.assert_array_equal(part["new_obs/1"], part["obs/1"])
         assert (part["new_obs/2"] <= 8).all()
     assert runner.policies["even"].model_space.shape == (1 + 8 + 1,)
+
+
+@pytest.mark.parametrize("pettingzoo", [False, True])
+def test_max_episode_steps_truncates_parallel_envs_too(pettingzoo: bool) -> None:
+    """WalkEnv's own episodes last 8 env steps; a bound of 3 cuts each after 3, counted."""
+    make = "make_pettingzoo_walk" if pettingzoo else "make_walk"
+    env = {"entryPoint": f"tests.unit.sampling.multiagent_test_envs:{make}", "numEnvs": 2}
+    with MultiAgentEnvRunner(job(env, {**EVEN_ODD, "maxEpisodeSteps": 3})) as runner:
+        batch = runner.sample(num_episodes=4)
+        metrics = runner.get_metrics()
+    assert metrics["num_episodes_truncated_by_max_steps"] == 4 and metrics["episode_len_mean"] == 3
+    for part in batch.values():
+        for run in trajectories(part):
+            assert run["t"].tolist() == [0, 1, 2]
+            assert run["truncateds"].tolist() == [False, False, True] and not run["terminateds"].any()
+            np.testing.assert_array_equal(run["new_obs"][:, 2], [1, 2, 3])  # the env's step count

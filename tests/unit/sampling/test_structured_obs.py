@@ -198,3 +198,62 @@ def test_next_step_autoreset_acts_on_a_final_observation_that_allows_no_action(p
     assert MaskedCounterEnv.illegal == 0
     np.testing.assert_array_equal(batch["terminateds"], batch["new_obs/observation"][:, 1] == 3)
     assert len(batch) == 24 and batch["terminateds"].sum() == 8  # 12 transitions per sub-env: 4 episodes of 3
+
+
+CAMERA = "tests.unit.sampling.sampler_test_envs:make_camera"
+
+
+@pytest.mark.parametrize("policy", [{}, {"vfShareLayers": False}])
+def test_an_image_leaf_goes_through_a_cnn_beside_the_other_leaves_and_learners_build_the_same(
+    policy: dict[str, Any],
+) -> None:
+    import torch
+    from torch import nn
+
+    from rolloutfleet.inference.models import ImageLeaves
+    from rolloutfleet.sampling.runners import build_model
+
+    the_job = job({"entryPoint": CAMERA, "numEnvs": 3}, {"rolloutFragmentLength": 10}, {"hidden": [16], **policy})
+    with EnvRunner(the_job) as runner:
+        assert runner.policy.inference == "torch"  # a CNN: never the numpy MLP
+        batch = runner.sample()
+        module = runner.policy.torch_model()
+    # The env's own rules, read back from the leaf columns.
+    camera, gps = batch["obs/camera"], batch["obs/gps"]
+    assert camera.dtype == np.uint8 and camera.shape[1:] == (10, 12, 3)
+    bright = camera[:, 0, :, 0] == 255
+    assert (bright.sum(axis=1) == 1).all()
+    np.testing.assert_array_equal(bright.argmax(axis=1), gps[:, 0])  # the column is at the gps position
+    np.testing.assert_array_equal(batch["new_obs/heading"], batch["actions"])
+    # The architecture: one CNN for the image; its 512 features + gps (2) + one-hot heading (4) into the MLP.
+    leaves = [m for m in module.modules() if isinstance(m, ImageLeaves)]
+    assert len(leaves) == (1 if policy == {} else 2) and all(leaf.features == 512 + 2 + 4 for leaf in leaves)
+    assert any(isinstance(m, nn.Conv2d) for m in leaves[0].modules())
+    # The learner's model: the same layers and initial weights; fed the batch, it gives what the worker recorded.
+    learner = build_model(the_job)
+    assert {k: v.shape for k, v in learner.state_dict().items()} == {k: v.shape for k, v in module.state_dict().items()}
+    x = torch.as_tensor(runner.parts.batch_input(batch))
+    with torch.no_grad():
+        logits, values = learner(x)
+    np.testing.assert_allclose(logits.numpy(), batch["action_dist_inputs"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values.numpy(), batch["vf_preds"], rtol=1e-5, atol=1e-5)
+    logp = torch.log_softmax(logits, dim=1)[torch.arange(len(x)), torch.as_tensor(batch["actions"])]
+    np.testing.assert_allclose(logp.numpy(), batch["action_logp"], rtol=1e-5, atol=1e-5)
+    # Weights round-trip: a learner's update loads into the worker's policy and acts there.
+    with torch.no_grad():
+        for parameter in learner.parameters():
+            parameter.add_(0.01)
+    runner.policy.set_weights(learner.state_dict())
+    with torch.no_grad():
+        np.testing.assert_allclose(runner.policy.forward(x.numpy())[0], learner(x)[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_recurrent_policy_reads_an_image_leaf_through_its_cnn_too() -> None:
+    from rolloutfleet.inference.models import ImageLeaves
+
+    gru = {"recurrent": {"cell": "gru", "size": 8}, "device": "cpu", "hidden": [16]}
+    with EnvRunner(job({"entryPoint": CAMERA, "numEnvs": 2}, {"rolloutFragmentLength": 9}, gru)) as runner:
+        batch = runner.sample()
+        module = runner.policy.torch_model()
+    assert sum(isinstance(m, ImageLeaves) for m in module.modules()) == 1
+    assert batch["state_in_0"].shape == (18, 8) and batch["obs/camera"].shape == (18, 10, 12, 3)

@@ -79,6 +79,10 @@ class WorkerMetrics:
 
         self.env_steps = counter("rolloutfleet_env_steps", "Env steps sampled (transitions published)")
         self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
+        self.episodes_truncated_by_max_steps = counter(
+            "rolloutfleet_episodes_truncated_by_max_steps",
+            "Multi-agent episodes cut at spec.multiAgent.maxEpisodeSteps",
+        )
         self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
         self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
         self.nonfinite_obs = counter(
@@ -298,6 +302,7 @@ class Worker:
             m.filter_quarantined.inc(news.quarantined)
         m.env_steps.inc(stats["num_env_steps_sampled"])
         m.episodes.inc(stats["num_episodes"])
+        m.episodes_truncated_by_max_steps.inc(stats.get("num_episodes_truncated_by_max_steps", 0))
         m.steps_per_s.set(stats["env_steps_per_s"])
         if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
             m.episode_return.set(stats["episode_return_mean"])

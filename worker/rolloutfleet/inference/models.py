@@ -4,7 +4,8 @@ A policy model is any ``nn.Module`` whose ``forward(obs)`` returns
 ``(action_dist_inputs, vf_preds)``: a ``(batch, num_inputs)`` tensor laid out as
 :mod:`rolloutfleet.inference.distributions` documents, and a ``(batch,)`` value estimate (or
 ``None``). Custom models are built as ``Model(observation_space, action_space, **config)``.
-The default: an MLP for flat observations, a Nature CNN for images, with policy and value
+The default: an MLP for flat observations, a Nature CNN for images (and for each image leaf
+of a Dict/Tuple observation, beside its other leaves), with policy and value
 heads on shared hidden layers (RLlib's default) or, optionally, a separate value MLP. The
 MLP's initial weights come from :func:`rolloutfleet.inference.default_mlp.initial_weights`,
 the numpy initializer that torch-free workers use too.
@@ -23,6 +24,7 @@ from torch import nn
 
 from rolloutfleet.inference.default_mlp import MLPLayout, flat_obs_size, image_layout, initial_weights, is_image_space
 from rolloutfleet.inference.distributions import ActionDistribution, DiagGaussian
+from rolloutfleet.inference.obs_spaces import ImageSlices
 
 __all__ = ["DefaultModel", "ObsEncoder", "flat_obs_size", "is_image_space"]
 
@@ -91,19 +93,31 @@ class DefaultModel(nn.Module):
         activation: str = "tanh",
         vf_share_layers: bool = True,
         init_seed: int | None = None,
+        images: ImageSlices = (),
     ) -> None:
         """``init_seed`` seeds the MLP's numpy initializer (None: a seed drawn from torch's
-        generator, so ``torch.manual_seed`` still decides); the CNN draws from torch's generator."""
+        generator, so ``torch.manual_seed`` still decides); the CNN draws from torch's generator.
+        ``images``: where a flat observation (a Dict/Tuple's encoded leaves) holds images
+        (:attr:`~rolloutfleet.inference.obs_spaces.ObsParts.images`): each goes through a CNN,
+        the rest joins their features before the MLP (all drawn from torch's generator)."""
         super().__init__()
         hidden = hidden or [64, 64]
         act: type[nn.Module] = nn.Tanh if activation == "tanh" else nn.ReLU
         self.encoder = ObsEncoder(observation_space)
         self.gaussian = isinstance(distribution, DiagGaussian)
         num_outputs = distribution.num_inputs // 2 if self.gaussian else distribution.num_inputs
-        if is_image_space(observation_space):
+        self.actor_trunk: nn.Module
+        self.critic_trunk: nn.Module | None
+        if images:
+            size = flat_obs_size(observation_space)
+            self.actor_trunk = mixed_trunk(size, images, hidden, act)
+            self.critic_trunk = None if vf_share_layers else mixed_trunk(size, images, hidden, act)
+            self.pi = _init(nn.Linear(hidden[-1], num_outputs), 0.01)
+            self.vf = _init(nn.Linear(hidden[-1], 1), 1.0)
+        elif is_image_space(observation_space):
             trunk, features = _cnn(tuple(observation_space.shape or ()))
-            self.actor_trunk: nn.Module = trunk
-            self.critic_trunk: nn.Module | None = None
+            self.actor_trunk = trunk
+            self.critic_trunk = None
             self.pi = _init(nn.Linear(features, num_outputs), 0.01)
             self.vf = _init(nn.Linear(features, 1), 1.0)
         else:
@@ -113,7 +127,7 @@ class DefaultModel(nn.Module):
             self.pi = nn.Linear(sizes[-1], num_outputs)
             self.vf = nn.Linear(sizes[-1], 1)
         self.log_std = nn.Parameter(torch.zeros(num_outputs)) if self.gaussian else None
-        if not is_image_space(observation_space):
+        if not (images or is_image_space(observation_space)):
             if init_seed is None:
                 init_seed = int(torch.randint(0, 2**62, ()).item())
             layout = MLPLayout.of(observation_space, distribution, hidden, activation, vf_share_layers)
@@ -154,6 +168,42 @@ def _cnn(shape: tuple[int, ...]) -> tuple[nn.Module, int]:
         features = trunk(torch.zeros(1, *shape)).shape[1]
     head = nn.Sequential(trunk, _init(nn.Linear(features, 512), math.sqrt(2)), nn.ReLU())
     return head, 512
+
+
+class ImageLeaves(nn.Module):
+    """A flat input holding images (a Dict/Tuple's encoded leaves): each image's entries,
+    reshaped to its shape, through a CNN of its own; the other entries as they are; all
+    concatenated (``features`` of them per row)."""
+
+    def __init__(self, size: int, images: ImageSlices) -> None:
+        super().__init__()
+        self.slices = [(offset, offset + math.prod(shape), shape) for offset, shape in images]
+        self.cnns = nn.ModuleList(_cnn(shape)[0] for _, shape in images)
+        rest = np.ones(size, bool)
+        for start, stop, _ in self.slices:
+            rest[start:stop] = False
+        # Not a weight: left out of state_dict, so the published weights are the layers' only.
+        self.register_buffer("rest_buf", torch.as_tensor(np.flatnonzero(rest)), persistent=False)
+        self.features = 512 * len(images) + int(rest.sum())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = len(x)
+        parts = [
+            cnn(x[:, start:stop].reshape(n, *shape))
+            for (start, stop, shape), cnn in zip(self.slices, self.cnns, strict=True)
+        ]
+        parts.append(x.index_select(1, self.get_buffer("rest_buf")))
+        return torch.cat(parts, dim=1)
+
+
+def mixed_trunk(size: int, images: ImageSlices, hidden: list[int], act: type[nn.Module]) -> nn.Sequential:
+    """:class:`ImageLeaves`, then the MLP on its features (orthogonal init, gain sqrt(2))."""
+    leaves = ImageLeaves(size, images)
+    layers = _mlp([leaves.features, *hidden], act)
+    for layer in layers:
+        if isinstance(layer, nn.Linear):
+            _init(layer, math.sqrt(2))
+    return nn.Sequential(leaves, *layers)
 
 
 class _ToCHW(nn.Module):

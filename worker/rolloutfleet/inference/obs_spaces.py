@@ -16,7 +16,10 @@ What the default model reads:
   boards, say ``(3, 3, 2)``) is flattened for the MLP;
 * any other Dict or Tuple: its leaves encoded and concatenated into one float32 vector
   (:meth:`ObsParts.model_input`): a Box flattened (``uint8`` scaled by 1/255), Discrete and
-  MultiDiscrete one-hot, MultiBinary as 0/1.
+  MultiDiscrete one-hot, MultiBinary as 0/1. Where that vector holds ``uint8`` images
+  (3-D Box leaves: :attr:`ObsParts.images`), the default model reshapes each back into its
+  image and reads it through a CNN of its own; the other entries join the CNNs' features
+  before the MLP.
 
 A top-level Dict's ``action_mask`` (one 0/1 entry per action of a ``Discrete`` action
 space; PettingZoo's and RLlib's convention) is never model input: it restricts which
@@ -53,6 +56,8 @@ _LEAVES = (*_MODEL_LEAVES, spaces.MultiBinary)
 _HINT = "wrap the env so that it observes arrays, or a Dict or Tuple of them"
 
 Leaves = tuple[tuple[str, spaces.Space[Any]], ...]
+ImageSlices = tuple[tuple[int, tuple[int, ...]], ...]
+"""``(offset, shape)`` of image leaves inside an encoded (flat) model input."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,19 @@ class ObsParts:
     """A Dict or Tuple observation's leaves by path, in the space's order (empty: a plain one)."""
     encoded: Leaves = ()
     """The leaves the model reads encoded and concatenated (when no single ``leaf`` is read)."""
+
+    @property
+    def images(self) -> ImageSlices:
+        """``(offset, shape)`` of each ``uint8`` image leaf (a 3-D Box) in the encoded input, in
+        the space's order: what the default model reads through a CNN. Empty when the model
+        reads a single leaf (a lone image is the model's whole input) or no leaf is an image."""
+        found: list[tuple[int, tuple[int, ...]]] = []
+        offset = 0
+        for _, leaf in self.encoded:
+            if isinstance(leaf, spaces.Box) and len(leaf.shape) == 3 and leaf.dtype == np.uint8:
+                found.append((offset, tuple(leaf.shape)))
+            offset += encoded_size(leaf)
+        return tuple(found)
 
     @property
     def paths(self) -> tuple[str, ...]:

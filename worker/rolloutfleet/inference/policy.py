@@ -123,7 +123,7 @@ class Policy:
         self.model_space = self.obs_parts.model_space  # what the model reads (a Dict's 'observation')
         device = resolve_device(spec.device)
         self._init_seed = init_seed
-        in_numpy = runs_in_numpy(spec, self.model_space, device)
+        in_numpy = runs_in_numpy(spec, self.model_space, device) and not self.obs_parts.images
         self.backend: PolicyModel = self._numpy(init_seed) if in_numpy else self._torch(device, init_seed)
         self.rng = np.random.default_rng(seed)
         self.weights_seq_no = 0
@@ -140,7 +140,9 @@ class Policy:
     def _torch(self, device: str, init_seed: int | None) -> PolicyModel:
         from rolloutfleet.inference.torch_model import TorchModel, build_module
 
-        module = build_module(self.spec, self.model_space, self.action_space, self.distribution, init_seed)
+        module = build_module(
+            self.spec, self.model_space, self.action_space, self.distribution, init_seed, self.obs_parts.images
+        )
         return TorchModel(module, device, self.spec.num_threads, self.action_space, self.distribution)
 
     @property
@@ -165,7 +167,9 @@ class Policy:
 
         if isinstance(self.backend, TorchModel):
             return self.backend.module
-        module = build_module(self.spec, self.model_space, self.action_space, self.distribution, self._init_seed)
+        module = build_module(
+            self.spec, self.model_space, self.action_space, self.distribution, self._init_seed, self.obs_parts.images
+        )
         module.load_state_dict({name: torch.from_numpy(value) for name, value in self.backend.state().items()})
         return module.eval()
 

@@ -34,7 +34,8 @@ from torch import nn
 
 from rolloutfleet.inference.default_mlp import flat_obs_size, is_image_space
 from rolloutfleet.inference.distributions import ActionDistribution, DiagGaussian
-from rolloutfleet.inference.models import ObsEncoder, _cnn, _init, _mlp
+from rolloutfleet.inference.models import ObsEncoder, _cnn, _init, _mlp, mixed_trunk
+from rolloutfleet.inference.obs_spaces import ImageSlices
 
 
 def is_stateful(module: nn.Module) -> bool:
@@ -64,12 +65,17 @@ class RecurrentModel(nn.Module):
         size: int = 256,
         hidden: list[int] | None = None,
         activation: str = "tanh",
+        images: ImageSlices = (),
     ) -> None:
         super().__init__()
         hidden = hidden or [64, 64]
         act: type[nn.Module] = nn.Tanh if activation == "tanh" else nn.ReLU
         self.encoder = ObsEncoder(observation_space)
-        if is_image_space(observation_space):
+        self.trunk: nn.Module
+        if images:
+            self.trunk = mixed_trunk(flat_obs_size(observation_space), images, hidden, act)
+            features = hidden[-1]
+        elif is_image_space(observation_space):
             self.trunk, features = _cnn(tuple(observation_space.shape or ()))
         else:
             sizes = [flat_obs_size(observation_space), *hidden]

@@ -15,6 +15,7 @@ from torch import nn
 
 from rolloutfleet.inference.distributions import ActionDistribution
 from rolloutfleet.inference.models import DefaultModel
+from rolloutfleet.inference.obs_spaces import ImageSlices
 from rolloutfleet.inference.recurrent_model import RecurrentModel, is_stateful
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import PolicySpec, SpecError
@@ -26,8 +27,10 @@ def build_module(
     action_space: spaces.Space[Any],
     distribution: ActionDistribution,
     init_seed: int | None,
+    images: ImageSlices = (),
 ) -> nn.Module:
-    """The policy's torch module with its initial weights (the same for the same ``init_seed``)."""
+    """The policy's torch module with its initial weights (the same for the same ``init_seed``);
+    ``images``: the image leaves in a Dict/Tuple's encoded input, for the default models."""
     # Every worker starts from the same weights (seeded by the job, not the worker).
     with torch.random.fork_rng(devices=[]):
         if init_seed is not None:
@@ -47,6 +50,7 @@ def build_module(
                     size=spec.recurrent.size,
                     hidden=list(spec.hidden),
                     activation=spec.activation,
+                    images=images,
                 )
             except ValueError as exc:
                 raise SpecError(f"spec.policy: {exc}") from None
@@ -60,6 +64,7 @@ def build_module(
                     activation=spec.activation,
                     vf_share_layers=spec.vf_share_layers,
                     init_seed=init_seed,
+                    images=images,
                 )
             except ValueError as exc:
                 raise SpecError(f"spec.policy: {exc}") from None

@@ -13,6 +13,10 @@ time. :class:`AECDriver` turns it into the runner's step shape without PettingZo
 * so at a game's end every agent's final reward arrives, the loser's included, though
   only the winner moved last.
 
+A game cut short by the runner (``spec.multiAgent.maxEpisodeSteps``) goes through
+:meth:`AECDriver.cut`: the agents waiting for their turn get their current observation and
+pending reward, so every agent's last row is closed as truncated.
+
 The driver never imports PettingZoo; :func:`is_aec` recognises an AEC env only when the
 process imported PettingZoo already.
 
@@ -66,6 +70,20 @@ class AECDriver:
             raise SpecError(f"{self.field}: it is agent {agent!r}'s turn, but actions came for {sorted(actions)}")
         self.env.step(actions[agent])
         return self._advance()
+
+    def cut(self, step: AECStep) -> AECStep:
+        """``step`` (a move's result, the game still on) as the game's truncation: each agent
+        still in the game that is waiting for its turn is added with what it would see now
+        (``observe``) and the rewards it received since its last move (PettingZoo's
+        ``_cumulative_rewards``, which ``last()`` reports at its next turn)."""
+        obs, rewards, terminateds, truncateds, _, _ = step
+        obs, rewards = dict(obs), dict(rewards)
+        pending = getattr(self.env, "_cumulative_rewards", None) or {}
+        for agent in self.env.agents:
+            if agent not in obs:
+                obs[agent] = self.env.observe(agent)
+                rewards[agent] = float(pending.get(agent, 0.0))
+        return obs, rewards, terminateds, truncateds, False, True
 
     def _advance(self) -> AECStep:
         """Read ``last()`` for each selected agent until one that is not done, or none, is left."""

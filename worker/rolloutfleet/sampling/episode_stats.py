@@ -28,7 +28,9 @@ WINDOW = 100
 class Period:
     """Counters since the previous ``get_metrics`` call."""
 
-    __slots__ = ("agent_steps", "dropped", "env_steps", "keyed_returns", "lengths", "returns", "seconds")
+    __slots__ = (
+        "agent_steps", "dropped", "env_steps", "keyed_returns", "lengths", "returns", "seconds", "truncated_by_max_steps",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.returns: list[np.ndarray] = []  # arrays of episode returns, in the order they ended
@@ -38,6 +40,7 @@ class Period:
         self.agent_steps = 0
         self.seconds = 0.0
         self.dropped = 0
+        self.truncated_by_max_steps = 0  # episodes the runner cut at spec.multiAgent.maxEpisodeSteps
 
     def num_episodes(self) -> int:
         return sum(len(r) for r in self.returns)
@@ -108,6 +111,7 @@ class EpisodeStats:
             "num_env_steps_sampled": period.env_steps,
             "env_steps_per_s": period.env_steps * per_s,
             "num_episodes_dropped": period.dropped,
+            "num_episodes_truncated_by_max_steps": period.truncated_by_max_steps,
             "num_env_steps_sampled_lifetime": self.lifetime_env_steps,
             "num_episodes_lifetime": self.lifetime_episodes,
             "num_env_restarts": self.env_restarts,

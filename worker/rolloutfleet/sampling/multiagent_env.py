@@ -137,6 +137,13 @@ class MultiAgentEnvAdapter:
         truncated = any(truncateds.values()) and not all(terminateds.values())
         return MultiAgentStep(obs, rewards, terminateds, truncateds, not truncated, truncated)
 
+    def cut(self, step: MultiAgentStep) -> MultiAgentStep:
+        """``step`` (the episode still running) as the episode's truncation by the runner's
+        step bound; an AEC game also reports its waiting agents (:meth:`AECDriver.cut`)."""
+        if self._aec is not None:
+            return MultiAgentStep(*self._aec.cut(tuple(step)))  # type: ignore[arg-type]
+        return step._replace(episode_terminated=False, episode_truncated=True)
+
     def close(self) -> None:
         close = getattr(self.env, "close", None)
         if callable(close):

@@ -11,8 +11,8 @@ outputs) and completed when that agent next receives an observation: that observ
 its ``new_obs``, the rewards it got in between are summed into ``rewards``, and its own
 ``terminateds``/``truncateds`` are the flags. An agent that acted and is still waiting
 (turn-based envs) keeps its row open across steps; when the episode ends (``__all__``,
-or no PettingZoo agent left) open rows are closed with the agent's last observation as
-``new_obs`` and the episode's flags. So only agents with an observation act, agents may
+no PettingZoo agent left, or ``maxEpisodeSteps`` env steps taken: truncated, and counted)
+open rows are closed with the agent's last observation as ``new_obs`` and the episode's flags. So only agents with an observation act, agents may
 join and leave mid-episode, and no row pairs one episode's observation with the next's.
 
 Batches, like :class:`~rolloutfleet.sampling.env_runner.EnvRunner`'s: ``truncate_episodes`` returns
@@ -103,6 +103,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self.mapper = PolicyMapper(self.multi_agent)
         self.policies_to_train = self.multi_agent.trained_policies
         self.count_steps_by = self.multi_agent.count_steps_by
+        self._max_episode_steps = self.multi_agent.max_episode_steps
         self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
         self._call_start = overrides(self.callbacks, "on_episode_start")
         self._call_step = overrides(self.callbacks, "on_episode_step")
@@ -494,6 +495,9 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         clip_rewards: float | None,
         actions: Mapping[Any, Any],
     ) -> None:
+        if sub.length + 1 >= self._max_episode_steps and not (result.episode_terminated or result.episode_truncated):
+            result = sub.env.cut(result)  # spec.multiAgent.maxEpisodeSteps: the episode ends here, truncated
+            self.stats.period.truncated_by_max_steps += 1
         obs, rewards, terminateds, truncateds, ended_term, ended_trunc = result
         if self._call_step:
             self.callbacks.on_episode_step(

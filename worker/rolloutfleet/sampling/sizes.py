@@ -94,10 +94,11 @@ def model_parameters(job: RolloutJob, obs_space: spaces.Space[Any], act_space: s
     spec = job.spec.policy
     distribution = distribution_for(act_space)
     try:
-        obs_space = obs_parts(obs_space, act_space).model_space  # a Dict/Tuple's model input
+        parts = obs_parts(obs_space, act_space)
     except ValueError:
         return None  # the worker's own build names the problem
-    if spec.entry_point is None and spec.recurrent is None and not is_image_space(obs_space):
+    obs_space, images = parts.model_space, parts.images  # a Dict/Tuple's model input, its image leaves
+    if spec.entry_point is None and spec.recurrent is None and not (images or is_image_space(obs_space)):
         try:
             layout = MLPLayout.of(obs_space, distribution, list(spec.hidden), spec.activation, spec.vf_share_layers)
         except ValueError:
@@ -109,7 +110,7 @@ def model_parameters(job: RolloutJob, obs_space: spaces.Space[Any], act_space: s
 
     try:
         with torch.device("meta"):
-            model = build_module(spec, obs_space, act_space, distribution, None)
+            model = build_module(spec, obs_space, act_space, distribution, None, images)
     except Exception:  # noqa: BLE001 - not estimated; the worker's own build names the problem
         return None
     return sum(p.numel() for p in model.parameters())

@@ -313,6 +313,10 @@ class PolicyMappingSpec(_Model):
         return self
 
 
+DEFAULT_MAX_EPISODE_STEPS = 100_000
+"""``spec.multiAgent.maxEpisodeSteps`` unless given (the CRD has the same default)."""
+
+
 class MultiAgentSpec(_Model):
     """Several policies acting in one multi-agent env (PettingZoo Parallel API or RLlib-style dicts)."""
 
@@ -323,6 +327,11 @@ class MultiAgentSpec(_Model):
     """Policies whose experience is published (default: all); the others act but are not published."""
     count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"
     """What ``rolloutFragmentLength`` counts: env steps, or agent steps (one per acting agent)."""
+    max_episode_steps: int = Field(default=DEFAULT_MAX_EPISODE_STEPS, ge=1)
+    """An episode still running after this many env steps is truncated (gymnasium ``TimeLimit``'s
+    ``max_episode_steps``; for a turn-based AEC env one env step is one move): every agent's
+    last row ``truncateds``, counted in ``num_episodes_truncated_by_max_steps``, and the next
+    episode starts. Bounds games that never end; an env's own turn limit ends them first."""
 
     @field_validator("policies")
     @classmethod
