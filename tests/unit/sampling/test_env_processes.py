@@ -43,8 +43,9 @@ def test_async_and_sync_sample_the_same_cartpole_trajectories(monkeypatch: pytes
     assert runner.vector_choice.processes == 3
     ended = 0
     for a, b in zip(sync, grouped, strict=True):
-        assert list(a.keys()) == list(b.keys())
-        for column in a.keys():
+        columns = list(a.keys())
+        assert columns == list(b.keys())
+        for column in columns:
             if column != "eps_id":  # a random base per runner
                 np.testing.assert_array_equal(a[column], b[column], err_msg=column)
         ended += int(b["terminateds"].sum())

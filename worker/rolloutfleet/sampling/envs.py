@@ -261,9 +261,10 @@ def env_build_errors(spec: EnvSpec) -> Iterator[None]:
 AUTO_ASYNC_STEP_S = 0.0005
 """``auto`` picks ``async`` when one step of one sub-env takes at least this long (0.5 ms).
 
-A vector step of ``async`` adds a round trip to each env process (about 60-100 us on a busy
-2-core machine, ``bench/bench_async.py --burn-ms``); from about 0.2 ms per step the parallel
-steps pay for it on two free cores, and 0.5 ms leaves room for a busy node."""
+A vector step of ``async`` adds a round trip to each env process. Measured with
+``bench/bench_async.py --cores 2 --envs 4 --burn-ms B`` on a shared 2-core machine, async/sync:
+0.78x at 0.1 ms, 1.24x at 0.25 ms, 1.39x at 0.5 ms, 1.74x at 2 ms; 0.5 ms keeps clear of the
+break-even (about 0.15 ms) on a busier node."""
 MEASURE_STEPS = 20
 """Steps of the throwaway sub-env that ``auto`` times (fewer when they exceed :data:`MEASURE_BUDGET_S`)."""
 MEASURE_BUDGET_S = 0.5
