@@ -6,8 +6,11 @@ starts) is pinned to the first 1, then 2, CPUs with ``os.sched_setaffinity``. Ro
 steps/s, medians of interleaved repeats:
 
 * sync: our EnvRunner, ``vectorization: sync`` (all sub-envs in the worker process);
-* async: our EnvRunner, ``vectorization: async`` (one process per sub-env);
-* ceiling: bare ``gymnasium.vector.AsyncVectorEnv`` of the same sub-envs, random actions.
+* async: our EnvRunner, ``vectorization: async`` (one process per CPU, each stepping its
+  group of sub-envs);
+* auto: our EnvRunner, ``vectorization: auto`` (times a sub-env step, then picks);
+* gym async: bare ``gymnasium.vector.AsyncVectorEnv`` of the same sub-envs (one process per
+  sub-env), random actions, no policy.
 
 Usage: ``python -m bench.bench_async [--envs 2 4 8] [--cores 1 2] [--burn-ms 2] [--seconds 2] [--repeats 3]``
 """
@@ -57,7 +60,8 @@ def measure(num_envs: int, args: argparse.Namespace) -> dict[str, float]:
     built = {
         "sync": ours(num_envs, "sync", args.burn_ms),
         "async": ours(num_envs, "async", args.burn_ms),
-        "ceiling": bare(num_envs, args.burn_ms),
+        "auto": ours(num_envs, "auto", args.burn_ms),
+        "gym": bare(num_envs, args.burn_ms),
     }
     samples: dict[str, list[float]] = {name: [] for name in built}
     try:
@@ -83,7 +87,10 @@ def main() -> None:
         f"heavy env (CartPole + {args.burn_ms} ms CPU per step), EnvRunner MLP 64x64, env steps/s, "
         f"median of {args.repeats} x {args.seconds}s; ideal per core: {1000 / args.burn_ms:,.0f}"
     )
-    print(f"{'cores':>5} {'envs':>5} {'sync':>8} {'async':>8} {'ceiling':>8} {'async/sync':>11} {'async/ceiling':>14}")
+    print(
+        f"{'cores':>5} {'envs':>5} {'sync':>8} {'async':>8} {'auto':>8} {'gym async':>10}"
+        f" {'async/sync':>11} {'async/gym':>10} {'auto/best':>10}"
+    )
     for cores in args.cores:
         if cores > len(available):
             print(f"{cores:>5} skipped: this process may use {len(available)} CPU(s)")
@@ -92,8 +99,9 @@ def main() -> None:
         for n in args.envs:
             med = measure(n, args)
             print(
-                f"{cores:>5} {n:>5} {med['sync']:>8,.0f} {med['async']:>8,.0f} {med['ceiling']:>8,.0f}"
-                f" {med['async'] / med['sync']:>10.2f}x {med['async'] / med['ceiling']:>13.0%}",
+                f"{cores:>5} {n:>5} {med['sync']:>8,.0f} {med['async']:>8,.0f} {med['auto']:>8,.0f} {med['gym']:>10,.0f}"
+                f" {med['async'] / med['sync']:>10.2f}x {med['async'] / med['gym']:>9.2f}x"
+                f" {med['auto'] / max(med['sync'], med['async']):>9.0%}",
                 flush=True,
             )
     os.sched_setaffinity(0, available)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rolloutfleet.spec.footprint import job_needs_torch
+from rolloutfleet.spec.footprint import job_needs_torch, pod_cpu, pod_cpus
 from rolloutfleet.spec.job import API_VERSION, KIND, RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
@@ -104,6 +104,8 @@ def _worker_env(job: RolloutJob, index: int, config: OperatorConfig) -> list[dic
         ref = {"name": spec.redis.password_secret.name, "key": spec.redis.password_secret.key}
         env.append({"name": "ROLLOUTFLEET_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}})
     env.append({"name": "ROLLOUTFLEET_TERMINATION_LOG", "value": "/dev/termination-log"})
+    # The env processes of async (and of auto, should it pick async) follow the pod's CPU request.
+    env.append({"name": "ROLLOUTFLEET_CPUS", "value": str(pod_cpus(job))})
     env += [dict(var) for var in spec.env_vars]
     return env
 
@@ -111,11 +113,13 @@ def _worker_env(job: RolloutJob, index: int, config: OperatorConfig) -> list[dic
 def _resources(job: RolloutJob, config: OperatorConfig) -> dict[str, Any]:
     """Requests equal to limits; the GPU as a limit only (Kubernetes sets an extended
     resource's request to its limit). Memory the job leaves out is the operator's default:
-    a torch worker's when a policy loads torch, else the smaller numpy worker's."""
+    a torch worker's when a policy loads torch, else the smaller numpy worker's. CPU: the
+    job's, or one per async env process (:func:`rolloutfleet.spec.footprint.pod_cpu`)."""
     wanted = job.spec.resources
     quantities: dict[str, str] = {}
-    if wanted.cpu is not None:
-        quantities["cpu"] = str(wanted.cpu)
+    cpu = pod_cpu(job)
+    if cpu is not None:
+        quantities["cpu"] = cpu
     memory = wanted.memory
     if memory is None:
         memory = config.worker_torch_memory if job_needs_torch(job) else config.worker_memory

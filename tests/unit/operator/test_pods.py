@@ -208,3 +208,35 @@ def test_the_selector_matches_the_pod_labels() -> None:
     labels = build_pod(job(), "u", 0, OperatorConfig())["metadata"]["labels"]
     assert all(labels[k] == v for k, v in (pair.split("=") for pair in selector("cp").split(",")))
     assert json.dumps(labels)  # plain strings only
+
+
+def cpu_of(pod: dict[str, Any]) -> tuple[str | None, str | None, str]:
+    resources = pod["spec"]["containers"][0]["resources"]
+    request, limit = resources.get("requests", {}).get("cpu"), resources.get("limits", {}).get("cpu")
+    return request, limit, env_of(pod)["ROLLOUTFLEET_CPUS"]
+
+
+@pytest.mark.parametrize(
+    ("env", "resources", "expected"),
+    [
+        ({"numEnvs": 8, "vectorization": "async"}, {"cpu": "2"}, ("2", "2", "2")),  # 2 processes x 4 sub-envs
+        ({"numEnvs": 8, "vectorization": "async"}, {"cpu": "1500m"}, ("1500m", "1500m", "2")),
+        ({"numEnvs": 8, "vectorization": "async"}, {}, ("4", "4", "4")),  # none set: one per sub-env, up to 4
+        ({"numEnvs": 3, "vectorization": "async"}, {}, ("3", "3", "3")),
+        ({"numEnvs": 8, "vectorization": "auto"}, {"cpu": "3"}, ("3", "3", "3")),
+        ({"numEnvs": 8, "vectorization": "auto"}, {}, (None, None, "1")),  # no request: auto stays in process
+        ({"numEnvs": 8, "vectorization": "sync"}, {}, (None, None, "1")),
+    ],
+)
+def test_the_cpu_request_and_the_worker_s_env_processes_agree(
+    env: dict[str, Any], resources: dict[str, str], expected: tuple[str | None, str | None, str]
+) -> None:
+    pod = build_pod(job(env={"id": "CartPole-v1", **env}, resources=resources), "u", 0, OperatorConfig())
+    assert cpu_of(pod) == expected
+
+
+def test_the_job_s_own_variables_come_after_the_cpu_count() -> None:
+    extra = [{"name": "ROLLOUTFLEET_CPUS", "value": "1"}]
+    pod = build_pod(job(env={"id": "CartPole-v1", "vectorization": "async"}, extraEnv=extra), "u", 0, OperatorConfig())
+    names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+    assert names.index("ROLLOUTFLEET_CPUS") < len(names) - 1 and names[-1] == "ROLLOUTFLEET_CPUS"

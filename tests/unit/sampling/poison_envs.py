@@ -3,6 +3,7 @@ NaN observations and rewards, a ``step`` or ``reset`` that always raises."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -53,7 +54,8 @@ def make_nan_env(ctx: Any) -> NanEnv:
 
 class FailingEnv(gym.Env[np.ndarray, np.int64]):
     """``step`` (or ``reset``, with ``fail: reset``) raises every time, after ``delay`` seconds;
-    sub-env ``fail_env`` only, unless ``fail_env`` is ``all``."""
+    sub-env ``fail_env`` only, unless ``fail_env`` is ``all``. ``fail: exit`` ends the process
+    in ``step`` instead (a crashing simulator; for ``async`` env processes only)."""
 
     def __init__(self, ctx: Any) -> None:
         self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -70,6 +72,8 @@ class FailingEnv(gym.Env[np.ndarray, np.int64]):
         return np.zeros(2, np.float32), {}
 
     def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.broken and self.fail == "exit":
+            os._exit(7)
         if self.broken and self.fail == "step":
             time.sleep(self.delay)
             raise RuntimeError("physics blew up")

@@ -102,9 +102,9 @@ def test_truncate_episodes_shape_and_order() -> None:
 
 def test_counter_env_every_transition_is_what_the_env_saw() -> None:
     CounterEnv.instances.clear()
-    runner = EnvRunner(
-        job({"entryPoint": "tests.unit.sampling.sampler_test_envs:make_counter", "numEnvs": 2, "config": {"length": 4}})
-    )
+    # sync: auto would first time a throwaway instance, which would take instances[0]
+    counter = {"entryPoint": "tests.unit.sampling.sampler_test_envs:make_counter", "config": {"length": 4}}
+    runner = EnvRunner(job({**counter, "numEnvs": 2, "vectorization": "sync"}))
     batch = runner.sample(num_timesteps=20)
     obs, new_obs = batch["obs"], batch["new_obs"]
     np.testing.assert_array_equal(new_obs[:, 1], obs[:, 1] + 1)  # the step counter advanced by one

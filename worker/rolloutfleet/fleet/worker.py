@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
     from rolloutfleet.inference.policy import Policy
+    from rolloutfleet.sampling.envs import VectorChoice
 
 from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
@@ -125,6 +126,21 @@ class WorkerMetrics:
             registry=self.registry,
         )
 
+        self._vectorization = Gauge(
+            "rolloutfleet_env_vectorization",
+            "1: how the sub-envs step (auto's choice, with its measured step time) and in how many env processes",
+            [*names, "requested", "chosen", "processes"],
+            registry=self.registry,
+        )
+        self.env_step_seconds = gauge(
+            "rolloutfleet_env_step_seconds", "One sub-env step as auto timed it at start-up (0: not timed)"
+        )
+
+    def record_vectorization(self, requested: str, choice: VectorChoice) -> None:
+        where = {"requested": requested, "chosen": choice.mode, "processes": str(choice.processes)}
+        self._vectorization.labels(**self._labels, **where).set(1)
+        self.env_step_seconds.set(choice.step_seconds or 0.0)
+
     def record_policies(self, policies: Mapping[str, Policy]) -> None:
         """Where each policy acts; ``requested="auto", device="cpu"`` is a fallback to the CPU."""
         for policy_id, policy in policies.items():
@@ -176,6 +192,9 @@ class Worker:
         limit_cpu_threads(config.job.spec.policy.num_threads)
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         self.metrics.record_policies(runner.policies)
+        choice = getattr(runner, "vector_choice", None)  # single-agent runners only
+        if choice is not None:
+            self.metrics.record_vectorization(config.job.spec.env.vectorization, choice)
         began = time.monotonic()
         made = self._connect(lambda: WorkerTransport(config), began)
         if isinstance(made, int):  # stopped while Redis was away, or gave up (said in one line)

@@ -49,11 +49,11 @@ from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.envs import (
     FAILED,
     FailureBudget,
-    choose_vectorization,
     derive_seed,
     env_name,
     episode_id_base,
     make_vector_env,
+    plan_vectorization,
 )
 from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.grid import (
@@ -98,10 +98,12 @@ class EnvRunner(Runner[SampleBatch]):
         self.num_workers = spec.replicas if num_workers is None else num_workers
         self.sampling = spec.sampling
         self.num_envs = spec.env.num_envs
-        self.vectorization = choose_vectorization(spec.env)
+        # auto times a throwaway sub-env here; a rebuilt vector env keeps the choice
+        self.vector_choice = plan_vectorization(spec.env, worker_index, self.num_workers, spec.resources.cpu)
+        self.vectorization = self.vector_choice.mode
         self.explore = spec.policy.explore
         self._seed = spec.sampling.seed
-        self.env = make_vector_env(spec.env, worker_index, self.num_workers)
+        self.env = make_vector_env(spec.env, worker_index, self.num_workers, self.vector_choice)
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         mode = self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
@@ -579,7 +581,7 @@ class EnvRunner(Runner[SampleBatch]):
         except Exception:
             log.debug("closing the failed vector env raised", exc_info=True)
         self.stats.env_restarts += 1
-        self.env = make_vector_env(self.job.spec.env, self.worker_index, self.num_workers)
+        self.env = make_vector_env(self.job.spec.env, self.worker_index, self.num_workers, self.vector_choice)
         self._drop_episodes(np.arange(self.num_envs), step)
         obs, _ = self.env.reset(seed=self._reset_seed())
         self._obs = self._filter(obs)

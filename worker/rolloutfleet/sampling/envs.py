@@ -6,7 +6,8 @@ Four vectorizations (``spec.env.vectorization``):
   e.g. CartPole's): fastest by far, one object for all sub-envs;
 * ``sync`` — :class:`ResilientSyncVectorEnv`, sub-envs stepped in this process; a
   sub-env that raises is closed and recreated without disturbing the others;
-* ``async`` — gymnasium's ``AsyncVectorEnv``, one subprocess per sub-env, for heavy envs;
+* ``async`` — :class:`~rolloutfleet.sampling.env_processes.ProcessVectorEnv`: one process per
+  CPU, each stepping its share of the sub-envs in a row, for heavy envs;
 * ``envpool`` — EnvPool's C++ vector env of the id (:mod:`rolloutfleet.sampling.envpool_env`).
 
 ``spec.env.wrappers`` wrap each sub-env (``sync``, ``async``), in the order given.
@@ -17,19 +18,28 @@ Failing envs end: a sub-env (the whole vector env, for ``vector`` and ``async``)
 one line naming the env and the error). After :func:`interrupt_failing_envs` (a stop
 signal) the next failure raises :class:`EnvInterrupted` instead of recreating the env.
 
-Autoreset: ``sync`` uses gymnasium's SAME_STEP mode (the final observation of an ended
-episode is in ``info["final_obs"]``); ``vector`` and ``async`` keep whatever the env
-declares (NEXT_STEP for gymnasium's own and for EnvPool). The sampler handles both.
+``auto`` picks ``vector`` when the id has one (and no wrappers), else ``async`` when a sub-env's
+step costs at least :data:`AUTO_ASYNC_STEP_S` and the worker has two CPUs or more (measured at
+build time on a throwaway sub-env, :func:`plan_vectorization`), else ``sync``.
+
+Autoreset: ``sync`` and ``async`` use gymnasium's SAME_STEP mode (the final observation of an
+ended episode is in ``info["final_obs"]``) and seed sub-env ``i`` alike, so they give the same
+trajectories; ``vector`` keeps whatever the env declares (NEXT_STEP for gymnasium's own and
+for EnvPool). The sampler handles both.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import secrets
+import statistics
 import threading
+import time
 from collections.abc import Callable, Iterator
 from copy import deepcopy
+from dataclasses import dataclass
 from typing import Any, cast
 
 import gymnasium as gym
@@ -38,9 +48,11 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
+from rolloutfleet.inference.obs_spaces import MASK_KEY
+from rolloutfleet.sampling.env_processes import ProcessVectorEnv, usable_cpus
 from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
 from rolloutfleet.spec.entry_points import load_entry_point
-from rolloutfleet.spec.job import EnvSpec, SpecError
+from rolloutfleet.spec.job import EnvSpec, SpecError, parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -246,9 +258,124 @@ def env_build_errors(spec: EnvSpec) -> Iterator[None]:
         raise SpecError(f"{field}: building the environment failed: {type(exc).__name__}: {exc}") from None
 
 
-def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> VectorEnv[Any, Any, Any]:
-    """Build the worker's vector env; every failure becomes a SpecError naming the field."""
-    mode = choose_vectorization(spec)
+AUTO_ASYNC_STEP_S = 0.0005
+"""``auto`` picks ``async`` when one step of one sub-env takes at least this long (0.5 ms).
+
+A vector step of ``async`` adds a round trip to each env process. Measured with
+``bench/bench_async.py --cores 2 --envs 4 --burn-ms B`` on a shared 2-core machine, async/sync:
+0.78x at 0.1 ms, 1.24x at 0.25 ms, 1.39x at 0.5 ms, 1.74x at 2 ms; 0.5 ms keeps clear of the
+break-even (about 0.15 ms) on a busier node."""
+MEASURE_STEPS = 20
+"""Steps of the throwaway sub-env that ``auto`` times (fewer when they exceed :data:`MEASURE_BUDGET_S`)."""
+MEASURE_BUDGET_S = 0.5
+
+
+@dataclass(frozen=True)
+class VectorChoice:
+    """How the vector env is built: the mode, its env processes and, for ``auto``, why.
+
+    >>> VectorChoice("async", processes=2, sub_envs=8).describe()
+    'async: 2 env processes x 4 sub-envs'
+    """
+
+    mode: str
+    processes: int = 1
+    """Env processes (``async``); 1 otherwise: the sub-envs step in the worker process."""
+    sub_envs: int = 1
+    step_seconds: float | None = None
+    """The measured cost of one sub-env step (``auto`` with two CPUs or more), else None."""
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.mode != "async":
+            where = f"{self.mode}: {self.sub_envs} sub-envs in the worker process"
+        else:
+            share = math.ceil(self.sub_envs / self.processes)
+            exact = "" if self.sub_envs % self.processes == 0 else "up to "
+            where = f"async: {self.processes} env processes x {exact}{share} sub-envs"
+        return f"{where} ({self.reason})" if self.reason else where
+
+
+def measure_step_seconds(create: Callable[[int], gym.Env[Any, Any]], steps: int = MEASURE_STEPS) -> float:
+    """The median time of one step of a throwaway sub-env (random actions, closed afterwards):
+    the sampled sub-envs are built apart, so their seeded trajectories do not change."""
+    env = create(0)
+    try:
+        space = env.action_space
+        space.seed(0)
+        obs, _ = env.reset(seed=0)
+        times: list[float] = []
+        deadline = time.perf_counter() + MEASURE_BUDGET_S
+        for _ in range(steps):
+            action = _legal_sample(space, obs)
+            began = time.perf_counter()
+            obs, _, terminated, truncated, _ = env.step(action)
+            now = time.perf_counter()
+            times.append(now - began)
+            if terminated or truncated:
+                obs, _ = env.reset()
+            if now > deadline:
+                break
+        return statistics.median(times)
+    finally:
+        env.close()
+
+
+def _legal_sample(space: spaces.Space[Any], obs: Any) -> Any:
+    """A random action, among the legal ones where the observation has an ``action_mask``."""
+    mask = obs.get(MASK_KEY) if isinstance(obs, dict) else None
+    if isinstance(space, spaces.Discrete) and mask is not None and np.any(mask):
+        return space.sample(mask=np.asarray(mask, np.int8))
+    return space.sample()
+
+
+def worker_cpus(cpu: str | None) -> int:
+    """CPUs for env processes: ``resources.cpu`` rounded up, never more than the process may
+    use (:func:`~rolloutfleet.sampling.env_processes.usable_cpus`), which counts when it is unset."""
+    usable = usable_cpus()
+    return usable if cpu is None else max(1, min(usable, math.ceil(parse_quantity(cpu))))
+
+
+def plan_vectorization(spec: EnvSpec, worker_index: int, num_workers: int, cpu: str | None = None) -> VectorChoice:
+    """Decide ``spec.vectorization`` (``auto`` times a throwaway sub-env) and the env processes;
+    ``cpu`` is ``spec.resources.cpu``. Logs one line saying what ``auto`` chose and why."""
+    mode, n = choose_vectorization(spec), spec.num_envs
+    if mode in ("vector", "envpool"):
+        return VectorChoice(mode, sub_envs=n)
+    cpus = worker_cpus(cpu)
+    if mode == "async":
+        return VectorChoice("async", processes=min(n, cpus), sub_envs=n, reason=f"{cpus} CPUs")
+    if spec.vectorization != "auto":
+        return VectorChoice(mode, sub_envs=n)
+    if cpus < 2 or n < 2:
+        why = f"{cpus} CPU" if cpus < 2 else "1 sub-env"
+        choice = VectorChoice("sync", sub_envs=n, reason=f"auto: {why}, nothing to spread")
+    else:
+        try:
+            seconds: float | None = measure_step_seconds(env_creator(spec, worker_index, num_workers))
+        except Exception as exc:  # noqa: BLE001 - building the real env says what is wrong, or the runner counts it
+            seconds, failure = None, describe(exc)
+        limit = f"{AUTO_ASYNC_STEP_S * 1e3:g} ms"
+        if seconds is None:
+            choice = VectorChoice("sync", sub_envs=n, reason=f"auto: timing a throwaway sub-env failed ({failure})")
+        elif seconds >= AUTO_ASYNC_STEP_S:
+            reason = f"auto: a sub-env step takes {seconds * 1e3:.2f} ms >= {limit}, {cpus} CPUs"
+            choice = VectorChoice("async", processes=min(n, cpus), sub_envs=n, step_seconds=seconds, reason=reason)
+        else:
+            reason = f"auto: a sub-env step takes {seconds * 1e3:.3f} ms < {limit}, cheaper than a process round trip"
+            choice = VectorChoice("sync", sub_envs=n, step_seconds=seconds, reason=reason)
+    log.info("vectorization %s", choice.describe())
+    return choice
+
+
+def make_vector_env(
+    spec: EnvSpec, worker_index: int, num_workers: int, choice: VectorChoice | None = None
+) -> VectorEnv[Any, Any, Any]:
+    """Build the worker's vector env as ``choice`` says (default: :func:`plan_vectorization`
+    without ``resources.cpu``); every failure becomes a SpecError naming the field."""
+    if choice is None:
+        choice = plan_vectorization(spec, worker_index, num_workers)
+    mode = choice.mode
     with env_build_errors(spec):
         if mode == "vector":
             assert spec.id is not None
@@ -263,15 +390,14 @@ def make_vector_env(spec: EnvSpec, worker_index: int, num_workers: int) -> Vecto
             return ResetGuard(EnvPoolVectorEnv(spec), spec)
         create = env_creator(spec, worker_index, num_workers)
         if mode == "async":
-            thunks = [_Thunk(create, i) for i in range(spec.num_envs)]
-            return ResetGuard(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=AutoresetMode.SAME_STEP), spec)
+            return ResetGuard(ProcessVectorEnv(create, spec.num_envs, choice.processes), spec)
         budget = FailureBudget(spec.max_consecutive_failures, env_name(spec), spec.restart_failed_sub_envs)
         return ResilientSyncVectorEnv(create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs, budget=budget)
 
 
 class ResetGuard(VectorWrapper):
-    """A vector env whose ``reset`` errors become :class:`EnvFailed` naming the env (``vector``
-    and ``async`` modes; their step errors are the runner's to count)."""
+    """A vector env whose ``reset`` errors become :class:`EnvFailed` naming the env (``vector``,
+    ``async`` and ``envpool`` modes; their step errors are the runner's to count)."""
 
     def __init__(self, env: VectorEnv[Any, Any, Any], spec: EnvSpec, seed_bits: int | None = None) -> None:
         super().__init__(env)
@@ -285,16 +411,6 @@ class ResetGuard(VectorWrapper):
             seed %= 2**self._seed_bits
         result = reset_or_fail(self.env.reset, self._name, "the vector env", seed=seed, options=options)
         return cast("tuple[Any, dict[str, Any]]", result)
-
-
-class _Thunk:
-    """A picklable ``() -> Env`` for AsyncVectorEnv's subprocesses."""
-
-    def __init__(self, create: Callable[[int], gym.Env[Any, Any]], index: int) -> None:
-        self.create, self.index = create, index
-
-    def __call__(self) -> gym.Env[Any, Any]:
-        return self.create(self.index)
 
 
 def _copy(obs: Any) -> Any:

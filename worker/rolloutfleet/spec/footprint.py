@@ -5,11 +5,24 @@ resident memory against about 560 MB with torch, measured by ``make bench``). to
 certain when a policy has an ``entryPoint``, ``recurrent`` (the LSTM/GRU model), ``inference:
 torch``, a ``cuda`` device, or ``device: auto`` in a pod given a GPU. One case only the env can tell: image observations
 (the default CNN) load torch too; such jobs should set ``resources.memory``.
+
+CPUs (:func:`pod_cpu`, :func:`pod_cpus`): ``vectorization: async`` runs one env process per CPU
+of the pod, so the pod requests what the job sets in ``resources.cpu``, or, for an ``async`` job
+that sets none, one CPU per sub-env up to :data:`ASYNC_DEFAULT_CPUS`. The worker is told the
+same count (``ROLLOUTFLEET_CPUS``) and starts that many env processes at most; a pod that
+requests no CPU counts as one, so ``auto`` never spreads a job over CPUs it did not ask for.
+The worker process itself needs no CPU of its own: it acts while its env processes wait for
+the actions, and waits while they step.
 """
 
 from __future__ import annotations
 
-from rolloutfleet.spec.job import PolicySpec, RolloutJob
+import math
+
+from rolloutfleet.spec.job import PolicySpec, RolloutJob, parse_quantity
+
+ASYNC_DEFAULT_CPUS = 4
+"""The CPU request of an ``async`` job that sets no ``resources.cpu``: ``min(numEnvs, this)``."""
 
 
 def job_policies(job: RolloutJob) -> list[PolicySpec]:
@@ -34,3 +47,26 @@ def policy_needs_torch(policy: PolicySpec, gpus: int) -> bool:
 def job_needs_torch(job: RolloutJob) -> bool:
     """Whether any of the job's policies surely loads torch in its workers."""
     return any(policy_needs_torch(policy, job.spec.resources.gpu) for policy in job_policies(job))
+
+
+def pod_cpu(job: RolloutJob) -> str | None:
+    """The worker pod's CPU request (and limit): ``resources.cpu``, else for ``async`` one CPU per
+    sub-env up to :data:`ASYNC_DEFAULT_CPUS`, else None (no request).
+
+    >>> job = RolloutJob.from_dict({"metadata": {"name": "a"},
+    ...                             "spec": {"env": {"id": "X-v0", "numEnvs": 8, "vectorization": "async"}}})
+    >>> pod_cpu(job), pod_cpus(job)
+    ('4', 4)
+    """
+    spec = job.spec
+    if spec.resources.cpu is not None:
+        return spec.resources.cpu
+    if spec.env.vectorization == "async":
+        return str(min(spec.env.num_envs, ASYNC_DEFAULT_CPUS))
+    return None
+
+
+def pod_cpus(job: RolloutJob) -> int:
+    """The CPUs a worker in the pod may keep busy: :func:`pod_cpu` rounded up, 1 without a request."""
+    cpu = pod_cpu(job)
+    return 1 if cpu is None else max(1, math.ceil(parse_quantity(cpu)))

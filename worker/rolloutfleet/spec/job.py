@@ -14,7 +14,6 @@ Anything wrong raises one :class:`SpecError` whose message names the field, e.g.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,12 +73,6 @@ def parse_quantity(value: str | int | float) -> float:
     return number * _QUANTITY_SCALE[suffix]
 
 
-ASYNC_ENVS_PER_CPU = 2
-"""``vectorization: async`` runs one process per sub-env: at most this many per CPU of ``resources.cpu``."""
-MAX_ASYNC_ENVS = 64
-"""The most async sub-envs (processes) a job that sets no ``resources.cpu`` may have."""
-
-
 class SpecError(ValueError):
     """A manifest is invalid. The message names every offending field."""
 
@@ -117,9 +110,10 @@ class EnvSpec(_Model):
     """Sub-environments per worker, stepped together with one batched policy call."""
     vectorization: Literal["auto", "sync", "async", "vector", "envpool"] = "auto"
     """``vector`` uses the env's own vectorized implementation (gymnasium ``vector_entry_point``),
-    ``sync`` steps sub-envs in this process, ``async`` one subprocess each (heavy envs),
+    ``sync`` steps sub-envs in this process, ``async`` in one process per CPU (heavy envs),
     ``envpool`` EnvPool's C++ implementation of the id (Atari, MuJoCo; the ``envpool`` extra).
-    ``auto`` picks ``vector`` when the id has one (and no wrappers are given), else ``sync``."""
+    ``auto`` picks ``vector`` when the id has one (and no wrappers are given), else ``async`` when
+    a sub-env step takes 0.5 ms or more and the worker has two CPUs or more, else ``sync``."""
     wrappers: list[WrapperSpec] = Field(default_factory=list, max_length=MAX_WRAPPERS)
     """gymnasium wrappers around each sub-env, innermost first (:mod:`rolloutfleet.spec.wrappers`)."""
     restart_failed_sub_envs: bool = True
@@ -435,13 +429,14 @@ class ResourcesSpec(_Model):
     """Container resources; ``gpu`` becomes ``nvidia.com/gpu``."""
 
     cpu: str | None = None
+    """CPU request and limit of each worker; ``async`` runs one env process per CPU (rounded up)."""
     memory: str | None = None
     """Memory request and limit of each worker; the worker refuses a model and fragment that need more."""
     gpu: int = Field(default=0, ge=0)
 
-    @field_validator("memory")
+    @field_validator("cpu", "memory")
     @classmethod
-    def _memory_quantity(cls, value: str | None) -> str | None:
+    def _quantity(cls, value: str | None) -> str | None:
         if value is not None:
             parse_quantity(value)
         return value
@@ -483,29 +478,6 @@ class RolloutJobSpec(_Model):
                     check_recurrent(merged.recurrent, merged.entry_point)
                 except _SubfieldError as exc:
                     raise _SubfieldError(f"multiAgent.policies.{policy_id}.{exc.path}", str(exc)) from None
-        return self
-
-    @model_validator(mode="after")
-    def _async_processes_fit_the_cpus(self) -> RolloutJobSpec:
-        """``async`` runs one process per sub-env: no more of them than the pod's CPUs can run."""
-        if self.env.vectorization != "async":
-            return self
-        n, cpu = self.env.num_envs, self.resources.cpu
-        if cpu is None:
-            limit, why = MAX_ASYNC_ENVS, f"at most {MAX_ASYNC_ENVS} without resources.cpu"
-        else:
-            try:
-                cpus = parse_quantity(cpu)
-            except ValueError as exc:
-                raise _SubfieldError("resources.cpu", str(exc)) from None
-            limit = ASYNC_ENVS_PER_CPU * max(1, math.ceil(cpus))
-            why = f"at most {ASYNC_ENVS_PER_CPU} per CPU of resources.cpu {cpu!r}, so {limit}"
-        if n > limit:
-            raise _SubfieldError(
-                "env.numEnvs",
-                f"{n} with vectorization 'async' is {n} env processes, {why}; "
-                "raise resources.cpu, lower numEnvs, or use 'sync' (light envs step faster in one process)",
-            )
         return self
 
 

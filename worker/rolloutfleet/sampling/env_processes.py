@@ -1,0 +1,311 @@
+"""``vectorization: async``: sub-envs spread over one process per CPU, each stepping its share in a row.
+
+A vector step costs the slowest process's share of sub-envs plus one round trip to each
+process (tens of microseconds). One process per sub-env (gymnasium's ``AsyncVectorEnv``)
+pays a round trip per sub-env and, with more sub-envs than CPUs, has them fight over the
+cores; here ``P = min(numEnvs, CPUs)`` processes each hold a contiguous group of sub-envs
+(8 sub-envs on 2 CPUs: 2 processes x 4 sub-envs) and step them one after another.
+
+Semantics match :class:`~rolloutfleet.sampling.envs.ResilientSyncVectorEnv` (``sync``):
+SAME_STEP autoreset (an ended sub-env is reset within the step, its last observation in
+``info["final_obs"]``), sub-env ``i`` reset with the ``i``-th seed of the list, no other
+info keys. So ``async`` and ``sync`` give the same trajectories for the same seed.
+
+Observations come back through shared memory (gymnasium's helpers), rewards, flags and
+final observations through the pipe. A sub-env that raises, or a process that dies, fails
+the whole vector step with :class:`EnvProcessError` (the runner counts it and rebuilds the
+vector env, as for ``vector``); :meth:`ProcessVectorEnv.close` ends every process. Processes
+exit by themselves when the worker dies (they watch their parent).
+
+The CPUs (:func:`usable_cpus`): ``ROLLOUTFLEET_CPUS`` when the operator set it (the pod's
+CPU request, so processes and request agree), else the CPUs this process may run on (its
+affinity, and a cgroup CPU quota when there is one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import signal
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]  # gymnasium's dependency
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import (
+    batch_space,
+    create_shared_memory,
+    iterate,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
+
+CPUS_VARIABLE = "ROLLOUTFLEET_CPUS"
+"""Set by the operator to the pod's CPU request (rounded up; 1 where it requests none)."""
+_PARENT_CHECK_S = 1.0  # how often an idle env process checks that its worker still lives
+
+
+class EnvProcessError(RuntimeError):
+    """A sub-env raised in its process, or an env process died: the vector step failed."""
+
+
+def usable_cpus(environ: dict[str, str] | None = None, cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The CPUs this worker may keep busy (at least 1).
+
+    >>> usable_cpus({"ROLLOUTFLEET_CPUS": "3"})
+    3
+    """
+    raw = (os.environ if environ is None else environ).get(CPUS_VARIABLE, "")
+    if raw:
+        try:
+            return max(1, int(raw))
+        except ValueError:
+            pass  # not ours to refuse at this depth: fall back to what the process sees
+    cpus = len(os.sched_getaffinity(0))
+    quota = cgroup_cpu_quota(cgroup)
+    return max(1, min(cpus, math.ceil(quota)) if quota is not None else cpus)
+
+
+def cgroup_cpu_quota(root: Path) -> float | None:
+    """The cgroup's CPU limit in CPUs (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), None when unlimited."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
+
+
+def group_bounds(num_envs: int, processes: int) -> list[tuple[int, int]]:
+    """Contiguous ``[lo, hi)`` sub-env ranges, one per process, sizes differing by at most one.
+
+    >>> group_bounds(8, 3)
+    [(0, 3), (3, 6), (6, 8)]
+    """
+    processes = max(1, min(processes, num_envs))
+    base, extra = divmod(num_envs, processes)
+    bounds, lo = [], 0
+    for p in range(processes):
+        hi = lo + base + (1 if p < extra else 0)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+class ProcessVectorEnv(VectorEnv[Any, Any, Any]):
+    """``num_envs`` sub-envs built by ``create(i)``, stepped in ``processes`` processes.
+
+    >>> env = ProcessVectorEnv(lambda i: gym.make("CartPole-v1"), num_envs=4, processes=2)
+    >>> obs, _ = env.reset(seed=[0, 1, 2, 3])
+    >>> obs.shape, [hi - lo for lo, hi in env.bounds]
+    ((4, 4), [2, 2])
+    >>> env.close()
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, create: Callable[[int], gym.Env[Any, Any]], num_envs: int, processes: int) -> None:
+        probe = create(0)  # spaces, before the shared memory the processes write into
+        try:
+            self.single_observation_space = probe.observation_space
+            self.single_action_space = probe.action_space
+        finally:
+            probe.close()
+        self.num_envs = num_envs
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.bounds = group_bounds(num_envs, processes)
+        ctx = mp.get_context()  # the platform's default, as gymnasium's AsyncVectorEnv
+        self._shm = create_shared_memory(self.single_observation_space, num_envs, ctx=ctx)  # type: ignore[arg-type]
+        self._obs = read_from_shared_memory(self.single_observation_space, self._shm, num_envs)
+        self._conns: list[Connection] = []
+        self._procs: list[Any] = []
+        self._broken = False
+        wrapped = _Creator(create)
+        try:
+            for p, (lo, hi) in enumerate(self.bounds):
+                ours, theirs = ctx.Pipe()
+                proc = ctx.Process(  # type: ignore[attr-defined]
+                    target=_serve,
+                    name=f"rolloutfleet-envs-{p}",
+                    args=(theirs, ours, wrapped, lo, hi, self._shm, self.single_observation_space, os.getpid()),
+                    daemon=True,
+                )
+                proc.start()
+                theirs.close()  # ours alone: recv() sees EOF when the process dies
+                self._conns.append(ours)
+                self._procs.append(proc)
+            for p in range(len(self.bounds)):
+                self._receive(p)  # each process built its sub-envs (or said why not)
+        except BaseException:
+            self.close_extras()
+            raise
+
+    @property
+    def processes(self) -> int:
+        return len(self.bounds)
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        seeds = (
+            list(seed)
+            if isinstance(seed, Sequence)
+            else [None if seed is None else seed + i for i in range(self.num_envs)]
+        )
+        for conn, (lo, hi) in zip(self._send_all(), self.bounds, strict=True):
+            conn.send(("reset", (seeds[lo:hi], options)))
+        for p in range(self.processes):
+            self._receive(p)
+        return _copy(self._obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        per_env = actions if isinstance(actions, np.ndarray) else list(iterate(self.action_space, actions))
+        for conn, (lo, hi) in zip(self._send_all(), self.bounds, strict=True):
+            conn.send(("step", per_env[lo:hi]))
+        n = self.num_envs
+        rewards = np.empty(n, np.float64)
+        terminateds = np.empty(n, np.bool_)
+        truncateds = np.empty(n, np.bool_)
+        final_obs: list[Any] = [None] * n
+        for p, (lo, hi) in enumerate(self.bounds):
+            rewards[lo:hi], terminateds[lo:hi], truncateds[lo:hi], finals = self._receive(p)
+            for k, obs in finals:
+                final_obs[lo + k] = obs
+        info: dict[str, Any] = {}
+        ended = terminateds | truncateds
+        if ended.any():  # as ResilientSyncVectorEnv: the same batch whichever of the two stepped
+            info["final_obs"] = np.array(final_obs, dtype=object)
+            info["_final_obs"] = ended
+        return _copy(self._obs), rewards, terminateds, truncateds, info
+
+    def _send_all(self) -> list[Connection]:
+        if self._broken:
+            raise EnvProcessError("an env process failed earlier; the vector env must be rebuilt")
+        return self._conns
+
+    def _receive(self, p: int) -> Any:
+        lo, hi = self.bounds[p]
+        try:
+            status, payload = self._conns[p].recv()
+        except (EOFError, OSError):
+            self._broken = True
+            self._procs[p].join(timeout=1.0)
+            raise EnvProcessError(
+                f"the process of sub-envs {lo}-{hi - 1} died (exit code {self._procs[p].exitcode})"
+            ) from None
+        if status != "ok":
+            self._broken = True
+            raise EnvProcessError(payload)
+        return payload
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(OSError, ValueError):  # that process is gone already
+                conn.send(("close", None))
+        for proc in self._procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():  # stuck in a step: no sub-env outlives its vector env
+                proc.kill()
+                proc.join(timeout=5.0)
+        for conn in self._conns:
+            conn.close()
+        self._conns, self._procs = [], []
+
+
+class _Creator:
+    """``create`` made picklable with cloudpickle (a closure), should the start method not be fork."""
+
+    def __init__(self, create: Callable[[int], gym.Env[Any, Any]]) -> None:
+        self.create = create
+
+    def __getstate__(self) -> bytes:
+        return cloudpickle.dumps(self.create)  # type: ignore[no-any-return]
+
+    def __setstate__(self, state: bytes) -> None:
+        self.create = cloudpickle.loads(state)
+
+    def __call__(self, index: int) -> gym.Env[Any, Any]:
+        return self.create(index)
+
+
+def _copy(obs: Any) -> Any:
+    """A batch the next step will not overwrite (the shared memory is reused)."""
+    if isinstance(obs, np.ndarray):
+        return obs.copy()
+    if isinstance(obs, dict):
+        return {key: _copy(value) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_copy(value) for value in obs)
+    return obs
+
+
+def _serve(
+    conn: Connection,
+    parents_end: Connection,
+    create: Callable[[int], gym.Env[Any, Any]],
+    lo: int,
+    hi: int,
+    shm: Any,
+    space: gym.Space[Any],
+    parent_pid: int,
+) -> None:
+    """An env process: build sub-envs ``lo..hi-1``, then reset or step them when told."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle, then it closes us
+    parents_end.close()
+    envs: list[gym.Env[Any, Any]] = []
+    index = lo
+    try:
+        for index in range(lo, hi):
+            envs.append(create(index))
+        conn.send(("ok", None))
+        while True:
+            while not conn.poll(_PARENT_CHECK_S):
+                if os.getppid() != parent_pid:
+                    return  # the worker died without closing us
+            command, data = conn.recv()
+            if command == "step":
+                n = hi - lo
+                rewards = np.empty(n, np.float64)
+                terminateds = np.empty(n, np.bool_)
+                truncateds = np.empty(n, np.bool_)
+                finals = []
+                for k, env in enumerate(envs):
+                    index = lo + k
+                    obs, rewards[k], terminateds[k], truncateds[k], _ = env.step(data[k])
+                    if terminateds[k] or truncateds[k]:
+                        finals.append((k, obs))
+                        obs, _ = env.reset()
+                    write_to_shared_memory(space, index, obs, shm)
+                conn.send(("ok", (rewards, terminateds, truncateds, finals)))
+            elif command == "reset":
+                seeds, options = data
+                for k, env in enumerate(envs):
+                    index = lo + k
+                    obs, _ = env.reset(seed=seeds[k], options=options)
+                    write_to_shared_memory(space, index, obs, shm)
+                conn.send(("ok", None))
+            else:  # close
+                return
+    except (KeyboardInterrupt, BrokenPipeError, EOFError):
+        return
+    except Exception as exc:  # noqa: BLE001 - one line back to the worker, which counts it
+        message = f"sub-env {index}: {type(exc).__name__}: {exc}".replace("\n", " ")
+        with contextlib.suppress(OSError):
+            conn.send(("error", message))
+    finally:
+        for env in envs:
+            with contextlib.suppress(Exception):  # closing a failed env may fail too
+                env.close()
+        conn.close()
