@@ -25,6 +25,8 @@ from pathlib import Path
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.parent_watch import PARENT_PID_ENV
+from rolloutfleet.sampling.env_processes import CPUS_VARIABLE, usable_cpus
+from rolloutfleet.spec.footprint import local_cpus
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.restarts import RestartTracker
 from rolloutfleet.spec.worker_config import WorkerConfig
@@ -98,8 +100,10 @@ class LocalFleet:
             redis_password=self.redis_password,
             metrics_port=0,  # any free port: several workers share this machine
         )
+        # Env processes (async) of all workers share this machine's CPUs, as pods share a node's.
+        cpus = {CPUS_VARIABLE: str(local_cpus(self.job, usable_cpus()))}
         # The worker stops by itself if this process dies without stopping it (SIGKILL).
-        return {**os.environ, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
+        return {**os.environ, **cpus, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
 
     def _spawn(self, index: int, now: float) -> None:
         worker = self.workers[index]

@@ -70,3 +70,18 @@ def pod_cpus(job: RolloutJob) -> int:
     """The CPUs a worker in the pod may keep busy: :func:`pod_cpu` rounded up, 1 without a request."""
     cpu = pod_cpu(job)
     return 1 if cpu is None else max(1, math.ceil(parse_quantity(cpu)))
+
+
+def local_cpus(job: RolloutJob, machine_cpus: int) -> int:
+    """The CPUs each worker of ``rolloutfleet run`` may keep busy on a machine with ``machine_cpus``:
+    what its pod would get (:func:`pod_cpus`, at most the machine's) when the job asks for CPUs,
+    else an equal share of the machine among the replicas, so async env processes of several
+    workers do not oversubscribe it.
+
+    >>> job = RolloutJob.from_dict({"metadata": {"name": "a"}, "spec": {"replicas": 3, "env": {"id": "X-v0"}}})
+    >>> local_cpus(job, 8)
+    2
+    """
+    if pod_cpu(job) is not None:
+        return max(1, min(pod_cpus(job), machine_cpus))
+    return max(1, machine_cpus // max(job.spec.replicas, 1))
