@@ -82,11 +82,12 @@ bench-compare: install ## REF=<commit>: the sampling benches of REF and of this 
 	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }
 	$(BIN)/python -m bench.compare $(REF)
 
-bench-peer: ## the sampling bench with RLlib measured in the same run (own venv: RLlib pins gymnasium 1.2.2; ~6 GB)
+bench-peer: ## the sampling and heavy-env benches with RLlib measured in the same run (own venv: RLlib pins gymnasium 1.2.2; ~6 GB)
 	[ -x $(PEER_VENV)/bin/python ] || $(PYTHON) -m venv $(PEER_VENV)
 	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-peer.txt
 	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e worker
 	$(PEER_VENV)/bin/python -m bench.bench_sampling
+	$(PEER_VENV)/bin/python -m bench.bench_async
 
 images: ## the chart's default images (worker, worker -cpu where its index answers, operator, redis): docker, else podman (ENGINE= BASE= IMAGES= EXPORT=1)
 	@VERSION=$(VERSION) $(if $(ENGINE),ROLLOUTFLEET_ENGINE=$(ENGINE)) $(if $(BASE),ROLLOUTFLEET_BASE=$(BASE)) \

@@ -10,7 +10,11 @@ steps/s, medians of interleaved repeats:
   group of sub-envs);
 * auto: our EnvRunner, ``vectorization: auto`` (times a sub-env step, then picks);
 * gym async: bare ``gymnasium.vector.AsyncVectorEnv`` of the same sub-envs (one process per
-  sub-env), random actions, no policy.
+  sub-env), random actions, no policy;
+* rllib sync / rllib async: RLlib's ``SingleAgentEnvRunner`` on the same env with the same
+  model (64x64 tanh MLP, value head on the shared layers), ``gym_env_vectorize_mode`` ``sync`` and
+  ``async`` (gymnasium's vector envs: one process per sub-env), ``sample()`` of the same fragment:
+  measured when ray is installed (``make bench-peer`` runs this bench in RLlib's venv too).
 
 Usage: ``python -m bench.bench_async [--envs 2 4 8] [--cores 1 2] [--burn-ms 2] [--seconds 2] [--repeats 3]``
 """
@@ -18,6 +22,7 @@ Usage: ``python -m bench.bench_async [--envs 2 4 8] [--cores 1 2] [--burn-ms 2] 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 from collections.abc import Callable
@@ -56,6 +61,31 @@ def bare(num_envs: int, burn_ms: float) -> tuple[Callable[[], int], Any]:
     return step, env
 
 
+def rllib(num_envs: int, burn_ms: float, mode: str) -> tuple[Callable[[], int], Any] | None:
+    """RLlib's env runner on the heavy env, ``mode`` ``sync`` or ``async``; None without ray."""
+    try:
+        from ray.rllib.algorithms.ppo import PPOConfig  # type: ignore[import-not-found]
+        from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # type: ignore[import-not-found]
+        from ray.tune.registry import register_env  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    register_env("rolloutfleet-heavy", lambda config: make(EnvContext(dict(config), 0, 0, 1)))
+    model = {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": True}
+    config = (
+        PPOConfig()
+        .environment("rolloutfleet-heavy", env_config={"burnMs": burn_ms})
+        .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=FRAGMENT, gym_env_vectorize_mode=mode)
+        .rl_module(model_config=model)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+
+    class Closing:
+        def close(self) -> None:
+            runner.stop()
+
+    return (lambda: sum(len(e) for e in runner.sample(num_timesteps=FRAGMENT * num_envs))), Closing()
+
+
 def measure(num_envs: int, args: argparse.Namespace) -> dict[str, float]:
     built = {
         "sync": ours(num_envs, "sync", args.burn_ms),
@@ -63,6 +93,10 @@ def measure(num_envs: int, args: argparse.Namespace) -> dict[str, float]:
         "auto": ours(num_envs, "auto", args.burn_ms),
         "gym": bare(num_envs, args.burn_ms),
     }
+    for mode in ("sync", "async"):
+        peer = rllib(num_envs, args.burn_ms, mode)
+        if peer is not None:
+            built[f"rllib {mode}"] = peer
     samples: dict[str, list[float]] = {name: [] for name in built}
     try:
         for _ in range(args.repeats):  # interleaved: drift on a shared machine hits all rows alike
@@ -87,9 +121,11 @@ def main() -> None:
         f"heavy env (CartPole + {args.burn_ms} ms CPU per step), EnvRunner MLP 64x64, env steps/s, "
         f"median of {args.repeats} x {args.seconds}s; ideal per core: {1000 / args.burn_ms:,.0f}"
     )
+    peer = importlib.util.find_spec("ray") is not None
     print(
         f"{'cores':>5} {'envs':>5} {'sync':>8} {'async':>8} {'auto':>8} {'gym async':>10}"
         f" {'async/sync':>11} {'async/gym':>10} {'auto/best':>10}"
+        + (f" {'rllib sync':>11} {'rllib async':>12} {'ours/rllib':>11}" if peer else "")
     )
     for cores in args.cores:
         if cores > len(available):
@@ -101,10 +137,18 @@ def main() -> None:
             print(
                 f"{cores:>5} {n:>5} {med['sync']:>8,.0f} {med['async']:>8,.0f} {med['auto']:>8,.0f} {med['gym']:>10,.0f}"
                 f" {med['async'] / med['sync']:>10.2f}x {med['async'] / med['gym']:>9.2f}x"
-                f" {med['auto'] / max(med['sync'], med['async']):>9.0%}",
+                f" {med['auto'] / max(med['sync'], med['async']):>9.0%}"
+                + (
+                    f" {med['rllib sync']:>11,.0f} {med['rllib async']:>12,.0f}"
+                    f" {med['auto'] / max(med['rllib sync'], med['rllib async']):>10.2f}x"
+                    if peer
+                    else ""
+                ),
                 flush=True,
             )
     os.sched_setaffinity(0, available)
+    if not peer:
+        print("RLlib not measured: ray is not installed here (make bench-peer measures it in the same run)")
 
 
 if __name__ == "__main__":
