@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -105,6 +105,10 @@ demo-lstm: install ## PPO with an LSTM (policy.recurrent) on CartPole with the v
 demo-dqn: install ## Ape-X-style DQN on CartPole-v1: 4 workers at per-worker ε, until greedy evaluation returns >= 475 (10 min limit)
 	$(BIN)/rolloutfleet run examples/dqn.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.dqn examples/dqn.yaml --target-return 475 --time-limit 600
+
+demo-selfplay: install ## self-play on tic-tac-toe (PettingZoo): main trains against a frozen snapshot of itself until it beats a random player (10 min limit)
+	$(BIN)/rolloutfleet run examples/tictactoe.yaml --no-status -- \
+		$(BIN)/python -m rolloutfleet.examples.selfplay examples/tictactoe.yaml --time-limit 600
 
 cluster-build: ## build the control plane (and with NODE=real the node's binaries) from pinned Go modules (cached outside the repo)
 	hack/cluster/build.sh control-plane

@@ -1,0 +1,218 @@
+"""Self-play for turn-based games: train policy ``main`` against a frozen snapshot of itself.
+
+``examples/tictactoe.yaml`` maps the two seats of a PettingZoo classic game to ``main`` and
+``main_v1`` with :func:`rolloutfleet.examples.seats.alternate_seats` (``main`` moves first in every other game), and
+trains only ``main``: the workers publish ``main``'s rows alone. This learner reads them
+with :class:`rolloutfleet.BatchConsumer` (``policy="main"``), trains PPO on them with the
+batch's ``action_mask`` applied to the logits (an illegal move gets no probability in the
+loss, as when the workers sampled), publishes ``main``'s weights, and every
+``--snapshot-every`` updates copies them into ``main_v1`` (the opponent the workers play
+against): self-play against a lagged snapshot. Run it beside a fleet::
+
+    rolloutfleet run examples/tictactoe.yaml -- python -m rolloutfleet.examples.selfplay examples/tictactoe.yaml
+
+How good ``main`` is gets judged outside the fleet and our sampler: :func:`evaluate` plays
+``main`` greedily (legal moves only) against a uniformly random legal player in a fresh
+env made by PettingZoo's own ``env()`` of the job's id, half the games in each seat, and
+reads the outcome from the env's own rewards. The learner stops (exit 0) when ``main`` wins
+``--target-win-rate`` of those games and loses at most ``--max-loss-rate``; exit 1 at
+``--time-limit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rolloutfleet import RolloutJob, SampleBatch
+from rolloutfleet.examples.ppo import PPO, PPOConfig
+from rolloutfleet.examples.seats import SNAPSHOT, TRAINED
+from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
+
+
+def in_episode_order(batch: SampleBatch) -> SampleBatch:
+    """The rows grouped by episode and agent, in each agent's turn order (``t``): a multi-agent
+    batch interleaves sub-envs and agents, PPO's advantages follow one agent's consecutive turns."""
+    order = np.lexsort((batch["t"], batch["agent_index"], batch["eps_id"]))
+    return batch.rows(order)
+
+
+def greedy_moves(model: nn.Module, parts: ObsParts, observations: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The model's most likely legal action for each row of leaf columns (``observation``,
+    ``action_mask``, ...)."""
+    with torch.no_grad():
+        logits, _ = model(torch.as_tensor(parts.model_input(observations)))
+    legal = np.asarray(observations[MASK_KEY]).astype(bool)
+    return np.where(legal, logits.numpy(), -np.inf).argmax(axis=1)  # type: ignore[no-any-return]
+
+
+Player = Callable[[dict[str, np.ndarray], np.random.Generator], int]
+"""``(observation dict, rng) -> action``: one move of a player in a fresh env."""
+
+
+def random_player(observation: dict[str, np.ndarray], rng: np.random.Generator) -> int:
+    """A uniformly random legal move."""
+    return int(rng.choice(np.flatnonzero(observation[MASK_KEY])))
+
+
+def model_player(model: nn.Module, parts: ObsParts) -> Player:
+    def play(observation: dict[str, np.ndarray], rng: np.random.Generator) -> int:
+        rows = {path: np.asarray(value)[None] for path, value in observation.items()}
+        return int(greedy_moves(model, parts, rows)[0])
+
+    return play
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Games of a player against an opponent, counted from the env's own final rewards."""
+
+    wins: int
+    draws: int
+    losses: int
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    @property
+    def win_rate(self) -> float:
+        return self.wins / self.games
+
+    @property
+    def loss_rate(self) -> float:
+        return self.losses / self.games
+
+    def __add__(self, other: Outcomes) -> Outcomes:
+        return Outcomes(self.wins + other.wins, self.draws + other.draws, self.losses + other.losses)
+
+    def __str__(self) -> str:
+        return f"won {self.win_rate:.0%}, drew {self.draws / self.games:.0%}, lost {self.loss_rate:.0%} of {self.games}"
+
+
+def play_games(
+    make_env: Callable[[], Any], player: Player, opponent: Player, games: int, seat: str, seed: int
+) -> Outcomes:
+    """``games`` games in fresh envs (PettingZoo's AEC protocol), ``player`` in ``seat``; an
+    illegal move by either side is an error, not an outcome."""
+    rng = np.random.default_rng(seed)
+    wins = draws = losses = 0
+    env = make_env()
+    for game in range(games):
+        env.reset(seed=seed + game)
+        final: dict[str, float] = {}
+        for agent in env.agent_iter():
+            observation, reward, terminated, truncated, _ = env.last()
+            final[agent] = float(reward)
+            if terminated or truncated:
+                env.step(None)
+                continue
+            move = (player if agent == seat else opponent)(observation, rng)
+            if not observation[MASK_KEY][move]:
+                raise RuntimeError(f"{agent} chose the illegal move {move}")
+            env.step(move)
+        result = final[seat]
+        wins, draws, losses = wins + (result > 0), draws + (result == 0), losses + (result < 0)
+    env.close()
+    return Outcomes(wins, draws, losses)
+
+
+def evaluate(make_env: Callable[[], Any], player: Player, games: int, seed: int = 0) -> dict[str, Outcomes]:
+    """``player`` against a uniformly random legal player: half the games in each seat."""
+    seats = make_env().possible_agents
+    first = play_games(make_env, player, random_player, games // 2, seats[0], seed)
+    second = play_games(make_env, player, random_player, games - games // 2, seats[1], seed + games)
+    return {seats[0]: first, seats[1]: second, "all": first + second}
+
+
+def env_maker(job: RolloutJob) -> Callable[[], Any]:
+    """PettingZoo's own AEC ``env()`` of the job's ``spec.env.id`` (a module path)."""
+    if job.spec.env.id is None:
+        raise SystemExit("selfplay: spec.env.id must name a PettingZoo module (pettingzoo.classic.tictactoe_v3)")
+    module = importlib.import_module(job.spec.env.id)
+    return module.env  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rolloutfleet import BatchConsumer, WeightPublisher
+    from rolloutfleet.sampling.runners import build_policy_models
+
+    parser = argparse.ArgumentParser(description="Train a turn-based game's policy 'main' by self-play.")
+    parser.add_argument("manifest", help="the job's RolloutJob YAML (policies main and main_v1)")
+    parser.add_argument("--redis", default=os.environ.get("ROLLOUTFLEET_REDIS_URL", "redis://localhost:6379/0"))
+    parser.add_argument("--target-win-rate", type=float, default=0.85)
+    parser.add_argument("--max-loss-rate", type=float, default=0.10)
+    parser.add_argument("--eval-games", type=int, default=400)
+    parser.add_argument("--eval-every", type=int, default=5, help="updates between evaluations")
+    parser.add_argument("--snapshot-every", type=int, default=10, help="updates between copies of main into main_v1")
+    parser.add_argument("--steps-per-update", type=int, default=4096, help="rows of main per PPO update")
+    parser.add_argument("--max-policy-lag", type=int, default=2, help="drop rows sampled with older weights than this")
+    parser.add_argument("--time-limit", type=float, default=600.0, help="seconds of learning before giving up")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    job = RolloutJob.from_file(args.manifest)
+    make_env = env_maker(job)
+    probe = make_env()
+    seat = probe.possible_agents[0]
+    parts = obs_parts(probe.observation_space(seat), probe.action_space(seat))
+    if not isinstance(probe.action_space(seat), spaces.Discrete) or not parts.masked:
+        raise SystemExit("selfplay: the game must have Discrete actions and an action_mask in its observations")
+    models = build_policy_models(job)
+    if set(models) != {TRAINED, SNAPSHOT}:
+        raise SystemExit(f"selfplay: the job's policies must be {TRAINED!r} and {SNAPSHOT!r}, not {sorted(models)}")
+    model = models[TRAINED]
+    ppo = PPO(model, probe.action_space(seat), PPOConfig(lr=3e-4, ent_coef=0.01, epochs=4), inputs=parts.batch_input)
+    publish = WeightPublisher(args.redis, job.name, namespace=job.namespace, policy=TRAINED)
+    snapshot = WeightPublisher(args.redis, job.name, namespace=job.namespace, policy=SNAPSHOT)
+    consumer = BatchConsumer(args.redis, job.name, namespace=job.namespace, group="selfplay-learner", policy=TRAINED)
+    seq_no = publish.publish(model)
+    baseline = evaluate(make_env, lambda obs, rng: random_player(obs, rng), args.eval_games, args.seed)
+    print(f"selfplay: {job.name}: a random player against a random player {baseline['all']}", flush=True)
+    steps, updates, started = 0, 0, time.monotonic()
+    while time.monotonic() - started < args.time_limit:
+        batch = consumer.get(min_steps=args.steps_per_update, timeout=60.0)
+        if batch is None or len(batch) == 0:
+            print("selfplay: no experience of main for 60 s; are the workers running?", file=sys.stderr, flush=True)
+            continue
+        steps += len(batch)
+        fresh = batch["weights_seq_no"] >= seq_no - args.max_policy_lag
+        if not fresh.any():
+            continue
+        ppo.update(in_episode_order(SampleBatch(batch).rows(fresh)))
+        seq_no = publish.publish(model)
+        updates += 1
+        if updates % args.snapshot_every == 0:
+            snapshot.publish(model)
+        if updates % args.eval_every:
+            continue
+        results = evaluate(make_env, model_player(model, parts), args.eval_games, args.seed + updates)
+        elapsed = time.monotonic() - started
+        print(
+            f"selfplay: {steps:>8} rows of main  {elapsed:>5.0f} s  update {updates:>4}  weights v{seq_no}  "
+            f"vs random: {results['all']}  (first seat won {results[seat].win_rate:.0%})",
+            flush=True,
+        )
+        overall = results["all"]
+        if overall.win_rate >= args.target_win_rate and overall.loss_rate <= args.max_loss_rate:
+            print(f"selfplay: learned: {overall} against a random player after {steps} rows of main, {elapsed:.0f} s")
+            return 0
+    print(f"selfplay: not learned within {args.time_limit:.0f} s", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
