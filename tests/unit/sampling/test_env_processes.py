@@ -11,6 +11,7 @@ import pytest
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.sampling.env_processes import CPUS_VARIABLE, group_bounds, usable_cpus
 from rolloutfleet.sampling.envs import EnvFailed
+from rolloutfleet.spec.job import SpecError
 
 FAILING = "tests.unit.sampling.poison_envs:make_failing_env"
 HEAVY = "bench.heavy_env:make"
@@ -119,3 +120,9 @@ def test_usable_cpus_reads_the_cgroup_quota(tmp_path: Path) -> None:
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert usable_cpus({}, tmp_path) == len(__import__("os").sched_getaffinity(0))
     assert usable_cpus({CPUS_VARIABLE: "6"}, tmp_path) == 6
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1", "1.5", " "])
+def test_a_cpu_count_that_is_not_a_whole_number_is_one_line_naming_the_variable(value: str) -> None:
+    with pytest.raises(SpecError, match=f"^{CPUS_VARIABLE}: "):
+        usable_cpus({CPUS_VARIABLE: value})

@@ -46,6 +46,8 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from rolloutfleet.spec.job import SpecError
+
 CPUS_VARIABLE = "ROLLOUTFLEET_CPUS"
 """Set by the operator to the pod's CPU request (rounded up; 1 where it requests none)."""
 _PARENT_CHECK_S = 1.0  # how often an idle env process checks that its worker still lives
@@ -63,10 +65,9 @@ def usable_cpus(environ: dict[str, str] | None = None, cgroup: Path = Path("/sys
     """
     raw = (os.environ if environ is None else environ).get(CPUS_VARIABLE, "")
     if raw:
-        try:
-            return max(1, int(raw))
-        except ValueError:
-            pass  # not ours to refuse at this depth: fall back to what the process sees
+        if not raw.strip().isdigit() or int(raw) < 1:
+            raise SpecError(f"{CPUS_VARIABLE}: {raw!r} is not a whole number of CPUs of at least 1")
+        return int(raw)
     cpus = len(os.sched_getaffinity(0))
     quota = cgroup_cpu_quota(cgroup)
     return max(1, min(cpus, math.ceil(quota)) if quota is not None else cpus)
