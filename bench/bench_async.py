@@ -35,6 +35,7 @@ from bench.heavy_env import make
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
 from rolloutfleet.sampling.envs import EnvContext
+from rolloutfleet.sampling.heap import keep_freed_memory
 
 FRAGMENT = 10
 
@@ -44,6 +45,7 @@ def ours(num_envs: int, vectorization: str, burn_ms: float) -> tuple[Callable[[]
     spec = {"env": {**env, "vectorization": vectorization}, "sampling": {"seed": 0, "rolloutFragmentLength": FRAGMENT}}
     job = RolloutJob.from_dict({"metadata": {"name": "bench"}, "spec": spec})
     limit_cpu_threads(job.spec.policy.num_threads)
+    keep_freed_memory()  # process-wide, as in a worker process
     runner = EnvRunner(job)
     return (lambda: len(runner.sample())), runner
 

@@ -27,6 +27,7 @@ import numpy as np
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.examples.team_tag import TeamTag
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
+from rolloutfleet.sampling.heap import keep_freed_memory
 from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
 
 MANIFEST = Path(__file__).resolve().parents[1] / "examples" / "multiagent.yaml"
@@ -98,6 +99,7 @@ def single_agent(num_envs: int) -> Callable[[], tuple[int, int]]:
 
 def main() -> None:
     limit_cpu_threads(1)  # numpy's BLAS threads, as in a worker process (policy.numThreads)
+    keep_freed_memory()  # process-wide, as in a worker process
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)

@@ -32,6 +32,7 @@ import gymnasium as gym
 
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
+from rolloutfleet.sampling.heap import keep_freed_memory
 
 # Measured earlier, 2-core machine of this workplace, same env and model: used only when ray
 # is not installed, and printed as "(anchors)".
@@ -70,6 +71,7 @@ def ours(num_envs: int, **policy: Any) -> Callable[[], int]:
         }
     )
     limit_cpu_threads(job.spec.policy.num_threads)  # as `rolloutfleet worker` does
+    keep_freed_memory()  # process-wide, as in a worker process
     runner = EnvRunner(job)
     return lambda: len(runner.sample())
 

@@ -170,6 +170,30 @@ def test_no_env_falls_behind_the_others() -> None:
         assert vector_step.max() - vector_step.min() <= 5 + 1, k
 
 
+def test_wide_vector_env_episodes_counted_as_the_env_ran_them() -> None:
+    # 160 sub-envs: the episode bookkeeping adds row to row instead of numpy's cumsum
+    # (grid.cumsum_down); ids, t, returns and lengths must come out as the counters say.
+    n = 160
+    for spread in (1, 0):
+        runner = EnvRunner(
+            job({"id": "RolloutFleetCounterVec-v0", "numEnvs": n, "config": {"length": 3, "spread": spread}},
+                {"rolloutFragmentLength": 40})
+        )  # fmt: skip
+        lengths = 3 + spread * np.arange(n)
+        every = SampleBatch.concat([runner.sample() for _ in range(3)])
+        counter_facts(every, lengths)
+        for env in (0, 1, 37, n - 1):  # each env's rows: episode after episode, step after step
+            rows = every.rows(every["env_id"] == env)
+            k, length = len(rows), int(lengths[env])
+            np.testing.assert_array_equal(rows["obs"], np.stack([np.arange(k) // length, np.arange(k) % length], 1))
+        counters = runner.env.unwrapped
+        metrics = runner.get_metrics()
+        # Every end the counters reported (reset since, or pending reset) is one episode counted.
+        assert metrics["num_episodes"] == int((counters.episode + counters.prev_done).sum())
+        if spread == 0:  # every episode: 3 steps, rewards 1 + 2 + 3
+            assert metrics["episode_len_mean"] == 3 and metrics["episode_return_mean"] == 6
+
+
 def test_complete_episodes_and_num_episodes() -> None:
     runner = EnvRunner(
         job({"entryPoint": "tests.unit.sampling.sampler_test_envs:make_counter", "numEnvs": 3, "config": {"length": 6}},

@@ -34,9 +34,11 @@ def _sample(args: argparse.Namespace) -> int:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.inference.cpu_threads import limit_cpu_threads
+    from rolloutfleet.sampling.heap import keep_freed_memory
     from rolloutfleet.sampling.runners import make_env_runner
 
     limit_cpu_threads(job.spec.policy.num_threads)  # as a worker does
+    keep_freed_memory()
     with make_env_runner(job, worker_index=args.worker_index, num_workers=args.num_workers) as runner:
         batches: list[Any] = []
         steps = 0  # rows (single-agent) or env steps (multi-agent)

@@ -176,6 +176,7 @@ class Worker:
         from rolloutfleet.fleet.worker_transport import WorkerTransport
         from rolloutfleet.inference.cpu_threads import limit_cpu_threads
         from rolloutfleet.sampling.envs import EnvInterrupted, interrupt_failing_envs
+        from rolloutfleet.sampling.heap import keep_freed_memory
         from rolloutfleet.sampling.runners import make_env_runner
         from rolloutfleet.sampling.sizes import check_sizes
 
@@ -190,6 +191,7 @@ class Worker:
         if size is not None:
             log.info("sizes: %s", size.describe())
         limit_cpu_threads(config.job.spec.policy.num_threads)
+        keep_freed_memory()
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         self.metrics.record_policies(runner.policies)
         choice = getattr(runner, "vector_choice", None)  # single-agent runners only

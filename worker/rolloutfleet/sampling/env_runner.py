@@ -65,6 +65,7 @@ from rolloutfleet.sampling.grid import (
     ColumnSpecs,
     Grid,
     Layout,
+    cumsum_down,
     obs_buffer,
 )
 from rolloutfleet.sampling.runner import Runner
@@ -486,7 +487,7 @@ class EnvRunner(Runner[SampleBatch]):
 
         # Per sub-env, episode q of this chunk (0: the one running at row a) starts after
         # the q-th end. Tables indexed [env, q] give its eps_id, t offset and return offset.
-        before = np.cumsum(done, axis=0)
+        before = cumsum_down(done, np.int64)
         ends_per_env = before[-1].copy()
         before -= done
         rows, envs = np.nonzero(done)  # row-major: in the order the episodes ended
@@ -510,7 +511,7 @@ class EnvRunner(Runner[SampleBatch]):
         cols[sb.T][a:b] = t0[env_range, before] + step_in_chunk
 
         rewards = cols[sb.REWARDS if RAW_REWARDS not in cols else RAW_REWARDS][a:b]
-        running = np.cumsum(np.where(valid, rewards, 0.0), axis=0, dtype=np.float64)
+        running = cumsum_down(np.where(valid, rewards, 0.0), np.float64)
         r0 = np.empty((n, width), np.float64)
         r0[:, 0] = -self._ep_return
         at_end = running[rows, envs]
@@ -610,10 +611,12 @@ class EnvRunner(Runner[SampleBatch]):
 
     def _assemble(self, layout: Layout, keep: np.ndarray) -> SampleBatch:
         """Cut the batch (``keep``, in layout order); the other rows stay for the next call."""
-        flat = layout.flat[keep]
+        flat, env, step = layout.flat[keep], layout.env[keep], layout.step[keep]
         names = self._batch_columns()
         columns = {
-            name: self._grid.gather(name, flat) for name in names if name not in (sb.AGENT_INDEX, sb.ACTION_MASK)
+            name: self._grid.gather(name, flat, env, step)
+            for name in names
+            if name not in (sb.AGENT_INDEX, sb.ACTION_MASK)
         }
         columns[sb.AGENT_INDEX] = np.zeros(len(flat), np.int32)
         if self.parts.masked:

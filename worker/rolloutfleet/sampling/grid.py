@@ -54,6 +54,23 @@ def _obs_column(name: str) -> tuple[str, int] | None:
     return None
 
 
+def cumsum_down(a: np.ndarray, dtype: Any) -> np.ndarray:
+    """``np.cumsum(a, axis=0, dtype=dtype)`` of a ``(steps, num_envs)`` grid slice, fast when wide.
+
+    numpy accumulates one column at a time, striding down the rows; once a row is ~1 KB
+    (128 sub-envs of int64) those strides collide in the cache and a 200-step chunk of 1 024
+    envs took 4 ms. Adding row to row instead costs about a microsecond per row whatever
+    the width, and sums in the same order (the results are identical).
+    """
+    if a.ndim < 2 or a.shape[1] < 100 or len(a) < 2:
+        return np.cumsum(a, axis=0, dtype=dtype)
+    out = np.empty(a.shape, dtype)
+    out[0] = a[0]
+    for r in range(1, len(a)):
+        np.add(out[r - 1], a[r], out=out[r])
+    return out
+
+
 class Layout(NamedTuple):
     """The valid grid rows, env-major: per position its env, grid step, rank within the env
     and flat grid index (step * num_envs + env)."""
@@ -125,15 +142,18 @@ class Grid:
         rank = np.arange(len(env)) - np.repeat(np.cumsum(counts) - counts, counts)
         return Layout(env, step, rank, step * n + env)
 
-    def gather(self, name: str, flat: np.ndarray) -> np.ndarray:
-        """Grid rows ``flat`` (step * num_envs + env) of one column."""
+    def gather(
+        self, name: str, flat: np.ndarray, env: np.ndarray | None = None, step: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Grid rows ``flat`` (step * num_envs + env) of one column; ``env`` and ``step``, when
+        the caller has them (a :class:`Layout`'s), save dividing ``flat`` again."""
         n = self.num_envs
         if name == sb.ENV_ID:
-            return (flat % n).astype(np.int32)
+            return (flat % n if env is None else env).astype(np.int32)
         if name == TICK:
-            return flat // n + self.tick
+            return (flat // n if step is None else step) + self.tick
         if name == sb.WEIGHTS_SEQ_NO:
-            return np.take(self.columns[SEQ_NO], flat // n)
+            return np.take(self.columns[SEQ_NO], flat // n if step is None else step)
         leaf = _obs_column(name)
         if leaf is not None:
             # One buffer holds both: new_obs of row s is obs of row s + 1, except the
