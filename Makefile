@@ -57,7 +57,7 @@ fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install ## throughput figures, ours next to the ceiling and the peer, and a worker's memory and start-up, measured in one run
+bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run
 	$(BIN)/python -m bench.bench_footprint
 	$(BIN)/python -m bench.bench_sampling
 	$(BIN)/python -m bench.bench_transport
@@ -65,6 +65,7 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, and
 	$(BIN)/python -m bench.bench_multiagent
 	$(BIN)/python -m bench.bench_atari
 	$(BIN)/python -m bench.bench_async
+	$(BIN)/python -m bench.bench_gpu
 	$(BIN)/python -m bench.bench_operator
 
 SEED ?= 0

@@ -6,7 +6,8 @@ REF is checked out in a temporary git worktree; the two trees' benches run alter
 (``--rounds`` times each, so drift on a shared machine hits both alike), each with its own
 ``rolloutfleet`` on ``PYTHONPATH`` and the same interpreter and dependencies. For every table
 row (a first column that is a number, e.g. ``envs``) it prints the median of each column for
-REF and for this tree, and their ratio (this / REF). Ratios of the "ours/ceiling" kind
+REF and for this tree, and their ratio (this / REF); rows of a bench's second or later table
+are keyed ``<first column>#<table>`` (e.g. ``64#2``). Ratios of the "ours/ceiling" kind
 compare best: both sides measure their ceiling in the same process.
 """
 
@@ -32,14 +33,16 @@ def run(tree: Path, bench: str, args: list[str]) -> tuple[str, dict[str, list[fl
     out = subprocess.run(
         [sys.executable, str(script), *args], cwd=tree, env=env, capture_output=True, text=True, check=True
     ).stdout
-    header = ""
+    header, table = "", 0
     rows: dict[str, list[float]] = {}
     for line in out.splitlines():
         tokens = line.split()
         if tokens and tokens[0] in ("envs", "policies", "size", "workers"):
             header = header or line.strip()
+            table += 1  # a bench may print several tables with the same first column (envs)
         elif tokens and tokens[0].isdigit():
-            rows[tokens[0]] = [float(t.rstrip("%x").replace(",", "")) for t in tokens[1:] if NUMBER.fullmatch(t)]
+            key = tokens[0] if table <= 1 else f"{tokens[0]}#{table}"
+            rows[key] = [float(t.rstrip("%x").replace(",", "")) for t in tokens[1:] if NUMBER.fullmatch(t)]
     return header, rows
 
 
@@ -81,7 +84,7 @@ def compare(bench: str, before: Path, rounds: int, args: list[str], ref: str) ->
         old = [statistics.median(col) for col in zip(*samples["ref"][key], strict=False)]
         new = [statistics.median(col) for col in zip(*samples["this"][key], strict=False)]
         cells = [f"{o:,.3g} -> {n:,.3g} ({n / o:.2f}x)" if o else f"{o} -> {n}" for o, n in zip(old, new, strict=False)]
-        print(f"  {key:>5}: " + " | ".join(cells))
+        print(f"  {key:>7}: " + " | ".join(cells))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""Sampling with the policy on a CUDA device: every row as the same weights give on the CPU.
+
+These need a GPU (CI has none: they skip there, with the reason); ``make bench`` measures the
+same jobs' speed (``bench/bench_gpu.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rolloutfleet import EnvRunner, RolloutJob, SampleBatch
+from rolloutfleet.inference.device import usable_cuda_devices
+
+pytestmark = pytest.mark.skipif(usable_cuda_devices() == 0, reason="no usable CUDA device on this machine")
+
+
+def runner(env: dict[str, Any], policy: dict[str, Any], device: str) -> EnvRunner:
+    spec = {"env": env, "policy": {**policy, "device": device}, "sampling": {"seed": 0, "rolloutFragmentLength": 8}}
+    return EnvRunner(RolloutJob.from_dict({"metadata": {"name": "gpu"}, "spec": spec}))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def check_rows_against_the_cpu(gpu: EnvRunner, cpu: EnvRunner, batch: SampleBatch, tol: float) -> None:
+    cpu.policy.set_weights(gpu.policy.get_weights())
+    dist_inputs, values = cpu.policy.forward(batch["obs"])
+    np.testing.assert_allclose(batch["action_dist_inputs"], dist_inputs, rtol=tol, atol=tol)
+    np.testing.assert_allclose(batch["vf_preds"], values, rtol=tol, atol=tol)
+    # each row's logp is its action's under the logits it recorded
+    logp = log_softmax(batch["action_dist_inputs"])[np.arange(len(batch)), batch["actions"]]
+    np.testing.assert_allclose(batch["action_logp"], logp, rtol=1e-4, atol=1e-4)
+
+
+def test_mlp_256x256_on_the_gpu_acts_for_every_sub_env() -> None:
+    env = {"id": "CartPole-v1", "numEnvs": 64}
+    gpu, cpu = runner(env, {"hidden": [256, 256]}, "cuda"), runner(env, {"hidden": [256, 256]}, "cpu")
+    assert (gpu.policy.device, gpu.policy.inference) == ("cuda", "torch")
+    batch = gpu.sample()
+    assert len(batch) == 64 * 8 and set(batch["actions"].tolist()) <= {0, 1}
+    check_rows_against_the_cpu(gpu, cpu, batch, tol=1e-4)
+
+
+def test_nature_cnn_on_the_gpu_acts_on_frame_stacks() -> None:
+    import bench.frames_env  # noqa: F401  # registers RolloutFleetFrames-v0
+
+    env = {"id": "RolloutFleetFrames-v0", "numEnvs": 16, "vectorization": "vector"}
+    gpu, cpu = runner(env, {}, "cuda"), runner(env, {}, "cpu")
+    batch = gpu.sample()
+    assert batch["obs"].shape == (16 * 8, 4, 84, 84)
+    # cuDNN convolves in TF32 by default (torch.backends.cudnn.allow_tf32): ~1e-3 relative
+    check_rows_against_the_cpu(gpu, cpu, batch, tol=5e-3)
