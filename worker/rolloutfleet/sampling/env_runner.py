@@ -7,7 +7,7 @@ column per vector step; observations once, since a row's ``new_obs`` is the next
 ``obs``). Everything
 derived from those columns — which rows are transitions, episode ids, ``t``, episode
 returns and lengths — is computed for a whole chunk of steps at once by
-:meth:`EnvRunner._account`. ``sample()`` cuts its batch, env-major, from the valid rows
+:class:`~rolloutfleet.sampling.episode_clock.EpisodeClock`. ``sample()`` cuts its batch, env-major, from the valid rows
 and carries the rest (the start of the next fragment) to the next call.
 
 Autoreset (gymnasium 1.x): with NEXT_STEP envs the step after an episode's end returns
@@ -55,6 +55,7 @@ from rolloutfleet.sampling.envs import (
     make_vector_env,
     plan_vectorization,
 )
+from rolloutfleet.sampling.episode_clock import Ended, EpisodeClock
 from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.grid import (
     OBS_BUF,
@@ -65,7 +66,6 @@ from rolloutfleet.sampling.grid import (
     ColumnSpecs,
     Grid,
     Layout,
-    cumsum_down,
     obs_buffer,
 )
 from rolloutfleet.sampling.runner import Runner
@@ -142,16 +142,11 @@ class EnvRunner(Runner[SampleBatch]):
         leaves = {path: (leaf.shape or (), leaf.dtype) for path, leaf in self.parts.leaves} or None
         self._grid = Grid(n, self._grid_columns(), self.observation_space.shape or (), obs_dtype, leaves)
         self._obs: np.ndarray | None = None
-        self._pending_reset = np.zeros(n, np.bool_)  # NEXT_STEP: this step's row is the reset step
         # NEXT_STEP with action masks: a reset step acts on its episode's final observation, whose
         # mask may allow nothing (a finished game); its action is ignored and its row dropped.
         self._mask_exempt = np.zeros(n, np.bool_) if self.parts.masked and not self._same_step else None
-        self._eps_id = np.zeros(n, np.int64)
-        self._t = np.zeros(n, np.int64)
-        self._ep_return = np.zeros(n, np.float64)
         # eps_ids stay unique across workers and across restarts of the same worker.
-        self._eps_base = episode_id_base(worker_index)
-        self._eps_counter = 0
+        self._clock = EpisodeClock(n, self._same_step, episode_id_base(worker_index))
         self._tick = 0
         self.stats = EpisodeStats()
 
@@ -209,26 +204,22 @@ class EnvRunner(Runner[SampleBatch]):
             seed = [derive_seed(self._seed, self.worker_index, j, restarts) for j in range(self.num_envs)]
         obs, _ = self.env.reset(seed=seed)
         self._obs = self._filter(obs)
-        self._pending_reset[:] = False
+        self._clock.pending[:] = False
         self._start_episodes(np.arange(self.num_envs))
 
     def _start_episodes(self, envs: np.ndarray) -> None:
-        first = self._eps_counter + 1
-        self._eps_counter += len(envs)
-        self._eps_id[envs] = self._eps_base | np.arange(first, first + len(envs))
-        self._t[envs] = 0
-        self._ep_return[envs] = 0.0
+        ids = self._clock.start(envs)
         if self._call_start:
-            for i in envs:
-                self.callbacks.on_episode_start(runner=self, env_index=int(i), eps_id=int(self._eps_id[i]))
+            for i, eps_id in zip(envs, ids, strict=True):
+                self.callbacks.on_episode_start(runner=self, env_index=int(i), eps_id=int(eps_id))
 
     def _drop_episodes(self, env_indices: np.ndarray, upto: int) -> None:
         """Forget the ongoing episodes of these sub-envs: their rows never reach a batch."""
         cols = self._grid.columns
         for i in env_indices:
-            eps = self._eps_id[i]
+            eps = self._clock.eps_id[i]
             cols[VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
-            if self._t[i] > 0:  # an episode that had no transition yet loses nothing
+            if self._clock.t[i] > 0:  # an episode that had no transition yet loses nothing
                 self.stats.period.dropped += 1
         self._start_episodes(np.asarray(env_indices))
 
@@ -266,12 +257,12 @@ class EnvRunner(Runner[SampleBatch]):
         # Ornstein-Uhlenbeck noise and a model's state restart with each episode: after the
         # step that ended it (SAME_STEP), or after the reset step that follows (NEXT_STEP).
         noise = None if random_actions else self.policy.noise_state(explore)
-        ended = self._pending_reset.copy() if noise is not None or recurrent else None
+        ended = self._clock.pending.copy() if noise is not None or recurrent else None
         obs = self._obs
         assert obs is not None  # _reset_envs set it
         exempt = self._mask_exempt
         if exempt is not None:
-            exempt[:] = self._pending_reset
+            exempt[:] = self._clock.pending
         put(start, obs)
         accounted = start  # rows before this one have their episode bookkeeping done
         # Weights change only between sample() calls, so weights_seq_no (like env_id and
@@ -450,99 +441,28 @@ class EnvRunner(Runner[SampleBatch]):
             self._grid.final_obs[base + int(i)] = filtered[k]
 
     def _account(self, a: int, b: int, failed: np.ndarray | None = None) -> None:
-        """Episode bookkeeping for grid rows ``[a, b)``, vectorized over the rows.
-
-        Writes the ``_valid``, ``eps_id`` and ``t`` columns and records the episodes that
-        ended (returns, lengths, callbacks), in the order they ended. NEXT_STEP: a row is
-        a transition unless its sub-env ended an episode in the row before (the reset
-        step). ``failed`` marks sub-envs whose last row is not a transition (their
-        episodes are dropped by the caller).
-        """
-        k = b - a
-        if k <= 0:
+        """Episode bookkeeping for grid rows ``[a, b)`` (:meth:`EpisodeClock.advance`): their
+        ``_valid``, ``eps_id`` and ``t`` columns, and the episodes that ended (returns, lengths,
+        callbacks), in the order they ended. ``failed`` marks sub-envs whose last row is not a
+        transition (their episodes are dropped by the caller)."""
+        if b <= a:
             return
-        cols, n, same_step = self._grid.columns, self.num_envs, self._same_step
-        term, trunc = cols[sb.TERMINATEDS][a:b], cols[sb.TRUNCATEDS][a:b]
-        valid = cols[VALID][a:b]
-        raw = term | trunc
-        pending = self._pending_reset
-        if same_step:
-            valid[:] = True
-            done = raw
-        else:
-            np.logical_not(pending, out=valid[0])
-            np.logical_not(raw[:-1], out=valid[1:])
-            done = raw & valid
-            if k > 1 and (raw[:-1] & ~done[:-1]).any():
-                # An env reported an end on its reset step: not a transition; go row by row.
-                for r in range(1, k):
-                    np.logical_not(done[r - 1], out=valid[r])
-                    np.logical_and(raw[r], valid[r], out=done[r])
-        if failed is not None:
-            valid[-1] &= ~failed
-            done[-1] &= ~failed
-        transitions = int(np.count_nonzero(valid))
-        self.stats.lifetime_env_steps += transitions
-        self.stats.period.env_steps += transitions
-
-        # Per sub-env, episode q of this chunk (0: the one running at row a) starts after
-        # the q-th end. Tables indexed [env, q] give its eps_id, t offset and return offset.
-        before = cumsum_down(done, np.int64)
-        ends_per_env = before[-1].copy()
-        before -= done
-        rows, envs = np.nonzero(done)  # row-major: in the order the episodes ended
-        rank = before[rows, envs]
-        width = int(ends_per_env.max()) + 1
-        env_range = np.arange(n)
-        step_in_chunk = np.arange(k)[:, None]
-
-        new_ids = self._eps_base | np.arange(self._eps_counter + 1, self._eps_counter + 1 + len(rows))
-        self._eps_counter += len(rows)
-        ids = np.empty((n, width), np.int64)
-        ids[:, 0] = self._eps_id
-        ids[envs, rank + 1] = new_ids
-        cols[sb.EPS_ID][a:b] = ids[env_range, before]
-
-        # t = offset + row: the first transition of a new episode follows its reset step
-        # (NEXT_STEP) or the end row itself (SAME_STEP).
-        t0 = np.empty((n, width), np.int64)
-        t0[:, 0] = self._t if same_step else self._t - pending
-        t0[envs, rank + 1] = -(rows + (1 if same_step else 2))
-        cols[sb.T][a:b] = t0[env_range, before] + step_in_chunk
-
+        cols = self._grid.columns
         rewards = cols[sb.REWARDS if RAW_REWARDS not in cols else RAW_REWARDS][a:b]
-        running = cumsum_down(np.where(valid, rewards, 0.0), np.float64)
-        r0 = np.empty((n, width), np.float64)
-        r0[:, 0] = -self._ep_return
-        at_end = running[rows, envs]
-        r0[envs, rank + 1] = at_end
-        returns = at_end - r0[envs, rank]
-        lengths = t0[envs, rank] + rows + 1
-
-        self._eps_id = ids[env_range, ends_per_env]
-        self._ep_return = running[-1] - r0[env_range, ends_per_env]
-        self._t = t0[env_range, ends_per_env] + k
-        if not same_step:
-            np.copyto(pending, done[-1])
-            self._t[pending] = 0
-        if failed is not None:
-            pending &= ~failed
-        self.stats.episodes(returns, lengths)
+        ended = self._clock.advance(
+            cols[sb.TERMINATEDS][a:b], cols[sb.TRUNCATEDS][a:b], rewards,
+            cols[VALID][a:b], cols[sb.EPS_ID][a:b], cols[sb.T][a:b], failed,
+        )  # fmt: skip
+        self.stats.lifetime_env_steps += ended.transitions
+        self.stats.period.env_steps += ended.transitions
+        self.stats.episodes(ended.returns, ended.lengths)
         if self._per_step:
-            self._episode_callbacks(a, valid, rows, envs, new_ids, returns, lengths)
+            self._episode_callbacks(a, cols[VALID][a:b], ended)
 
-    def _episode_callbacks(
-        self,
-        a: int,
-        valid: np.ndarray,
-        rows: np.ndarray,
-        envs: np.ndarray,
-        new_ids: np.ndarray,
-        returns: np.ndarray,
-        lengths: np.ndarray,
-    ) -> None:
+    def _episode_callbacks(self, a: int, valid: np.ndarray, ended: Ended) -> None:
         """Steps, then episode ends and the episodes that follow them, row by row."""
         cols, callbacks = self._grid.columns, self.callbacks
+        rows, envs, new_ids, returns, lengths = ended.rows, ended.envs, ended.new_ids, ended.returns, ended.lengths
         e = 0
         for r in range(len(valid)):
             s = a + r
@@ -587,7 +507,7 @@ class EnvRunner(Runner[SampleBatch]):
         obs, _ = self.env.reset(seed=self._reset_seed())
         self._obs = self._filter(obs)
         self._obs_writer()(step + 1, self._obs)
-        self._pending_reset[:] = False
+        self._clock.pending[:] = False
 
     def _reset_seed(self) -> Any:
         if self.vectorization == "vector":
