@@ -113,6 +113,8 @@ class TorchModel:
         self.module = module.to(self.torch_device).eval()
         self.distribution = distribution
         self._pinned: torch.Tensor | None = None
+        # Off the CPU every .cpu() waits for the device: a step's outputs come back in one copy.
+        self.one_copy_back = self.torch_device.type != "cpu"
         self.stateful = is_stateful(module)
         self.initial: list[np.ndarray] = self._initial_state() if self.stateful else []
 
@@ -133,7 +135,8 @@ class TorchModel:
             raise TypeError("a stateful model acts through forward_state(obs, state)")
         with torch.inference_mode():
             dist_inputs, values = self.module(self._input(obs))
-        return self._outputs(obs, dist_inputs, values)
+            dist, vf = self._outputs(obs, dist_inputs, values)
+        return dist, vf
 
     def forward_state(
         self, obs: np.ndarray, state: list[np.ndarray]
@@ -149,14 +152,13 @@ class TorchModel:
                     "spec.policy: a model with initial_state() must return (action_dist_inputs, vf_preds, new_state)"
                 )
             dist_inputs, values, new_state = result
-            parts = [part.detach().float().cpu().numpy() for part in new_state]
-        self._check_state(state, parts)
-        dist, vf = self._outputs(obs, dist_inputs, values)
+            self._check_state(state, list(new_state))  # shapes only: no wait for the device
+            dist, vf, *parts = self._outputs(obs, dist_inputs, values, [part.float() for part in new_state])
         return dist, vf, parts
 
-    def _check_state(self, state: list[np.ndarray], new_state: list[np.ndarray]) -> None:
-        before = [part.shape for part in state]
-        after = [part.shape for part in new_state]
+    def _check_state(self, state: list[np.ndarray], new_state: list[torch.Tensor]) -> None:
+        before = [tuple(part.shape) for part in state]
+        after = [tuple(part.shape) for part in new_state]
         if before != after:
             raise SpecError(
                 f"spec.policy: the model's state changed shape between calls: it took {before} and returned "
@@ -168,18 +170,37 @@ class TorchModel:
         return tensor if self.torch_device.type == "cpu" else self._to_device(tensor)
 
     def _outputs(
-        self, obs: np.ndarray, dist_inputs: torch.Tensor, values: torch.Tensor | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if values is None:
-            values = torch.full((len(obs),), float("nan"))
-        dist_inputs, values = dist_inputs.detach().cpu(), values.detach().cpu()
-        expected = self.distribution.num_inputs
-        if dist_inputs.ndim != 2 or dist_inputs.shape[1] != expected:
+        self,
+        obs: np.ndarray,
+        dist_inputs: torch.Tensor,
+        values: torch.Tensor | None,
+        state: list[torch.Tensor] | None = None,
+    ) -> list[np.ndarray]:
+        """``[action_dist_inputs, vf_preds, *state]`` on the host, shapes checked first (a tensor's
+        shape is known without waiting for the device)."""
+        rows, expected = len(obs), self.distribution.num_inputs
+        if dist_inputs.ndim != 2 or tuple(dist_inputs.shape) != (rows, expected):
             raise SpecError(
                 f"spec.policy: the model returned action_dist_inputs of shape {tuple(dist_inputs.shape)}, "
-                f"expected ({len(obs)}, {expected}) for {self.action_space}"
+                f"expected ({rows}, {expected}) for {self.action_space}"
             )
-        return dist_inputs.numpy(), values.reshape(-1).numpy()
+        if values is None:
+            values = torch.full((rows,), float("nan"), device=dist_inputs.device)
+        if values.numel() != rows:
+            raise SpecError(
+                f"spec.policy: the model returned vf_preds of shape {tuple(values.shape)}, expected ({rows},)"
+            )
+        parts = [dist_inputs.detach(), values.detach().reshape(rows), *(part.detach() for part in state or [])]
+        if not self.one_copy_back:
+            return [part.cpu().numpy() for part in parts]
+        flat = [part.reshape(rows, -1).float() for part in parts]
+        host = torch.cat(flat, dim=1).cpu().numpy()
+        out, start = [], 0
+        for part, columns in zip(parts, flat, strict=True):
+            width = columns.shape[1]
+            out.append(host[:, start : start + width].reshape(tuple(part.shape)))
+            start += width
+        return out
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         # A reused pinned staging buffer lets the copy to the GPU run asynchronously.
