@@ -27,7 +27,7 @@ BANK = 32  # distinct stacks: more than a step's sub-envs share, so rows differ
 class FramesVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, num_envs: int = 1, length: int = 1000, **_: Any) -> None:
+    def __init__(self, num_envs: int = 1, length: int = 1000) -> None:
         self.num_envs, self.length = num_envs, length
         self.single_observation_space = spaces.Box(0, 255, SHAPE, np.uint8)
         self.single_action_space = spaces.Discrete(6)

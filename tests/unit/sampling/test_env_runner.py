@@ -172,7 +172,7 @@ def test_no_env_falls_behind_the_others() -> None:
 
 def test_wide_vector_env_episodes_counted_as_the_env_ran_them() -> None:
     # 160 sub-envs: the episode bookkeeping adds row to row instead of numpy's cumsum
-    # (grid.cumsum_down); ids, t, returns and lengths must come out as the counters say.
+    # (episode_clock.cumsum_down); ids, t, returns and lengths must come out as the counters say.
     n = 160
     for spread in (1, 0):
         runner = EnvRunner(

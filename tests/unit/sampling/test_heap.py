@@ -41,7 +41,3 @@ def test_freed_batches_are_reused_without_page_faults() -> None:
     # again (~150 pages per call here); kept, the same pages are reused.
     assert default > 20 * 50, default
     assert tuned < 100, tuned
-
-
-def test_keep_freed_memory_is_idempotent() -> None:
-    assert keep_freed_memory() == keep_freed_memory()

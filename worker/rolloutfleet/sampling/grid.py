@@ -54,23 +54,6 @@ def _obs_column(name: str) -> tuple[str, int] | None:
     return None
 
 
-def cumsum_down(a: np.ndarray, dtype: Any) -> np.ndarray:
-    """``np.cumsum(a, axis=0, dtype=dtype)`` of a ``(steps, num_envs)`` grid slice, fast when wide.
-
-    numpy accumulates one column at a time, striding down the rows; once a row is ~1 KB
-    (128 sub-envs of int64) those strides collide in the cache and a 200-step chunk of 1 024
-    envs took 4 ms. Adding row to row instead costs about a microsecond per row whatever
-    the width, and sums in the same order (the results are identical).
-    """
-    if a.ndim < 2 or a.shape[1] < 100 or len(a) < 2:
-        return np.cumsum(a, axis=0, dtype=dtype)
-    out = np.empty(a.shape, dtype)
-    out[0] = a[0]
-    for r in range(1, len(a)):
-        np.add(out[r - 1], a[r], out=out[r])
-    return out
-
-
 class Layout(NamedTuple):
     """The valid grid rows, env-major: per position its env, grid step, rank within the env
     and flat grid index (step * num_envs + env)."""
