@@ -1,7 +1,10 @@
 """The worker's HTTP endpoints: Prometheus ``/metrics``, ``/healthz`` (live), ``/readyz`` (ready).
 
 Live means the sampling loop made progress recently (a stuck env or a deadlock turns it
-false, so the kubelet restarts the pod); ready means env, policy and Redis are all up.
+false, so the kubelet restarts the pod). Ready means the worker can sample and publish when
+there is room: env and policy built, Redis reached, the loop live. A full stream that no
+learner reads (waiting for a learner) is ready: drains, PodDisruptionBudgets and rollouts go
+by readiness, and a healthy fleet waiting for its learner must not look like a dead one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ class Probes:
     def live(self) -> bool:
         return time.monotonic() - self._beat < self.stall_seconds
 
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why not): a stalled loop is not ready, whatever was set last."""
+        if not self.live:
+            return False, f"sampling loop stalled (no progress for {self.stall_seconds:g} s)"
+        return self.ready, self.reason
+
 
 def serve(probes: Probes, registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
     """Start the endpoints on a daemon thread; ``port=0`` picks a free one (see ``server_port``)."""
@@ -45,8 +54,8 @@ def serve(probes: Probes, registry: CollectorRegistry, port: int, host: str = "0
                 ok = probes.live
                 self._send(200 if ok else 503, b"ok\n" if ok else b"sampling loop stalled\n")
             elif self.path.startswith("/readyz"):
-                ok = probes.ready
-                self._send(200 if ok else 503, b"ok\n" if ok else f"not ready: {probes.reason}\n".encode())
+                ok, reason = probes.readiness()
+                self._send(200 if ok else 503, b"ok\n" if ok else f"not ready: {reason}\n".encode())
             else:
                 self._send(404, b"not found\n")
 

@@ -7,6 +7,13 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
 * SIGTERM/SIGINT: the fragment being sampled is finished and published, then exit 0;
   with Redis unreachable the fragment is dropped after a second of tries (a stop never
   waits out the outage backoff);
+* ready once env and policy are built and Redis is reached (before the first publish): the
+  worker can sample and publish when there is room (:mod:`rolloutfleet.fleet.probes`);
+* a full stream under ``block`` backpressure (the publisher gave up after
+  ``blockTimeoutSeconds``): still ready, fragment kept, tried again at once, no Redis error;
+  no learner reading is a wait *for a learner*, said once at its start and once at its end,
+  carried by the heartbeat and ``rolloutfleet_waiting_for_learner``
+  (:mod:`rolloutfleet.fleet.learner_wait`);
 * Redis unreachable: not ready, retry with backoff, keep the sampled fragment (never
   crash-loop because the learner's Redis restarts); a Redis never reached at all is waited
   for without bound too (a pod whose Redis is not up yet), unless
@@ -35,24 +42,24 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
-    from rolloutfleet.inference.policy import Policy
-    from rolloutfleet.sampling.envs import VectorChoice
+    from rolloutfleet.spec.learners import StreamLoad
 
+from rolloutfleet.fleet.learner_wait import LearnerWait
 from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
+from rolloutfleet.fleet.worker_metrics import WorkerMetrics
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.connection import address, failure_line
-from rolloutfleet.transport.publisher import PublishInterrupted
+from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted, RedisFull
 
 log = logging.getLogger("rolloutfleet.fleet.worker")
 
@@ -60,92 +67,10 @@ EXIT_BAD_SPEC = 3
 EXIT_REDIS = 4
 """Redis refused the password, or was never reached within ``redis_startup_timeout_s``."""
 STOP_RETRY_S = 1.0
+WAITING_BEAT_S = 10.0
+"""How often a worker waiting for a learner refreshes its heartbeat (which says since when)."""
 """How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
 TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
-
-
-class WorkerMetrics:
-    """The worker's Prometheus series (one registry per process, labelled by job and index)."""
-
-    def __init__(self, job: str, namespace: str, index: int) -> None:
-        self.registry = CollectorRegistry()
-        labels = {"job_name": job, "namespace": namespace, "worker_index": str(index)}
-        names = list(labels)
-
-        def counter(name: str, doc: str) -> Any:
-            return Counter(name, doc, names, registry=self.registry).labels(**labels)
-
-        def gauge(name: str, doc: str) -> Any:
-            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
-
-        self.env_steps = counter("rolloutfleet_env_steps", "Env steps sampled (transitions published)")
-        self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
-        self.episodes_truncated_by_max_steps = counter(
-            "rolloutfleet_episodes_truncated_by_max_steps",
-            "Multi-agent episodes cut at spec.multiAgent.maxEpisodeSteps",
-        )
-        self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
-        self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
-        self.nonfinite_obs = counter(
-            "rolloutfleet_nonfinite_observation_rows", "Published rows whose obs or new_obs hold a NaN or an infinity"
-        )
-        self.nonfinite_rewards = counter("rolloutfleet_nonfinite_reward_rows", "Published rows with a NaN/inf reward")
-        self.filter_quarantined = counter(
-            "rolloutfleet_filter_quarantined_observations", "NaN/inf observations kept out of the filter statistics"
-        )
-        self.redis_errors = counter("rolloutfleet_redis_errors", "Failed Redis operations (retried)")
-        self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
-        self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
-        self.weights_seq_no = gauge("rolloutfleet_weights_seq_no", "Version of the weights being sampled with")
-        self.backpressure_seconds = counter("rolloutfleet_backpressure_wait_seconds", "Time blocked on a full stream")
-        self.redis_full_seconds = counter(
-            "rolloutfleet_redis_full_wait_seconds", "Time waiting for room in a Redis out of memory (maxmemory)"
-        )
-        self.batches_resent = counter(
-            "rolloutfleet_batches_resent", "Batches re-sent with their identity after a failed publish"
-        )
-        self.weights_resets = counter(
-            "rolloutfleet_weights_resets", "Published weights version found gone or older than the one held"
-        )
-        self.weights_refused = counter(
-            "rolloutfleet_weights_refused",
-            "Weights versions refused (did not fit the model, held NaN/inf or could not be decoded); weights kept",
-        )
-        self.publish_latency = Histogram(
-            "rolloutfleet_publish_seconds",
-            "Time to publish one batch",
-            names,
-            registry=self.registry,
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
-        ).labels(**labels)
-        self._labels = labels
-        self._policy_device = Gauge(
-            "rolloutfleet_policy_device",
-            "1 per policy: the device asked for (requested), the one it acts on, and numpy or torch inference",
-            [*names, "policy", "requested", "device", "inference"],
-            registry=self.registry,
-        )
-
-        self._vectorization = Gauge(
-            "rolloutfleet_env_vectorization",
-            "1: how the sub-envs step (auto's choice, with its measured step time) and in how many env processes",
-            [*names, "requested", "chosen", "processes"],
-            registry=self.registry,
-        )
-        self.env_step_seconds = gauge(
-            "rolloutfleet_env_step_seconds", "One sub-env step as auto timed it at start-up (0: not timed)"
-        )
-
-    def record_vectorization(self, requested: str, choice: VectorChoice) -> None:
-        where = {"requested": requested, "chosen": choice.mode, "processes": str(choice.processes)}
-        self._vectorization.labels(**self._labels, **where).set(1)
-        self.env_step_seconds.set(choice.step_seconds or 0.0)
-
-    def record_policies(self, policies: Mapping[str, Policy]) -> None:
-        """Where each policy acts; ``requested="auto", device="cpu"`` is a fallback to the CPU."""
-        for policy_id, policy in policies.items():
-            where = {"requested": policy.spec.device, "device": policy.device, "inference": policy.inference}
-            self._policy_device.labels(**self._labels, policy=policy_id, **where).set(1)
 
 
 class Worker:
@@ -161,6 +86,9 @@ class Worker:
         self.nonfinite = NonFiniteTally()
         self._interrupt_envs: Callable[[], None] | None = None
         self._counted: dict[str, float] = {}
+        self.learner_wait = LearnerWait()
+        self._stats: Mapping[str, float | int] = {}  # the last fragment's, for heartbeats while waiting
+        self._waiting_beat: tuple[float, float | None] = (0.0, None)  # (monotonic time, since) of the last
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
@@ -192,25 +120,28 @@ class Worker:
             log.info("sizes: %s", size.describe())
         limit_cpu_threads(config.job.spec.policy.num_threads)
         keep_freed_memory()
+        self.probes.set_ready(False, "building the env and policy")
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         self.metrics.record_policies(runner.policies)
         choice = getattr(runner, "vector_choice", None)  # single-agent runners only
         if choice is not None:
             self.metrics.record_vectorization(config.job.spec.env.vectorization, choice)
         began = time.monotonic()
+        self.probes.set_ready(False, f"connecting to redis at {address(config.redis_url)}")
         made = self._connect(lambda: WorkerTransport(config), began)
         if isinstance(made, int):  # stopped while Redis was away, or gave up (said in one line)
             runner.close()
             server.shutdown()
             return made
         transport = self.transport = made
+        self.probes.set_ready(True)  # env, policy and Redis are up: it can sample and publish
+        transport.on_wait(self._on_wait)
         self._interrupt_envs = interrupt_failing_envs
         if self.stopping:
             transport.interrupt()
             interrupt_failing_envs()
         backoff = 0.5
         pending: SampleBatch | MultiAgentBatch | None = None
-        stats: Mapping[str, float | int] = {}
         restarts_seen = 0
         filters_pulled = False
         stop_deadline = 0.0  # set at the first Redis error after a stop request
@@ -230,7 +161,7 @@ class Worker:
                     pending = runner.sample()
                     quarantined = sum(f.quarantined for f in runner.get_filters().values())
                     news = self.nonfinite.observe(pending, quarantined)
-                    stats = {**runner.get_metrics(), **self.nonfinite.lifetime()}
+                    stats = self._stats = {**runner.get_metrics(), **self.nonfinite.lifetime()}
                     self._record(stats, restarts_seen, news)
                     restarts_seen = int(stats["num_env_restarts"])
                 started = time.perf_counter()
@@ -238,13 +169,17 @@ class Worker:
                 self.metrics.publish_latency.observe(time.perf_counter() - started)
                 self.metrics.batches.inc()
                 pending = None
+                self._say(*self.learner_wait.published(time.time()))
                 transport.sync_filters(runner)
-                transport.heartbeat(stats)
+                transport.heartbeat(self._stats)
                 self.probes.set_ready(True)
                 backoff = 0.5
             except PublishInterrupted:
+                self._say(self.learner_wait.end(time.time(), "stopping"))
                 log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
                 pending = None
+            except BackpressureTimeout as exc:  # before retryable: it is one, but Redis answered
+                self._no_room(exc)
             except EnvInterrupted as exc:
                 log.warning("stopping: %s; the fragment being sampled is dropped", exc)
                 pending = None
@@ -279,6 +214,49 @@ class Worker:
         if code == 0:
             log.info("stopped cleanly")
         return code
+
+    def _no_room(self, exc: BackpressureTimeout) -> None:
+        """A publish gave up waiting for room after ``blockTimeoutSeconds``: Redis answered, so
+        the worker stays ready and tries again at once with the fragment in hand."""
+        self.probes.set_ready(True)
+        now = time.time()
+        if exc.learner_absent:
+            self._say(self.learner_wait.absent(exc.stream, exc.waited_s, now))
+        elif isinstance(exc, RedisFull):
+            log.warning("%s; waiting on", exc)  # Redis needs more maxmemory or a faster learner: said each time
+        elif line := self.learner_wait.slow(exc.group, exc.stream, exc.waited_s, now):
+            log.warning("%s", line)
+        self._beat_waiting()
+
+    def _on_wait(self, stream: str, load: StreamLoad, waited_s: float) -> None:
+        """The publisher's call, about once a second while a publish waits for room."""
+        self.probes.beat()  # a long blockTimeoutSeconds is no stall
+        self.probes.set_ready(True)  # Redis answered the measure that found the stream full
+        if load.group is None:
+            self._say(self.learner_wait.absent(stream, waited_s, time.time(), load.ignored))
+        else:
+            self._say(self.learner_wait.reading(load.group, time.time()))
+        self._beat_waiting()
+
+    def _say(self, *lines: str | None) -> None:
+        for line in lines:
+            if line:
+                log.info("%s", line)
+        self.metrics.waiting_for_learner.set(1 if self.learner_wait.waiting else 0)
+
+    def _beat_waiting(self) -> None:
+        """While waiting for a learner, a heartbeat that says since when: at once when that
+        changed, else every :data:`WAITING_BEAT_S`. Best effort: a Redis error here is the
+        publisher's to meet (and retry) on its next call."""
+        if self.transport is None:
+            return
+        since = self.learner_wait.since
+        last_at, last_since = self._waiting_beat
+        if since == last_since and (since is None or time.monotonic() - last_at < WAITING_BEAT_S):
+            return
+        with contextlib.suppress(redis.RedisError):
+            self.transport.heartbeat(self._stats, waiting_since=since)
+            self._waiting_beat = (time.monotonic(), since)
 
     def _gave_up(self, exc: Exception, began: float) -> bool:
         """Whether Redis, never reached yet, has been tried for ``redis_startup_timeout_s``

@@ -28,7 +28,7 @@ readers (the operator, ``rolloutfleet fleet``) find them without importing this 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -36,6 +36,7 @@ import redis
 from rolloutfleet.data.batch import DEFAULT_POLICY
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.weights_check import WeightsRefused
+from rolloutfleet.spec.learners import StreamLoad
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.connection import RETRYABLE
 from rolloutfleet.transport.filter_sync import FilterSync
@@ -170,14 +171,28 @@ class WorkerTransport:
         for filt, sync in self._filters(runner):
             sync.push(filt)
 
+    def on_wait(self, callback: Callable[[str, StreamLoad, float], None]) -> None:
+        """Call ``callback(stream, load, waited_s)`` about once a second while a publish waits
+        for room (see :attr:`BatchPublisher.on_wait`)."""
+        for publisher in self.publishers.values():
+            publisher.on_wait = callback
+
     def interrupt(self) -> None:
         """Make publishes blocked on a full stream give up (safe from a signal handler)."""
         for publisher in self.publishers.values():
             publisher.interrupt()
 
-    def heartbeat(self, stats: Mapping[str, float | int]) -> None:
-        """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`)."""
-        write_heartbeat(self.client, self.keys, self.worker_index, stats, refused=self.refused_weights())
+    def heartbeat(self, stats: Mapping[str, float | int], waiting_since: float | None = None) -> None:
+        """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`);
+        ``waiting_since``: unix time it began to wait for a learner, while it does."""
+        write_heartbeat(
+            self.client,
+            self.keys,
+            self.worker_index,
+            stats,
+            refused=self.refused_weights(),
+            waiting_since=waiting_since,
+        )
 
     def close(self) -> None:
         for publisher in self.publishers.values():

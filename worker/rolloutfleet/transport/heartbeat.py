@@ -7,8 +7,10 @@ One Redis hash per job (:attr:`rolloutfleet.spec.redis_keys.JobKeys.heartbeats`)
 NaN/inf observations (``nonfinite_obs``) or rewards (``nonfinite_rewards``) and of
 observations its filter kept out of the statistics (``filter_quarantined``); and, while a
 weights version it refused is newer than the one it holds, ``weights_refused``: policy ->
-``[version, reason]`` (:func:`rolloutfleet.spec.refusals.refused_versions` sums them over workers). The hash expires
-when no worker has written it for :data:`HEARTBEAT_TTL_S`::
+``[version, reason]`` (:func:`rolloutfleet.spec.refusals.refused_versions` sums them over workers); and,
+while it waits for a learner (:mod:`rolloutfleet.fleet.learner_wait`), ``waiting_for_learner_since``
+(unix seconds; absent otherwise) with ``steps_per_s`` 0. The hash expires when no worker has
+written it for :data:`HEARTBEAT_TTL_S`::
 
     write_heartbeat(client, keys, worker_index=3, stats=runner.get_metrics())   # doctest: +SKIP
     read_heartbeats("redis://redis:6379/0", job)                                # doctest: +SKIP
@@ -42,8 +44,14 @@ Heartbeat = dict[str, Any]
 Refused = Mapping[str, tuple[int, str]]
 
 
-def beat(stats: Mapping[str, float | int], now: float | None = None, refused: Refused | None = None) -> str:
-    """The JSON one worker writes, from its runner's metrics (``get_metrics()``).
+def beat(
+    stats: Mapping[str, float | int],
+    now: float | None = None,
+    refused: Refused | None = None,
+    waiting_since: float | None = None,
+) -> str:
+    """The JSON one worker writes, from its runner's metrics (``get_metrics()``);
+    ``waiting_since``: unix time it began to wait for a learner (it samples nothing meanwhile).
 
     >>> beat({"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 12.5, "weights_seq_no": 2}, now=10.0)
     '{"env_steps": 300, "steps_per_s": 12.5, "episode_return_mean": NaN, "weights_seq_no": 2, "time": 10.0, \
@@ -59,6 +67,9 @@ def beat(stats: Mapping[str, float | int], now: float | None = None, refused: Re
         "nonfinite_rewards": stats.get("nonfinite_rewards", 0),
         "filter_quarantined": stats.get("filter_quarantined", 0),
     }
+    if waiting_since is not None:
+        fields["steps_per_s"] = 0.0
+        fields["waiting_for_learner_since"] = waiting_since
     if refused:
         fields["weights_refused"] = {policy: [seq, reason] for policy, (seq, reason) in refused.items()}
     return json.dumps(fields)
@@ -101,10 +112,11 @@ def write_heartbeat(
     stats: Mapping[str, float | int],
     now: float | None = None,
     refused: Refused | None = None,
+    waiting_since: float | None = None,
 ) -> None:
     """Write worker ``worker_index``'s heartbeat and push the hash's expiry back (one round trip)."""
     pipe = client.pipeline(transaction=False)
-    pipe.hset(keys.heartbeats, str(worker_index), beat(stats, now, refused))
+    pipe.hset(keys.heartbeats, str(worker_index), beat(stats, now, refused, waiting_since))
     pipe.expire(keys.heartbeats, HEARTBEAT_TTL_S)
     pipe.execute()
 

@@ -82,7 +82,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -124,7 +124,25 @@ class PayloadTooLarge(ValueError):
 
 
 class BackpressureTimeout(TimeoutError):
-    """The stream stayed full (``block`` backpressure) for longer than ``block_timeout_s``."""
+    """The stream stayed full (``block`` backpressure) for longer than ``block_timeout_s``.
+
+    ``learner_absent``: no consumer group was a learner's (none read within
+    ``learner_idle_s``), so the fleet waits for a learner to come rather than for one to
+    catch up; ``group``: otherwise the learner group holding the fleet back (None for
+    :class:`RedisFull`, and when no learner reads); ``stream``, ``waited_s``: where, how long.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str = "",
+        group: str | None = None,
+        learner_absent: bool = False,
+        waited_s: float = 0.0,
+    ) -> None:
+        super().__init__(message)
+        self.stream, self.group, self.learner_absent, self.waited_s = stream, group, learner_absent, waited_s
 
 
 class RedisFull(BackpressureTimeout):
@@ -284,6 +302,10 @@ class BatchPublisher:
         self._replicas = 0
         self._retry.call(self._route)
         self._hold_script = self.job_client.register_script(_HOLD_SCRIPT)
+        self.on_wait: Callable[[str, StreamLoad, float], None] | None = None
+        """Called about once a second while ``publish`` waits for room (``block``) with the
+        stream, its load and the seconds waited: a worker says there that it waits for a
+        learner (``load.group is None``) and stays live. Its exceptions end the publish."""
         self._unsent: tuple[Mapping[str, Any], dict[Any, Any]] | None = None
         """The batch whose publish failed, and the fields it was sent with (its identity)."""
 
@@ -416,7 +438,7 @@ class BatchPublisher:
                     ) from None
                 if waited >= self.block_timeout_s:
                     self.stats.oom_wait_seconds += waited
-                    raise RedisFull(self._full_message(waited)) from None
+                    raise RedisFull(self._full_message(waited), stream=self.keys.batches, waited_s=waited) from None
                 self._interrupted.wait(min(delay, self.block_timeout_s - waited))
                 delay = min(delay * 2, 0.5)
                 continue
@@ -562,11 +584,17 @@ class BatchPublisher:
                 )
                 raise BackpressureTimeout(
                     f"stream {self.keys.batches} has held {unconsumed} unconsumed entries (maxLen {self.max_len}) "
-                    f"for {waited_s:.1f} s (blockTimeoutSeconds {self.block_timeout_s:g}): {reason}"
+                    f"for {waited_s:.1f} s (blockTimeoutSeconds {self.block_timeout_s:g}): {reason}",
+                    stream=self.keys.batches,
+                    group=load.group,
+                    learner_absent=load.group is None,
+                    waited_s=waited_s,
                 )
             if time.monotonic() >= next_record:
                 next_record = time.monotonic() + _HOLD_RECORD_AFTER_S
                 self._record_hold(load, time.monotonic() - started)
+                if self.on_wait is not None:
+                    self.on_wait(self.keys.batches, load, time.monotonic() - started)
             waited = True
             self._interrupted.wait(min(delay, max(0.0, self.block_timeout_s - waited_s)))
             delay = min(delay * 2, 0.05)

@@ -1,0 +1,101 @@
+"""The worker's Prometheus series (:class:`WorkerMetrics`): one registry per process, labelled by
+job, namespace and worker index, served on ``/metrics`` by :mod:`rolloutfleet.fleet.probes`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from rolloutfleet.inference.policy import Policy
+    from rolloutfleet.sampling.envs import VectorChoice
+
+
+class WorkerMetrics:
+    """The worker's Prometheus series (one registry per process, labelled by job and index)."""
+
+    def __init__(self, job: str, namespace: str, index: int) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"job_name": job, "namespace": namespace, "worker_index": str(index)}
+        names = list(labels)
+
+        def counter(name: str, doc: str) -> Any:
+            return Counter(name, doc, names, registry=self.registry).labels(**labels)
+
+        def gauge(name: str, doc: str) -> Any:
+            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
+
+        self.env_steps = counter("rolloutfleet_env_steps", "Env steps sampled (transitions published)")
+        self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
+        self.episodes_truncated_by_max_steps = counter(
+            "rolloutfleet_episodes_truncated_by_max_steps",
+            "Multi-agent episodes cut at spec.multiAgent.maxEpisodeSteps",
+        )
+        self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
+        self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
+        self.nonfinite_obs = counter(
+            "rolloutfleet_nonfinite_observation_rows", "Published rows whose obs or new_obs hold a NaN or an infinity"
+        )
+        self.nonfinite_rewards = counter("rolloutfleet_nonfinite_reward_rows", "Published rows with a NaN/inf reward")
+        self.filter_quarantined = counter(
+            "rolloutfleet_filter_quarantined_observations", "NaN/inf observations kept out of the filter statistics"
+        )
+        self.redis_errors = counter("rolloutfleet_redis_errors", "Failed Redis operations (retried)")
+        self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
+        self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
+        self.weights_seq_no = gauge("rolloutfleet_weights_seq_no", "Version of the weights being sampled with")
+        self.backpressure_seconds = counter("rolloutfleet_backpressure_wait_seconds", "Time blocked on a full stream")
+        self.waiting_for_learner = gauge(
+            "rolloutfleet_waiting_for_learner",
+            "1 while the stream is full and no consumer group reads it (waiting for a learner; still ready)",
+        )
+        self.redis_full_seconds = counter(
+            "rolloutfleet_redis_full_wait_seconds", "Time waiting for room in a Redis out of memory (maxmemory)"
+        )
+        self.batches_resent = counter(
+            "rolloutfleet_batches_resent", "Batches re-sent with their identity after a failed publish"
+        )
+        self.weights_resets = counter(
+            "rolloutfleet_weights_resets", "Published weights version found gone or older than the one held"
+        )
+        self.weights_refused = counter(
+            "rolloutfleet_weights_refused",
+            "Weights versions refused (did not fit the model, held NaN/inf or could not be decoded); weights kept",
+        )
+        self.publish_latency = Histogram(
+            "rolloutfleet_publish_seconds",
+            "Time to publish one batch",
+            names,
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+        ).labels(**labels)
+        self._labels = labels
+        self._policy_device = Gauge(
+            "rolloutfleet_policy_device",
+            "1 per policy: the device asked for (requested), the one it acts on, and numpy or torch inference",
+            [*names, "policy", "requested", "device", "inference"],
+            registry=self.registry,
+        )
+
+        self._vectorization = Gauge(
+            "rolloutfleet_env_vectorization",
+            "1: how the sub-envs step (auto's choice, with its measured step time) and in how many env processes",
+            [*names, "requested", "chosen", "processes"],
+            registry=self.registry,
+        )
+        self.env_step_seconds = gauge(
+            "rolloutfleet_env_step_seconds", "One sub-env step as auto timed it at start-up (0: not timed)"
+        )
+
+    def record_vectorization(self, requested: str, choice: VectorChoice) -> None:
+        where = {"requested": requested, "chosen": choice.mode, "processes": str(choice.processes)}
+        self._vectorization.labels(**self._labels, **where).set(1)
+        self.env_step_seconds.set(choice.step_seconds or 0.0)
+
+    def record_policies(self, policies: Mapping[str, Policy]) -> None:
+        """Where each policy acts; ``requested="auto", device="cpu"`` is a fallback to the CPU."""
+        for policy_id, policy in policies.items():
+            where = {"requested": policy.spec.device, "device": policy.device, "inference": policy.inference}
+            self._policy_device.labels(**self._labels, policy=policy_id, **where).set(1)
