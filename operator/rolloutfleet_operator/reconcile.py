@@ -66,7 +66,9 @@ async def reconcile(key: Key, runtime: Runtime, job_index: JobIndex, pod_index: 
 
     # Records first: a failure is persisted before its pod is deleted.
     generation = int(body["metadata"]["generation"])
-    status = build_status(name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats)
+    status = build_status(
+        name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace
+    )
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     _post_plan_events(body, the_plan.events)

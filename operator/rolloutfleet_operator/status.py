@@ -5,7 +5,9 @@ workers ready), Degraded (some missing, failing or backing off), Suspended, Fail
 (the restart budget is spent, or the spec cannot be used). Conditions follow
 metav1.Condition: ``Ready``, ``Degraded`` and ``Failed``, each with a reason, a message
 and the generation it describes; ``lastTransitionTime`` moves only when the condition's
-status changes.
+status changes. ``WaitingForLearner`` joins them once ready workers wait for a learner (a
+full ``block`` stream nobody reads, from their heartbeats): True since the wait began, the
+reason of a Running job; it stays, False, after the wait.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.refusals import refused_line, refused_versions
 from rolloutfleet_operator.plan import Plan
 from rolloutfleet_operator.pods import PodView, selector
@@ -92,6 +95,7 @@ def build_status(
     now: float,
     previous: Mapping[str, Any] | None = None,
     beats: Mapping[int, Mapping[str, Any]] | None = None,
+    namespace: str = "default",
 ) -> dict[str, Any]:
     desired = the_plan.desired
     live = [p for p in pods if p.index < desired and not p.terminated and not p.deleting]
@@ -102,6 +106,10 @@ def build_status(
         reason, message = _waiting(live, reason, message, phase)
     degraded = bool(the_plan.backing_off or the_plan.down) or (phase == "Degraded")
     old_conditions = (previous or {}).get("conditions") or []
+    waiting = learner_wait(beats or {}, live, desired, job_keys(namespace, job_name).batches, now)
+    if waiting is not None and phase in ("Running", "Degraded"):
+        message += "; " + waiting[1]
+        reason = "WaitingForLearner" if phase == "Running" else reason
     steps, rate = progress(beats or {}, desired, now)
     return {
         "phase": phase,
@@ -118,7 +126,8 @@ def build_status(
         **({"nonFinite": counts} if (counts := nonfinite(beats or {}, desired)) else {}),
         # null (not absent) once none is refused, so that a merge patch removes it
         "weightsRefused": weights_refused(beats or {}, desired) or None,
-        "conditions": _conditions(phase, reason, message, degraded, generation, now, old_conditions),
+        "conditions": _conditions(phase, reason, message, degraded, generation, now, old_conditions)
+        + _learner_condition(waiting, generation, now, old_conditions),
     }
 
 
@@ -219,3 +228,44 @@ def _waiting(live: list[PodView], reason: str, message: str, phase: str) -> tupl
 def _list(indexes: list[int], limit: int = 5) -> str:
     shown = ", ".join(str(i) for i in indexes[:limit])
     return shown + (f" and {len(indexes) - limit} more" if len(indexes) > limit else "")
+
+
+def learner_wait(
+    beats: Mapping[int, Mapping[str, Any]], live: Iterable[PodView], desired: int, stream: str, now: float
+) -> tuple[float, str] | None:
+    """(since, message) while ready current workers wait for a learner, by their fresh
+    heartbeats (a worker that waits refreshes it every 10 s): since the earliest began.
+
+    >>> beat = {"waiting_for_learner_since": 100.0, "time": 130.0}
+    >>> view = PodView(name="j-worker-0", uid="u", index=0, template_hash="h", phase="Running", ready=True)
+    >>> learner_wait({0: beat}, [view], 2, "rolloutfleet:{default/j}:batches", now=140.0)
+    (100.0, '1/2 workers waiting for a learner to read rolloutfleet:{default/j}:batches since 1970-01-01T00:01:40Z')
+    """
+    ready = {p.index for p in live if p.ready and p.index < desired}
+    since = [
+        float(beat["waiting_for_learner_since"])
+        for index, beat in beats.items()
+        if index in ready
+        and float(beat.get("waiting_for_learner_since", 0) or 0) > 0
+        and now - float(beat.get("time", 0.0)) <= HEARTBEAT_FRESH_S
+    ]
+    if not since:
+        return None
+    first = min(since)
+    return first, f"{len(since)}/{desired} workers waiting for a learner to read {stream} since {_timestamp(first)}"
+
+
+def _learner_condition(
+    waiting: tuple[float, str] | None, generation: int, now: float, old: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``WaitingForLearner``: True since the wait began; once there, False after it (absent
+    for a job that never waited)."""
+    old = list(old)
+    if waiting is not None:
+        since, message = waiting
+        return [condition("WaitingForLearner", True, "WaitingForLearner", message, generation, since, old)]
+    if not any(c.get("type") == "WaitingForLearner" for c in old):
+        return []
+    return [
+        condition("WaitingForLearner", False, "NotWaiting", "no ready worker waits for a learner", generation, now, old)
+    ]

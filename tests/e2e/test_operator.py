@@ -42,7 +42,7 @@ def test_a_job_runs_its_workers_and_batches_arrive(
     # Progress comes from the workers' heartbeats in Redis.
     wait_for(lambda: jobs.status("cartpole").get("stepsPerSecond", 0) > 0, 30, jobs.describe)
     table = cluster.kubectl("-n", namespace, "get", "rj", "cartpole").stdout.splitlines()
-    assert table[0].split() == ["NAME", "DESIRED", "READY", "PHASE", "RESTARTS", "STEPS/S", "AGE"]
+    assert table[0].split() == ["NAME", "DESIRED", "READY", "PHASE", "RESTARTS", "STEPS/S", "REASON", "AGE"]
     assert table[1].split()[:5] == ["cartpole", "2", "2", "Running", "0"]
 
 

@@ -156,3 +156,56 @@ def test_the_crd_allows_every_field_of_weights_refused() -> None:
         field = status["weightsRefused"]
         assert field["type"] == "array" and field["nullable"] is True
         assert set(field["items"]["properties"]) == {"policy", "version", "workers", "reason", "message"}
+
+
+def waiting_beat(since: float, at: float) -> dict[str, float]:
+    return {"env_steps": 100.0, "steps_per_s": 0.0, "time": at, "waiting_for_learner_since": since}
+
+
+def test_ready_workers_waiting_for_a_learner_show_it_since_when_and_the_job_stays_running() -> None:
+    beats = {0: waiting_beat(1000.0, 1190.0), 1: waiting_beat(1030.0, 1195.0)}
+    status = build_status("j", False, Plan(desired=2), [pod(0), pod(1)], 4, now=1200.0, beats=beats, namespace="rl")
+    assert (status["phase"], status["reason"], status["readyReplicas"]) == ("Running", "WaitingForLearner", 2)
+    since = "1970-01-01T00:16:40Z"  # unix 1000: the earliest worker's
+    line = f"2/2 workers waiting for a learner to read rolloutfleet:{{rl/j}}:batches since {since}"
+    assert status["message"] == "2/2 workers ready; " + line
+    waiting = next(c for c in status["conditions"] if c["type"] == "WaitingForLearner")
+    assert waiting == {
+        "type": "WaitingForLearner", "status": "True", "reason": "WaitingForLearner", "message": line,
+        "observedGeneration": 4, "lastTransitionTime": since,
+    }  # fmt: skip
+    assert conditions(status)["Ready"] == "True" and conditions(status)["Degraded"] == "False"
+    # Still waiting later (worker 0 replaced, waiting since later): the condition keeps its time.
+    beats = {0: waiting_beat(1500.0, 1590.0), 1: waiting_beat(1030.0, 1595.0)}
+    later = build_status("j", False, Plan(desired=2), [pod(0), pod(1)], 4, 1600.0, status, beats, "rl")
+    assert next(c for c in later["conditions"] if c["type"] == "WaitingForLearner")["lastTransitionTime"] == since
+    # A learner reads: the workers' heartbeats no longer wait, the condition turns False, now.
+    reading = {i: {"env_steps": 500.0, "steps_per_s": 900.0, "time": 1700.0} for i in (0, 1)}
+    after = build_status("j", False, Plan(desired=2), [pod(0), pod(1)], 4, 1700.0, later, reading, "rl")
+    assert (after["reason"], after["message"]) == ("AllWorkersReady", "2/2 workers ready")
+    ended = next(c for c in after["conditions"] if c["type"] == "WaitingForLearner")
+    assert (ended["status"], ended["reason"], ended["lastTransitionTime"]) == (
+        "False",
+        "NotWaiting",
+        "1970-01-01T00:28:20Z",
+    )
+
+
+def test_only_fresh_heartbeats_of_ready_current_workers_count_as_waiting() -> None:
+    beats = {
+        0: waiting_beat(1000.0, 1190.0),  # counted
+        1: waiting_beat(1000.0, 1100.0),  # stale: the worker has not said so for 100 s
+        2: waiting_beat(1000.0, 1190.0),  # its pod is not ready
+        3: waiting_beat(1000.0, 1190.0),  # beyond replicas (scaled down)
+    }
+    pods = [pod(0), pod(1), pod(2, ready=False), pod(3)]
+    status = build_status("j", False, Plan(desired=3), pods, 1, now=1200.0, beats=beats)
+    assert status["phase"] == "Degraded" and status["reason"] == "WorkersNotReady"
+    assert "1/3 workers waiting for a learner to read rolloutfleet:{default/j}:batches" in status["message"]
+    assert conditions(status)["WaitingForLearner"] == "True"
+
+
+def test_a_job_that_never_waited_has_no_waiting_condition() -> None:
+    beats = {0: {"env_steps": 1.0, "time": 10.0, "waiting_for_learner_since": 0.0}}
+    status = build_status("j", False, Plan(desired=1), [pod(0)], 1, now=12.0, beats=beats)
+    assert set(conditions(status)) == {"Ready", "Degraded", "Failed"} and status["reason"] == "AllWorkersReady"

@@ -31,6 +31,14 @@ def test_a_beat_before_any_episode_has_no_return_yet() -> None:
     assert math.isnan(got["episode_return_mean"])
 
 
+def test_a_worker_waiting_for_a_learner_says_since_when_and_samples_nothing() -> None:
+    stats = {"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 1234.5}
+    waiting = parse_heartbeats({b"0": beat(stats, now=99.5, waiting_since=42.25).encode()})[0]
+    assert waiting["waiting_for_learner_since"] == 42.25 and waiting["steps_per_s"] == 0.0
+    assert waiting["env_steps"] == 300 and waiting["time"] == 99.5
+    assert "waiting_for_learner_since" not in json.loads(beat(stats, now=99.5))  # absent when not waiting
+
+
 def test_parse_keeps_workers_and_skips_what_is_not_a_heartbeat() -> None:
     raw = {
         b"0": beat({"num_env_steps_sampled_lifetime": 10}, now=5.0).encode(),

@@ -40,8 +40,8 @@ class LearnerWait:
         the line that says the wait began, the first time.
 
         >>> wait = LearnerWait()
-        >>> wait.absent("rolloutfleet:{default/cartpole}:batches", 2.0, now=100.0)[:58]
-        'waiting for a learner to read rolloutfleet:{default/cartp'
+        >>> wait.absent("rolloutfleet:{default/cartpole}:batches", 2.0, now=100.0)[:73]
+        'waiting for a learner to read rolloutfleet:{default/cartpole}:batches: th'
         >>> wait.since, wait.absent("rolloutfleet:{default/cartpole}:batches", 9.0, now=107.0)
         (98.0, None)
         """
