@@ -5,8 +5,10 @@ so once at the start and once at the end, and its heartbeat and metrics carry it
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,12 +54,12 @@ def test_no_learner_is_ready_and_said_once_until_a_learner_reads(own_redis: Redi
         assert worker.poll() is None, log.read_text()[-2000:]
         # Several timeouts later (backpressure seconds keep counting): ready all along, one
         # line, no Redis error, and the heartbeat says since when (sampling nothing).
-        counted = metric(port, "rolloutfleet_backpressure_wait_seconds_total")
-        for _ in range(4):
-            wait_until(
-                lambda: metric(port, "rolloutfleet_backpressure_wait_seconds_total") > counted + 0.6, 60, "a timeout"
-            )
-            counted = metric(port, "rolloutfleet_backpressure_wait_seconds_total")
+        for timeouts in range(1, 5):
+
+            def counted(seconds: float = 0.3 * timeouts) -> bool:
+                return metric(port, "rolloutfleet_backpressure_wait_seconds_total") >= seconds
+
+            wait_until(counted, 60, f"{timeouts} timeouts counted")
             assert probe(port, "/readyz") == 200
         assert metric(port, "rolloutfleet_waiting_for_learner") == 1
         assert metric(port, "rolloutfleet_redis_errors_total") == 0
@@ -116,3 +118,24 @@ def test_a_worker_restarted_against_a_full_stream_is_ready_and_stops_promptly(
         assert "stopped cleanly" in text
     finally:
         worker.kill()
+
+
+def test_rolloutfleet_run_shows_the_fleet_waiting_for_a_learner(tmp_path: Path) -> None:
+    """The real command with its embedded Redis and no learner: the table it leaves says so."""
+    manifest = tmp_path / "w.yaml"
+    spec = json.loads(blocking_spec(max_len=2, block_timeout_s=600))
+    manifest.write_text(json.dumps({"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob",
+                                    "metadata": {"name": "w"}, "spec": {**spec, "replicas": 2}}))  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "rolloutfleet.cli.main", "run", str(manifest), "--duration", "30"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "COLUMNS": "250"},
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    title = next(line for line in run.stderr.splitlines() if line.startswith("default/w: "))
+    assert "2/2 workers up, 0 restarts, 2 waiting for a learner" in title, run.stderr[-3000:]
+    rows = [line for line in run.stderr.splitlines() if line.startswith("│")]
+    assert len(rows) == 2 and all("waiting for learner" in row for row in rows), run.stderr[-3000:]

@@ -2,6 +2,9 @@
 
 rolloutfleet run examples/cartpole.yaml
 rolloutfleet run examples/cartpole.yaml -- python -m rolloutfleet.examples.ppo examples/cartpole.yaml
+
+A worker whose stream is full with no learner reading it shows ``waiting for learner`` (and
+for how long) as its state, and the title counts the waiting workers (from the heartbeats).
 """
 
 from __future__ import annotations
@@ -28,14 +31,46 @@ from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.spec.job import RolloutJob
 
 log = logging.getLogger(__name__)
+WAITING_FRESH_S = 30.0
+"""A heartbeat that says "waiting for a learner" counts while this fresh (a waiting worker
+refreshes it every 10 s; a killed one's is left behind)."""
 
 
-def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], elapsed: float) -> Table:
+def waiting_since(beat: Mapping[str, Any], now: float) -> float | None:
+    """Unix time the worker began to wait for a learner, by its heartbeat; None when it does not.
+
+    >>> waiting_since({"waiting_for_learner_since": 100.0, "time": 120.0}, now=125.0)
+    100.0
+    """
+    since = float(beat.get("waiting_for_learner_since", 0.0) or 0.0)
+    if since <= 0 or now - float(beat.get("time", 0.0)) > WAITING_FRESH_S:
+        return None
+    return since
+
+
+def fleet_line(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], now: float) -> str:
+    """``2/2 workers up, 0 restarts``, and how many of those wait for a learner since when."""
+    line = f"{fleet.alive()}/{len(fleet.workers)} workers up, {fleet.restarts} restarts"
+    since = [
+        s
+        for index, worker in fleet.workers.items()
+        if worker.state == "running" and (s := waiting_since(heartbeats.get(index, {}), now)) is not None
+    ]
+    if since:
+        line += f", {len(since)} waiting for a learner (for {now - min(since):.0f} s)"
+    return line
+
+
+def status_table(
+    fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], elapsed: float, now: float | None = None
+) -> Table:
+    """The live table; ``now``: unix time (for how long workers wait for a learner)."""
     job = fleet.job
+    now = time.time() if now is None else now
     total_rate = sum(float(h.get("steps_per_s", 0.0)) for h in heartbeats.values())
     table = Table(
-        title=f"{job.namespace}/{job.name}: {fleet.alive()}/{len(fleet.workers)} workers up, "
-        f"{total_rate:,.0f} env steps/s, {fleet.restarts} restarts, {elapsed:.0f} s",
+        title=f"{job.namespace}/{job.name}: {fleet_line(fleet, heartbeats, now)}, "
+        f"{total_rate:,.0f} env steps/s, {elapsed:.0f} s",
         title_justify="left",
     )
     columns = (
@@ -54,9 +89,10 @@ def status_table(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]],
     for index, worker in fleet.workers.items():
         beat = heartbeats.get(index, {})
         episode_return = float(beat.get("episode_return_mean", math.nan))
+        since = waiting_since(beat, now) if worker.state == "running" else None
         table.add_row(
             str(index),
-            worker.state,
+            worker.state if since is None else f"waiting for learner ({now - since:.0f} s)",
             str(worker.process.pid) if worker.process is not None and worker.state == "running" else "-",
             f"{int(beat.get('env_steps', 0)):,}",
             f"{float(beat.get('steps_per_s', 0.0)):,.0f}",
@@ -119,7 +155,8 @@ def run_fleet(args: argparse.Namespace) -> int:
                     )
                 elif now - last_log > 10:
                     last_log = now
-                    log.info("fleet: %d/%d workers up, %d restarts", fleet.alive(), len(fleet.workers), fleet.restarts)
+                    beats = read_heartbeats(fleet.redis_url, job, fleet.redis_password)
+                    log.info("fleet: %s", fleet_line(fleet, beats, time.time()))
                 if learner is not None and (learner_code := learner.poll()) is not None:
                     console.print(f"fleet: the command exited with {learner_code}; stopping the fleet")
                     code = learner_code
