@@ -82,32 +82,88 @@ def test_helm_install_without_overrides(node: Node) -> None:
     node.kubectl("-n", NS, "rollout", "status", "statefulset/rolloutfleet-redis", "--timeout=240s", timeout=250)
 
 
-def test_apply_example_runs_with_steps_per_second(node: Node) -> None:
+def test_apply_example_runs(node: Node) -> None:
+    # The README's order: the job first, the learner later. Its steps/s are looked at once
+    # a learner reads (test_learner_consumes_batches): a fleet waiting for one samples nothing.
     node.kubectl("-n", "rl", "apply", "-f", "charts/rolloutfleet/examples/cartpole.yaml")
 
     def running() -> dict[str, Any] | None:
         status = job_status(node)
-        ok = status.get("phase") == "Running" and (status.get("stepsPerSecond") or 0) > 0
-        return status if ok else None
+        return status if status.get("phase") == "Running" and status.get("readyReplicas") == 2 else None
 
-    status = wait_for(running, 300, lambda: node.diagnostics(NS))
-    assert status["readyReplicas"] == 2
+    wait_for(running, 300, lambda: node.diagnostics(NS))
     table = node.kubectl("-n", "rl", "get", "rj").splitlines()
-    assert table[0].split()[:6] == ["NAME", "DESIRED", "READY", "PHASE", "RESTARTS", "STEPS/S"]
-    name, desired, ready, phase, restarts, steps = table[1].split()[:6]
+    assert table[0].split() == ["NAME", "DESIRED", "READY", "PHASE", "RESTARTS", "STEPS/S", "REASON", "AGE"]
+    name, desired, ready, phase, restarts = table[1].split()[:5]
     assert (name, desired, ready, phase, restarts) == ("cartpole", "2", "2", "Running", "0")
-    assert float(steps) > 0
     # Every worker pod is Ready by its own /readyz, as the real kubelet probed it.
     for pod in worker_pods(node):
-        ready_cond = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
-        assert ready_cond["status"] == "True"
+        assert pod_ready(pod)
         assert pod["status"]["podIP"].startswith(node.facts["NODE_IP"].rsplit(".", 1)[0] + ".")
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def waiting_for_learner(status: dict[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c["type"] == "WaitingForLearner"), None)
+
+
+def test_no_learner_yet_the_fleet_stays_ready_waiting_for_one(node: Node) -> None:
+    """Five minutes with no learner (the chart example: block, maxLen 64, blockTimeoutSeconds
+    60, so five timeouts and more): Ready, WaitingForLearner; a worker killed meanwhile is
+    replaced (restartPolicy Never: the operator makes a new pod) and comes back Ready
+    though the stream is full."""
+
+    def waiting() -> dict[str, Any] | None:
+        status = job_status(node)
+        condition = waiting_for_learner(status)
+        ok = status.get("readyReplicas") == 2 and condition is not None and condition["status"] == "True"
+        return status if ok and "2/2 workers waiting" in condition["message"] else None
+
+    status = wait_for(waiting, 300, lambda: node.diagnostics(NS))
+    since = waiting_for_learner(status)["lastTransitionTime"]  # type: ignore[index]
+    assert "rolloutfleet:{rl/cartpole}:batches" in status["message"]
+    row = node.kubectl("-n", NS, "get", "rj", JOB).splitlines()[1].split()
+    assert row[:4] == [JOB, "2", "2", "Running"] and "WaitingForLearner" in row
+    restarts = status.get("restarts", 0)
+    started = time.monotonic()
+
+    def still_ready_and_waiting() -> None:
+        status = job_status(node)
+        condition = waiting_for_learner(status)
+        assert (status["phase"], status["reason"], status["readyReplicas"]) == ("Running", "WaitingForLearner", 2)
+        assert condition is not None and condition["lastTransitionTime"] == since, status
+        pods = worker_pods(node)
+        assert len(pods) == 2 and all(pod_ready(p) for p in pods), [p["status"] for p in pods]
+        assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in pods)
+
+    while time.monotonic() - started < 120:
+        still_ready_and_waiting()
+        time.sleep(10)
+
+    pod = next(p for p in worker_pods(node) if p["metadata"]["name"] == f"{JOB}-worker-1")
+    os.kill(container_pid(node, pod), signal.SIGKILL)
+
+    def replaced_and_ready() -> dict[str, Any] | None:
+        for p in worker_pods(node):
+            if p["metadata"]["name"] == f"{JOB}-worker-1" and p["metadata"]["uid"] != pod["metadata"]["uid"]:
+                return p if pod_ready(p) else None
+        return None
+
+    wait_for(replaced_and_ready, 180, lambda: node.diagnostics(NS))
+    wait_for(lambda: "2/2 workers waiting" in job_status(node).get("message", ""), 120, lambda: node.diagnostics(NS))
+    assert job_status(node)["restarts"] == restarts + 1  # a crash, counted once
+    while time.monotonic() - started < 300:
+        still_ready_and_waiting()
+        time.sleep(10)
 
 
 class Learner(threading.Thread):
     """A learner on the host, reading the job's batches through the Redis Service for the
     rest of the module, as a user's would: with ``backpressure: block`` a fleet with no
-    learner stops once the stream is full (and reports not ready)."""
+    learner stops once the stream is full, ready, waiting for one."""
 
     def __init__(self, node: Node) -> None:
         super().__init__(daemon=True)
@@ -140,6 +196,17 @@ def test_learner_consumes_batches(node: Node) -> None:
     LEARNER.append(learner)
     learner.start()
     wait_for(lambda: len(learner.first) == 3, 120, lambda: node.diagnostics(NS))
+
+    def sampling() -> dict[str, Any] | None:
+        status = job_status(node)
+        condition = waiting_for_learner(status)
+        ended = condition is not None and condition["status"] == "False"
+        return status if ended and (status.get("stepsPerSecond") or 0) > 0 else None
+
+    status = wait_for(sampling, 120, lambda: node.diagnostics(NS))
+    assert (status["phase"], status["reason"], status["readyReplicas"]) == ("Running", "AllWorkersReady", 2)
+    steps = node.kubectl("-n", NS, "get", "rj", JOB).splitlines()[1].split()[5]
+    assert float(steps) > 0
     for batch in learner.first:
         # Whole fragments: 8 CartPoles x 200 steps each (the example's numEnvs and
         # rolloutFragmentLength); get() hands over every fragment waiting.
