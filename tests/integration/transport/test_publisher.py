@@ -69,6 +69,32 @@ def test_block_times_out_when_nobody_consumes_and_counts_it(redis_url: str) -> N
     assert redis.Redis.from_url(redis_url).xlen(publisher.keys.batches) == 3
 
 
+def test_a_wait_says_whether_a_learner_reads_the_full_stream(redis_url: str) -> None:
+    """What a worker tells "waiting for a learner" (no group reads) from "a learner not keeping
+    up" by: the once-a-second report during the wait, and the timeout's fields."""
+    publisher = BatchPublisher(redis_url, "cartpole", max_len=2, backpressure="block", block_timeout_s=1.5)
+    reports: list[tuple[str, str | None, int]] = []
+    publisher.on_wait = lambda stream, load, waited_s: reports.append((stream, load.group, load.unconsumed))
+    publisher.publish(batch())
+    publisher.publish(batch())
+    with pytest.raises(BackpressureTimeout) as absent:
+        publisher.publish(batch())
+    assert reports and reports[0] == (publisher.keys.batches, None, 2)
+    assert (absent.value.learner_absent, absent.value.group, absent.value.stream) == (
+        True,
+        None,
+        publisher.keys.batches,
+    )
+    assert absent.value.waited_s >= 1.5
+    # A learner reads one entry and keeps it: its group now holds the fleet back.
+    BatchConsumer(redis_url, "cartpole").read(count=1, timeout=5)
+    reports.clear()
+    with pytest.raises(BackpressureTimeout) as slow:
+        publisher.publish(batch())
+    assert reports and all(group == "learner" for _, group, _ in reports)
+    assert (slow.value.learner_absent, slow.value.group) == (False, "learner")
+
+
 def test_block_waits_until_the_learner_acks(redis_url: str) -> None:
     consumer = BatchConsumer(redis_url, "cartpole", block_s=0.05)
     publisher = BatchPublisher(redis_url, "cartpole", max_len=2, backpressure="block", block_timeout_s=10)

@@ -67,9 +67,9 @@ EXIT_BAD_SPEC = 3
 EXIT_REDIS = 4
 """Redis refused the password, or was never reached within ``redis_startup_timeout_s``."""
 STOP_RETRY_S = 1.0
+"""How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
 WAITING_BEAT_S = 10.0
 """How often a worker waiting for a learner refreshes its heartbeat (which says since when)."""
-"""How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
 TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
 
 
