@@ -9,6 +9,7 @@ admits it; either way no pod starts, since only an Admitted Workload lets pods e
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -24,7 +25,6 @@ from rolloutfleet_operator.pods import JOB_LABEL, PodView, owner_reference
 
 log = logging.getLogger(__name__)
 _GROUP, _VERSION, _WORKLOADS = kueue.WORKLOADS
-_NOT_SERVED = "the server could not find the requested resource"
 NOT_INSTALLED = kueue.Waiting(
     "KueueNotInstalled",
     f"the job is labelled {kueue.QUEUE_LABEL} but this cluster does not serve Kueue's "
@@ -107,7 +107,7 @@ async def _priority(api: Api, name: str | None) -> tuple[int | None, kueue.Waiti
                 api.custom.get_cluster_custom_object, _GROUP, _VERSION, "workloadpriorityclasses", name
             )
         except ApiException as error:
-            if error.status == 404 and _NOT_SERVED in refusal_reason(error):
+            if _not_served(error):
                 return None, NOT_INSTALLED
             if error.status == 404:
                 message = f"WorkloadPriorityClass {name} (label {kueue.PRIORITY_LABEL}) not found"
@@ -127,9 +127,9 @@ async def _create(api: Api, workload: dict[str, Any]) -> kueue.Waiting | None:
         except ApiException as error:
             if error.status == 409:
                 return None
-            reason = refusal_reason(error)
-            if error.status == 404 and _NOT_SERVED in reason:
+            if error.status == 404:  # the namespace exists (the job is in it): the resource does not
                 return NOT_INSTALLED
+            reason = refusal_reason(error)
             # Kueue's webhook down or refusing: the job waits, and says why.
             return kueue.Waiting(
                 "WorkloadRefused", f"the API server refused workload {workload['metadata']['name']}: {reason}"
@@ -174,3 +174,14 @@ async def _read_flavors(api: Api, names: Iterable[str]) -> dict[str, Mapping[str
                 if error.status != 404:
                     raise
     return found
+
+
+def _not_served(error: ApiException) -> bool:
+    """A 404 for a resource the server does not serve ("404 page not found"), as opposed
+    to one for a missing object (a Status body naming it)."""
+    if error.status != 404:
+        return False
+    try:
+        return json.loads(error.body or "").get("kind") != "Status"
+    except (ValueError, AttributeError):
+        return True

@@ -8,6 +8,7 @@ the API server says: pods, the jobs' status, Kueue's Workloads.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from kubernetes import client
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from tests.cluster.kubelet import LocalKubelet
-from tests.e2e.cluster_kit import Cluster, OperatorFactory, missing, wait_for
+from tests.e2e.cluster_kit import REPO, Cluster, OperatorFactory, missing, wait_for
 from tests.e2e.jobs import Jobs, job_manifest
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -174,3 +175,29 @@ def test_kueue_queue_that_does_not_exist_waits_with_kueues_reason_and_scale_requ
         lambda: queued(jobs, "scaled", "couldn't assign flavors to pod set workers: insufficient"), 90, jobs.describe
     )
     wait_for(lambda: not jobs.pods("scaled"), 60, jobs.describe)
+
+
+def test_kueue_down_means_no_pod_and_restarted_kueue_admits_the_waiting_job(
+    cluster: Cluster,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+    queue: str,
+) -> None:
+    operators.start()
+    subprocess.run([str(REPO / "hack/kueue/down.sh"), str(cluster.state)], check=True, timeout=60)
+    try:
+        jobs.create(queued_job("patient", redis_server.url, queue))
+        # Kueue's webhook does not answer: no Workload, so no pod, and the job says why.
+        status = wait_for(lambda: queued(jobs, "patient", "failed calling webhook"), 60, jobs.describe)
+        assert status["reason"] == "WorkloadRefused", status
+        time.sleep(6)  # more than a timer period
+        assert not jobs.pods("patient")
+    finally:
+        up = subprocess.run(
+            [str(REPO / "hack/kueue/up.sh"), str(cluster.state)], capture_output=True, text=True, timeout=300
+        )
+        assert up.returncode == 0, up.stderr[-3000:]
+    wait_for(lambda: jobs.running("patient", 2), 120, jobs.describe)
+    assert len(workloads(cluster, namespace, "patient")) == 1
