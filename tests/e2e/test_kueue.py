@@ -146,7 +146,7 @@ def test_kueue_admits_one_job_at_a_time_and_preempts_for_priority_without_counti
     assert jobs.status("b").get("restarts", 0) == 0
 
 
-def test_kueue_queue_that_does_not_exist_waits_with_kueues_reason_and_scale_requeues(
+def test_kueue_missing_queue_waits_in_kueues_words_scale_requeues_suspend_releases_quota(
     cluster: Cluster,
     operators: OperatorFactory,
     jobs: Jobs,
@@ -175,6 +175,14 @@ def test_kueue_queue_that_does_not_exist_waits_with_kueues_reason_and_scale_requ
         lambda: queued(jobs, "scaled", "couldn't assign flavors to pod set workers: insufficient"), 90, jobs.describe
     )
     wait_for(lambda: not jobs.pods("scaled"), 60, jobs.describe)
+
+    # Suspended: no pod and no Workload (the quota is released); resumed: queued, admitted again.
+    jobs.patch("scaled", {"replicas": 2, "suspend": True})
+    wait_for(lambda: jobs.status("scaled").get("phase") == "Suspended", 60, jobs.describe)
+    wait_for(lambda: not workloads(cluster, namespace, "scaled"), 60, jobs.describe)
+    jobs.patch("scaled", {"suspend": False})
+    wait_for(lambda: jobs.running("scaled", 2), 90, jobs.describe)
+    assert jobs.status("scaled").get("restarts", 0) == 0
 
 
 def test_kueue_down_means_no_pod_and_restarted_kueue_admits_the_waiting_job(
