@@ -8,7 +8,8 @@ wants (pod sets are immutable while quota is reserved); the old one goes once no
 left. No pod exists without an Admitted Workload that is not Evicted: the gate is the
 Workload's status, which only Kueue writes admissions into. On eviction the operator
 deletes the pods (not failures) and then hands the quota back as Kueue's jobframework
-does (admission cleared, QuotaReserved False/Pending, Requeued); Kueue requeues it.
+does (admission cleared, QuotaReserved False/Pending, Requeued); Kueue requeues it. The
+PodsReady condition follows the workers' readiness (for Kueue's waitForPodsReady).
 """
 
 from __future__ import annotations
@@ -164,17 +165,47 @@ def requeue_status(workload: Mapping[str, Any], now: float) -> dict[str, Any]:
     False (Pending), Admitted False (NoReservation), Requeued (True after a preemption)."""
     evicted = _condition(workload, "Evicted") or {}
     reason, message = str(evicted.get("reason") or "Evicted"), str(evicted.get("message") or "evicted")
-    generation = int(workload["metadata"].get("generation") or 1)
     wanted = {
         "QuotaReserved": ("False", "Pending", message),
         "Admitted": ("False", "NoReservation", "The workload has no reservation"),
         "Requeued": ("True" if reason in _REQUEUED_REASONS else "False", reason, message),
     }
+    if _condition(workload, "PodsReady") is not None:
+        wanted["PodsReady"] = ("False", "WaitForStart", "Not all pods are ready or succeeded")
+    return _with_conditions(workload, wanted, now, {"admission": None})
+
+
+def pods_ready_status(workload: Mapping[str, Any], all_ready: bool, now: float) -> dict[str, Any] | None:
+    """The status patch that keeps an admitted Workload's PodsReady condition true to the
+    workers (what Kueue's waitForPodsReady acts on), as jobframework words it; None when
+    it already says so."""
+    old = _condition(workload, "PodsReady")
+    if all_ready:
+        recovering = old is not None and old.get("reason") in ("WaitForRecovery", "Recovered")
+        wanted = (
+            "True",
+            "Recovered" if recovering else "Started",
+            "All pods reached readiness and the workload is running",
+        )
+    elif old is not None and (old.get("status") == "True" or old.get("reason") == "WaitForRecovery"):
+        wanted = ("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+    else:
+        wanted = ("False", "WaitForStart", "Not all pods are ready or succeeded")
+    if old is not None and (old.get("status"), old.get("reason")) == wanted[:2]:
+        return None
+    return _with_conditions(workload, {"PodsReady": wanted}, now, {})
+
+
+def _with_conditions(
+    workload: Mapping[str, Any], wanted: Mapping[str, tuple[str, str, str]], now: float, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A merge patch of the Workload's status setting ``wanted`` (type -> status, reason,
+    message), the other conditions kept; refused if the Workload changed meanwhile."""
+    generation = int(workload["metadata"].get("generation") or 1)
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    conditions = []
-    for old in (workload.get("status") or {}).get("conditions") or []:
-        if old.get("type") not in wanted:
-            conditions.append(dict(old))
+    conditions = [
+        dict(c) for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") not in wanted
+    ]
     for type_, (status, why, text) in wanted.items():
         old = _condition(workload, type_)
         moved = old is None or old.get("status") != status
@@ -184,7 +215,7 @@ def requeue_status(workload: Mapping[str, Any], now: float) -> dict[str, Any]:
             "lastTransitionTime": stamp if moved or old is None else old.get("lastTransitionTime", stamp),
         })  # fmt: skip
     return {"metadata": {"resourceVersion": workload["metadata"]["resourceVersion"]},
-            "status": {"admission": None, "conditions": conditions}}  # fmt: skip
+            "status": {**extra, "conditions": conditions}}  # fmt: skip
 
 
 @dataclass

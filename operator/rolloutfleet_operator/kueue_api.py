@@ -86,8 +86,12 @@ async def kueue_gate(
                    f"created Kueue workload {wanted['metadata']['name']} in LocalQueue {wanted['spec']['queueName']}")  # fmt: skip
     if decision.admitted is None:
         return Gate(allowed=False, waiting=decision.waiting)
-    live = sum(1 for p in pods if not p.deleting)
-    if live >= job.spec.replicas:
+    live = [p for p in pods if not p.deleting and not p.terminated]
+    ready = sum(1 for p in live if p.ready) >= job.spec.replicas
+    ready_patch = kueue.pods_ready_status(decision.admitted, ready, time.time())
+    if ready_patch is not None:
+        await _patch_status(api, job.namespace, decision.admitted["metadata"]["name"], ready_patch)
+    if len(live) >= job.spec.replicas:
         return Gate()  # nothing to create: no need to read the flavors
     names = kueue.admitted_flavors(decision.admitted)
     flavors = await _read_flavors(api, names)
@@ -158,7 +162,7 @@ async def _patch_status(api: Api, namespace: str, name: str, patch: dict[str, An
         except ApiException as error:
             if error.status not in (404, 409):  # gone, or changed meanwhile: the next round sees it
                 raise
-    log.info("handed the quota of evicted workload %s/%s back to Kueue", namespace, name)
+    log.info("patched the status of workload %s/%s: %s", namespace, name, sorted(patch["status"]))
 
 
 async def _read_flavors(api: Api, names: Iterable[str]) -> dict[str, Mapping[str, Any]]:

@@ -87,6 +87,14 @@ def workloads(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]
     return list(found["items"])
 
 
+def pods_ready(cluster: Cluster, namespace: str, job: str) -> dict[str, Any] | None:
+    for workload in workloads(cluster, namespace, job):
+        for condition in (workload.get("status") or {}).get("conditions") or []:
+            if condition["type"] == "PodsReady" and condition["status"] == "True":
+                return dict(condition)
+    return None
+
+
 def queued(jobs: Jobs, name: str, *words: str) -> dict[str, Any] | None:
     status = jobs.status(name)
     if status.get("phase") == "Queued" and all(w in status.get("message", "") for w in words):
@@ -114,6 +122,9 @@ def test_kueue_admits_one_job_at_a_time_and_preempts_for_priority_without_counti
     requests = workload_a["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
     assert requests == WORKER, requests
     assert workload_a["metadata"]["ownerReferences"][0]["kind"] == "RolloutJob"
+    # PodsReady follows the workers (Kueue's waitForPodsReady reads it).
+    ready = wait_for(lambda: pods_ready(cluster, namespace, "a"), 30, jobs.describe)
+    assert (ready["status"], ready["reason"]) == ("True", "Started"), ready
 
     # B does not fit: it waits, in Kueue's words, without a pod.
     jobs.create(queued_job("b", redis_server.url, queue))

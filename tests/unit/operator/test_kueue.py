@@ -154,3 +154,18 @@ def test_an_eviction_that_is_no_preemption_is_not_marked_requeued() -> None:
     )
     types = {c["type"]: c for c in kueue.requeue_status(evicted, now=0.0)["status"]["conditions"]}
     assert types["Requeued"]["status"] == "False"
+
+
+def test_pods_ready_follows_the_workers_in_jobframeworks_words() -> None:
+    admitted = with_status(workload_for(make_job()), *ADMITTED, admission=ADMISSION)
+    starting = kueue.pods_ready_status(admitted, all_ready=False, now=0.0)
+    assert starting is not None
+    (cond,) = [c for c in starting["status"]["conditions"] if c["type"] == "PodsReady"]
+    assert (cond["status"], cond["reason"]) == ("False", "WaitForStart")
+    assert "admission" not in starting["status"]  # only the condition changes
+    started = with_status(admitted, *ADMITTED, ("PodsReady", "True", "Started", "all ready"), admission=ADMISSION)
+    assert kueue.pods_ready_status(started, all_ready=True, now=0.0) is None  # already says so: no write
+    lost = kueue.pods_ready_status(started, all_ready=False, now=0.0)
+    assert lost is not None
+    (cond,) = [c for c in lost["status"]["conditions"] if c["type"] == "PodsReady"]
+    assert (cond["status"], cond["reason"]) == ("False", "WaitForRecovery")

@@ -110,6 +110,7 @@ async def test_an_admitted_workload_lets_the_pods_start_on_its_flavor(
     admission = {"clusterQueue": "cq", "podSetAssignments": [{"name": "workers", "flavors": {"cpu": "spot"}}]}
     conditions = [{"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}]
     workload["status"] = {"admission": admission, "conditions": conditions}
+    workload["metadata"]["resourceVersion"] = "7"
     toleration = {"key": "spot", "operator": "Exists"}
     kueue_kube.cluster_objects[("resourceflavors", "spot")] = {
         "spec": {"nodeLabels": {"pool": "spot"}, "tolerations": [toleration]}
@@ -119,6 +120,10 @@ async def test_an_admitted_workload_lets_the_pods_start_on_its_flavor(
     pods = [call["body"] for call in kueue_kube.named("create_namespaced_pod")]
     assert len(pods) == 2
     assert all(p["spec"]["nodeSelector"] == {"pool": "spot"} and p["spec"]["tolerations"] == [toleration] for p in pods)
+    # No worker is ready yet: the Workload says so (PodsReady False, WaitForStart).
+    (patch,) = kueue_kube.named("patch_status")[:1]
+    assert patch["name"] == workload["metadata"]["name"] and patch["body"]["metadata"]["resourceVersion"] == "7"
+    assert [c["reason"] for c in patch["body"]["status"]["conditions"] if c["type"] == "PodsReady"] == ["WaitForStart"]
 
 
 @pytest.mark.asyncio
