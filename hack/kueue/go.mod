@@ -1,6 +1,7 @@
 // Pins Kueue's manager (sigs.k8s.io/kueue/cmd/kueue) for the local clusters, built by
-// hack/kueue/build.sh. Nothing from upstream is copied here: this module only
-// requires and pins; the CRDs and webhook manifests are read from the module cache.
+// hack/kueue/build.sh. Nothing from upstream is copied here: this module pins, and
+// manifests/ (ours) turns the CRDs and webhook configurations of that same module (read
+// from the module cache at build time) into what hack/kueue/up.sh applies.
 module rolloutfleet.io/kueue
 
 go 1.25.0
