@@ -18,7 +18,7 @@ NODE ?= test
 VERSION ?= 0.1.0
 
 .PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
-.PHONY: cluster-build cluster-up cluster-down cluster-smoke tools e2e-node
+.PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -111,11 +111,15 @@ demo-selfplay: install ## self-play on tic-tac-toe (PettingZoo): main trains aga
 	$(BIN)/rolloutfleet run examples/tictactoe.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.selfplay examples/tictactoe.yaml --time-limit 600
 
-cluster-build: ## build the control plane (and with NODE=real the node's binaries) from pinned Go modules (cached outside the repo)
+cluster-build: ## build the control plane, Kueue (and with NODE=real the node's binaries) from pinned Go modules (cached outside the repo)
 	hack/cluster/build.sh control-plane
+	hack/kueue/build.sh
 	$(if $(filter real,$(NODE)),hack/cluster/build.sh node)
 
-cluster-up: install ## control plane + test kubelet (NODE=real: a real node, after make images); kubeconfig in $(CLUSTER_DIR)/kubeconfig
+kueue-build: ## Kueue's manager and manifests from the pinned module (hack/kueue/go.mod; cached outside the repo)
+	hack/kueue/build.sh
+
+cluster-up: install ## control plane + Kueue + test kubelet (NODE=real: a real node, after make images); kubeconfig in $(CLUSTER_DIR)/kubeconfig
 ifeq ($(NODE),real)
 	hack/node/up.sh $(CLUSTER_DIR)
 else ifeq ($(NODE),test)

@@ -16,6 +16,7 @@ if [[ ! -e "$state" ]]; then
   exit 0
 fi
 cluster_check_deletable "$state"
+"$cluster_repo_root/hack/kueue/down.sh" "$state"
 cluster_stop_pids "$state"
 rm -rf "$state"
 log "down: removed $state"

@@ -263,5 +263,6 @@ KUBE_OPERATOR_TOKEN=$(cat "$pki/operator.token")
 ETCD_URL=http://127.0.0.1:$etcd_port
 CLUSTER_BIN_DIR=$bindir
 EOF
+[[ "${CLUSTER_KUEUE:-1}" == 0 ]] || "$cluster_repo_root/hack/kueue/up.sh" "$state" || fail "Kueue did not start (CLUSTER_KUEUE=0 skips it)"
 log "up in $((SECONDS - t_start)) s: $server ($(admin_curl /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p'))"
 log "kubeconfig: $state/kubeconfig   operator: $state/kubeconfig-operator"

@@ -79,6 +79,7 @@ log "building (or finding) the node's binaries; log: $bootlog/build-node.log"
 step "build node binaries" "$bootlog/build-node.log" "$node_repo_root/hack/cluster/build.sh" node
 bindir="$(tail -n1 "$bootlog/build-node.log")"
 step "build control-plane binaries" "$bootlog/build-cp.log" "$node_repo_root/hack/cluster/build.sh" control-plane
+step "build Kueue" "$bootlog/build-kueue.log" "$node_repo_root/hack/kueue/build.sh"
 tools_dir="$("$node_repo_root/hack/cluster/get-tools.sh" 2>"$bootlog/tools.log" | tail -n1)" \
   || die "step 'kubectl and helm' failed; log: $bootlog/tools.log"
 

@@ -28,9 +28,10 @@ from kubernetes import config as k8s_config
 from rolloutfleet_operator.api_calls import API_CONCURRENCY, JOBS, Api
 from rolloutfleet_operator.coalescing import run_coalesced
 from rolloutfleet_operator.config import OperatorConfig
+from rolloutfleet_operator.kueue import WORKLOADS
 from rolloutfleet_operator.pods import JOB_LABEL, MANAGED_BY, PodView
 from rolloutfleet_operator.progress import read_progress
-from rolloutfleet_operator.reconcile import JobIndex, PodIndex, reconcile
+from rolloutfleet_operator.reconcile import JobIndex, PodIndex, WorkloadIndex, reconcile
 from rolloutfleet_operator.runtime import Key, Runtime
 
 POD_FILTER: dict[str, Any] = {
@@ -92,6 +93,7 @@ def job_index(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) ->
                 "name": name,
                 "namespace": namespace or "",
                 "uid": body.metadata.uid,
+                "labels": dict(body.metadata.labels),
                 "generation": body.metadata.get("generation", 1),
                 "deletionTimestamp": body.metadata.get("deletionTimestamp"),
             },
@@ -109,19 +111,39 @@ def pod_index(
     return None if view is None else {(namespace or "", labels[JOB_LABEL]): view}
 
 
+# Kueue's Workloads of our jobs: admission, eviction. Where Kueue is not installed kopf
+# watches nothing here (the index stays empty) and starts once the CRD appears.
+@kopf.index(*WORKLOADS, labels={JOB_LABEL: kopf.PRESENT})
+def workload_index(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[Key, dict[str, Any]]:
+    meta = body.metadata
+    fields = {"name": meta.name, "uid": meta.uid, "resourceVersion": meta.get("resourceVersion"),
+              "generation": meta.get("generation", 1), "deletionTimestamp": meta.get("deletionTimestamp")}  # fmt: skip
+    return {
+        (namespace or "", labels[JOB_LABEL]): {"metadata": fields, "spec": dict(body.spec), "status": dict(body.status)}
+    }
+
+
+@kopf.on.event(*WORKLOADS, labels={JOB_LABEL: kopf.PRESENT})
+async def workload_changed(*, namespace: str | None, labels: Mapping[str, str], memo: Any, **indexes: Any) -> None:
+    key = (namespace or "", labels[JOB_LABEL])
+    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
+
+
 @kopf.on.event(*JOBS)
 async def job_changed(*, type: str, namespace: str | None, name: str, memo: Any, **indexes: Any) -> None:
     key = (namespace or "", name)
     if type == "DELETED":
         memo.runtime.jobs.pop(key, None)
         return
-    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"])
+    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
 
 
 @kopf.on.event("pods", labels=POD_FILTER)
 async def pod_changed(*, namespace: str | None, labels: Mapping[str, str], memo: Any, **indexes: Any) -> None:
     key = (namespace or "", labels[JOB_LABEL])
-    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"])
+    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
 
 
 @kopf.timer(*JOBS, interval=TIMER_INTERVAL_S)
@@ -130,14 +152,16 @@ async def tick(*, namespace: str | None, name: str, memo: Any, **indexes: Any) -
     key = (namespace or "", name)
     if runtime.config.read_progress:
         await read_progress(key, runtime, indexes["job_index"])
-    await request_reconcile(key, runtime, indexes["job_index"], indexes["pod_index"])
+    await request_reconcile(key, runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
 
 
-async def request_reconcile(key: Key, runtime: Runtime, job_index: JobIndex, pod_index: PodIndex) -> None:
+async def request_reconcile(
+    key: Key, runtime: Runtime, job_index: JobIndex, pod_index: PodIndex, workload_index: WorkloadIndex
+) -> None:
     """Reconcile ``key`` soon, coalesced with the other triggers of that job. A restart
     due before the next tick is waited for by the rounds; later ones, by the timer."""
     await run_coalesced(
         runtime.job(key).rounds,
-        lambda: reconcile(key, runtime, job_index, pod_index),
+        lambda: reconcile(key, runtime, job_index, pod_index, workload_index),
         requeue_within_s=TIMER_INTERVAL_S,
     )

@@ -9,6 +9,9 @@ chart's rules equal to these, and the e2e tests run the operator under them).
 | secrets: get | the Redis password of a job (``spec.redis.passwordSecret``), to read worker heartbeats for status progress; drop it with ``ROLLOUTFLEET_READ_PROGRESS=0`` |
 | events (core/v1): create | what the operator did and why (kopf only ever posts new core Events) |
 | kopfpeerings (namespaced) / clusterkopfpeerings: get, list, watch, patch | several replicas: one active |
+| workloads (kueue.x-k8s.io): list, watch, create, delete | a Kueue-queued job's Workload (never updated: a changed job gets a new one) |
+| workloads/status: patch | hand an evicted Workload's quota back once its pods are gone (as Kueue's own job controllers do) |
+| resourceflavors, workloadpriorityclasses (cluster-wide): get | the admitted flavor's node labels and tolerations; the priority of ``kueue.x-k8s.io/priority-class`` |
 | customresourcedefinitions: get, list, watch (cluster-wide, read-only) | kopf discovers the RolloutJob resource |
 | namespaces: list, watch (cluster-wide, read-only) | kopf matches the watched namespaces against the existing ones |
 """
@@ -26,6 +29,8 @@ NAMESPACED: list[Rule] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch", "create", "delete"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},
 ]
 """Rules in each watched namespace (a Role per namespace, or part of the ClusterRole)."""
 
@@ -37,6 +42,7 @@ CLUSTER: list[Rule] = [
     },
     {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors", "workloadpriorityclasses"], "verbs": ["get"]},
 ]
 """Cluster-scoped rules, needed in both modes."""
 

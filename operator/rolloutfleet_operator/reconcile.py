@@ -18,6 +18,7 @@ from typing import Any
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import create_pod, delete_pod, patch_status, post_event
+from rolloutfleet_operator.kueue_api import Gate, kueue_gate
 from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import PodView, build_pod, template_hash
@@ -27,9 +28,12 @@ from rolloutfleet_operator.status import build_status, invalid_spec_status, stat
 # The kopf indexes, as handlers.job_index and handlers.pod_index fill them.
 JobIndex = Mapping[Key, Collection[dict[str, Any]]]
 PodIndex = Mapping[Key, Collection[PodView]]
+WorkloadIndex = Mapping[Key, Collection[dict[str, Any]]]  # handlers.workload_index: Kueue Workloads by job
 
 
-async def reconcile(key: Key, runtime: Runtime, job_index: JobIndex, pod_index: PodIndex) -> float | None:
+async def reconcile(
+    key: Key, runtime: Runtime, job_index: JobIndex, pod_index: PodIndex, workload_index: WorkloadIndex | None = None
+) -> float | None:
     """Seconds until a restart of this job falls due (None: none pending)."""
     bodies = list(job_index.get(key, []))
     if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
@@ -52,8 +56,11 @@ async def reconcile(key: Key, runtime: Runtime, job_index: JobIndex, pod_index: 
     own_status = state.written if state.written is not None and state.written_for == uid else body["status"]
     clock = time.monotonic()
     observation = observe(state.memory, pod_index.get(key, []), clock)
+    # Kueue (a queue-name label): no pods without an admitted Workload; deleting them then is no failure.
+    gate = await kueue_gate(runtime.api, body, job, observation.pods, (workload_index or {}).get(key, []),
+                            lambda: build_pod(job, uid, 0, config, current_hash))  # fmt: skip
     the_plan = plan(
-        job,
+        job if gate.allowed else job.model_copy(update={"spec": job.spec.model_copy(update={"suspend": True})}),
         observation.pods,
         records_from_status(own_status),
         now,
@@ -66,14 +73,15 @@ async def reconcile(key: Key, runtime: Runtime, job_index: JobIndex, pod_index: 
 
     # Records first: a failure is persisted before its pod is deleted.
     generation = int(body["metadata"]["generation"])
+    queued = (gate.waiting.reason, gate.waiting.message) if gate.waiting else None
     status = build_status(
-        name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace
+        name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued
     )
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     _post_plan_events(body, the_plan.events)
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
-    await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock)
+    await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock, gate)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
 
@@ -139,12 +147,13 @@ async def _create_pods(
     current_hash: str,
     to_create: list[int],
     clock: float,
+    gate: Gate,
 ) -> None:
     """Create in growing batches (:func:`.plan.creation_batches`); stop at the first refusal."""
     created: list[int] = []
     refusal = ""
     for batch in creation_batches(to_create):
-        pods = [build_pod(job, uid, index, runtime.config, current_hash) for index in batch]
+        pods = [gate.place(build_pod(job, uid, index, runtime.config, current_hash)) for index in batch]
         outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods))
         for index, (pod_uid, _) in zip(batch, outcomes, strict=True):
             if pod_uid is not None:

@@ -1,7 +1,8 @@
 """A RolloutJob's status, from a plan and what the operator observed. Pure.
 
 ``phase`` is one of Pending (no worker ready yet, none failed), Running (all desired
-workers ready), Degraded (some missing, failing or backing off), Suspended, Failed
+workers ready), Degraded (some missing, failing or backing off), Suspended, Queued
+(waiting for Kueue to admit it: no workers, Kueue's own words as the message), Failed
 (the restart budget is spent, or the spec cannot be used). Conditions follow
 metav1.Condition: ``Ready``, ``Degraded`` and ``Failed``, each with a reason, a message
 and the generation it describes; ``lastTransitionTime`` moves only when the condition's
@@ -96,12 +97,16 @@ def build_status(
     previous: Mapping[str, Any] | None = None,
     beats: Mapping[int, Mapping[str, Any]] | None = None,
     namespace: str = "default",
+    queued: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
+    """``queued``: (reason, message) while Kueue has not admitted the job."""
     desired = the_plan.desired
     live = [p for p in pods if p.index < desired and not p.terminated and not p.deleting]
     ready = sum(1 for p in live if p.ready)
     restarts = sum(r.restarts for r in the_plan.records.values())
-    phase, reason, message = _phase(suspended, the_plan, ready, restarts)
+    phase, reason, message = (
+        ("Queued", *queued) if queued and not suspended else _phase(suspended, the_plan, ready, restarts)
+    )
     if phase in ("Pending", "Degraded"):
         reason, message = _waiting(live, reason, message, phase)
     degraded = bool(the_plan.backing_off or the_plan.down) or (phase == "Degraded")

@@ -65,13 +65,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line("e2e: hack/cluster/build.sh (cached after the first build; a cold one takes minutes)")
+        reporter.write_line(
+            "e2e: hack/cluster/build.sh, hack/kueue/build.sh (cached after the first build; a cold one takes minutes)"
+        )
     started = time.monotonic()
     build = subprocess.run([str(REPO / "hack/cluster/build.sh")], capture_output=True, text=True, check=False)
     if build.returncode != 0 or not build.stdout.strip():
         _BUILD["error"] = f"hack/cluster/build.sh failed (exit {build.returncode}):\n{build.stderr[-4000:]}"
         return
     _BUILD["bin_dir"] = build.stdout.strip().splitlines()[-1]
+    kueue = subprocess.run([str(REPO / "hack/kueue/build.sh")], capture_output=True, text=True, check=False)
+    if kueue.returncode != 0 or not kueue.stdout.strip():
+        _BUILD["error"] = f"hack/kueue/build.sh failed (exit {kueue.returncode}):\n{kueue.stderr[-4000:]}"
+        return
+    _BUILD["kueue_dir"] = kueue.stdout.strip().splitlines()[-1]
     if reporter is not None and time.monotonic() - started > 5:
         reporter.write_line(f"e2e: control plane built in {time.monotonic() - started:.0f} s")
 
@@ -83,6 +90,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     env = dict(os.environ)
     if "bin_dir" in _BUILD:
         env["CLUSTER_BIN_DIR"] = _BUILD["bin_dir"]
+    if "kueue_dir" in _BUILD:
+        env["KUEUE_DIR"] = _BUILD["kueue_dir"]
     state = tmp_path_factory.mktemp("cluster")
     try:
         up = subprocess.run(

@@ -1,0 +1,222 @@
+"""RolloutJobs queued by the real Kueue (v0.17.0, built from its pinned module and started
+with the cluster by hack/kueue/up.sh) as the external framework RolloutJob.v1alpha1.rolloutfleet.io.
+
+One ClusterQueue with quota for exactly one job's workers (2 x 250m CPU, 2 x 256Mi), a
+LocalQueue, a ResourceFlavor with node labels and a toleration. What is asserted is what
+the API server says: pods, the jobs' status, Kueue's Workloads.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from tests.cluster.kubelet import LocalKubelet
+from tests.e2e.cluster_kit import REPO, Cluster, OperatorFactory, missing, wait_for
+from tests.e2e.jobs import Jobs, job_manifest
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+WORKER = {"cpu": "250m", "memory": "256Mi"}
+TOLERATION = {"key": "rolloutfleet.io/e2e-kueue", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def queue(cluster: Cluster, kubelet: LocalKubelet, namespace: str) -> Iterator[str]:
+    """A LocalQueue (named like the namespace) over a ClusterQueue with room for one job."""
+    if not (cluster.state / "kueue" / "env").exists():
+        missing(f"Kueue is not running in the e2e cluster (hack/kueue/up.sh; {cluster.state}/kueue)")
+    api = client.CustomObjectsApi(cluster.api())
+    name = namespace
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": {"kubernetes.io/hostname": kubelet.node_name}, "tolerations": [TOLERATION]},
+    }
+    quota = [{"name": "cpu", "nominalQuota": "500m"}, {"name": "memory", "nominalQuota": "512Mi"}]
+    cluster_queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceGroups": [
+                {"coveredResources": ["cpu", "memory"], "flavors": [{"name": name, "resources": quota}]}
+            ],
+            "preemption": {"withinClusterQueue": "LowerPriority"},
+        },
+    }
+    local = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": name},
+    }
+    high = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": f"{name}-high"}, "value": 1000}  # fmt: skip
+    api.create_cluster_custom_object(*KUEUE, "resourceflavors", flavor)
+    api.create_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+    api.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", high)
+    api.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", local)
+    yield name
+    for plural in ("clusterqueues", "resourceflavors", "workloadpriorityclasses"):
+        target = f"{name}-high" if plural == "workloadpriorityclasses" else name
+        cluster.kubectl("delete", f"{plural}.kueue.x-k8s.io", target, "--wait=false", check=False)
+
+
+def queued_job(name: str, redis_url: str, queue: str, priority: str | None = None) -> dict[str, Any]:
+    manifest = job_manifest(name, redis_url, replicas=2, resources=WORKER)
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    manifest["metadata"]["labels"] = labels
+    return manifest
+
+
+def workloads(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    api = client.CustomObjectsApi(cluster.api())
+    found = api.list_namespaced_custom_object(
+        *KUEUE, namespace, "workloads", label_selector=f"rolloutfleet.io/job={job}"
+    )
+    return list(found["items"])
+
+
+def pods_ready(cluster: Cluster, namespace: str, job: str) -> dict[str, Any] | None:
+    for workload in workloads(cluster, namespace, job):
+        for condition in (workload.get("status") or {}).get("conditions") or []:
+            if condition["type"] == "PodsReady" and condition["status"] == "True":
+                return dict(condition)
+    return None
+
+
+def queued(jobs: Jobs, name: str, *words: str) -> dict[str, Any] | None:
+    status = jobs.status(name)
+    if status.get("phase") == "Queued" and all(w in status.get("message", "") for w in words):
+        return status
+    return None
+
+
+def test_kueue_admits_one_job_at_a_time_and_preempts_for_priority_without_counting_failures(
+    cluster: Cluster,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+    queue: str,
+) -> None:
+    operators.start()
+    jobs.create(queued_job("a", redis_server.url, queue))
+    wait_for(lambda: jobs.running("a", 2), 90, jobs.describe)
+    # A's workers carry the admitted flavor's node labels and toleration.
+    for pod in jobs.pods("a").values():
+        assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "rolloutfleet-test-node", pod["spec"]
+        assert any(t.get("key") == TOLERATION["key"] for t in pod["spec"].get("tolerations", [])), pod["spec"]
+    (workload_a,) = workloads(cluster, namespace, "a")
+    assert workload_a["spec"]["podSets"][0]["count"] == 2
+    requests = workload_a["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == WORKER, requests
+    assert workload_a["metadata"]["ownerReferences"][0]["kind"] == "RolloutJob"
+    # PodsReady follows the workers (Kueue's waitForPodsReady reads it).
+    ready = wait_for(lambda: pods_ready(cluster, namespace, "a"), 30, jobs.describe)
+    assert (ready["status"], ready["reason"]) == ("True", "Started"), ready
+
+    # B does not fit: it waits, in Kueue's words, without a pod.
+    jobs.create(queued_job("b", redis_server.url, queue))
+    status = wait_for(
+        lambda: queued(jobs, "b", "couldn't assign flavors to pod set workers: insufficient"), 60, jobs.describe
+    )
+    assert not jobs.pods("b")
+
+    # A deleted: its quota is released, B is admitted and runs.
+    jobs.api.delete_namespaced_custom_object("rolloutfleet.io", "v1alpha1", namespace, "rolloutjobs", "a")
+    wait_for(lambda: jobs.running("b", 2), 120, jobs.describe)
+    assert jobs.status("b").get("restarts", 0) == 0
+
+    # A higher-priority job preempts B: B's pods go, nothing is counted as a failure.
+    jobs.create(queued_job("high", redis_server.url, queue, priority=f"{queue}-high"))
+    wait_for(lambda: jobs.running("high", 2), 120, jobs.describe)
+    status = wait_for(lambda: queued(jobs, "b"), 60, jobs.describe)
+    live_b = [p for p in jobs.pods("b").values() if not p["metadata"].get("deletionTimestamp")]
+    assert not live_b, live_b
+    assert status.get("restarts", 0) == 0, status
+    (workload_high,) = workloads(cluster, namespace, "high")
+    assert workload_high["spec"]["priority"] == 1000
+    (workload_b,) = workloads(cluster, namespace, "b")
+    types = {c["type"]: c for c in workload_b["status"]["conditions"]}
+    assert types["QuotaReserved"]["status"] == "False" and types["Requeued"]["status"] == "True", types
+
+    # The high one deleted: B resumes, still without a restart.
+    jobs.api.delete_namespaced_custom_object("rolloutfleet.io", "v1alpha1", namespace, "rolloutjobs", "high")
+    wait_for(lambda: jobs.running("b", 2), 120, jobs.describe)
+    assert jobs.status("b").get("restarts", 0) == 0
+
+
+def test_kueue_missing_queue_waits_in_kueues_words_scale_requeues_suspend_releases_quota(
+    cluster: Cluster,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+    queue: str,
+) -> None:
+    operators.start()
+    jobs.create(queued_job("lost", redis_server.url, "no-such-queue"))
+    status = wait_for(lambda: queued(jobs, "lost", "LocalQueue no-such-queue doesn't exist"), 60, jobs.describe)
+    assert status["reason"] == "Inadmissible", status
+    time.sleep(6)  # more than a timer period: still no pod
+    assert not jobs.pods("lost")
+
+    # Scaling an admitted job: its Workload is replaced (Kueue forbids resizing an admitted
+    # one) and the job is admitted again at the new size, never running past its quota.
+    jobs.create(queued_job("scaled", redis_server.url, queue))
+    wait_for(lambda: jobs.running("scaled", 2), 90, jobs.describe)
+    jobs.patch("scaled", {"replicas": 1})
+    wait_for(lambda: jobs.running("scaled", 1), 90, jobs.describe)
+    wait_for(lambda: [w["spec"]["podSets"][0]["count"] for w in workloads(cluster, namespace, "scaled")] == [1], 60)
+    assert jobs.status("scaled").get("restarts", 0) == 0
+    # Scaled past the quota: it waits, with no pod, in Kueue's words.
+    jobs.patch("scaled", {"replicas": 3})
+    wait_for(
+        lambda: queued(jobs, "scaled", "couldn't assign flavors to pod set workers: insufficient"), 90, jobs.describe
+    )
+    wait_for(lambda: not jobs.pods("scaled"), 60, jobs.describe)
+
+    # Suspended: no pod and no Workload (the quota is released); resumed: queued, admitted again.
+    jobs.patch("scaled", {"replicas": 2, "suspend": True})
+    wait_for(lambda: jobs.status("scaled").get("phase") == "Suspended", 60, jobs.describe)
+    wait_for(lambda: not workloads(cluster, namespace, "scaled"), 60, jobs.describe)
+    jobs.patch("scaled", {"suspend": False})
+    wait_for(lambda: jobs.running("scaled", 2), 90, jobs.describe)
+    assert jobs.status("scaled").get("restarts", 0) == 0
+
+
+def test_kueue_down_means_no_pod_and_restarted_kueue_admits_the_waiting_job(
+    cluster: Cluster,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+    queue: str,
+) -> None:
+    operators.start()
+    subprocess.run([str(REPO / "hack/kueue/down.sh"), str(cluster.state)], check=True, timeout=60)
+    try:
+        jobs.create(queued_job("patient", redis_server.url, queue))
+        # Kueue's webhook does not answer: no Workload, so no pod, and the job says why.
+        status = wait_for(lambda: queued(jobs, "patient", "failed calling webhook"), 60, jobs.describe)
+        assert status["reason"] == "WorkloadRefused", status
+        time.sleep(6)  # more than a timer period
+        assert not jobs.pods("patient")
+    finally:
+        up = subprocess.run(
+            [str(REPO / "hack/kueue/up.sh"), str(cluster.state)], capture_output=True, text=True, timeout=300
+        )
+        assert up.returncode == 0, up.stderr[-3000:]
+    wait_for(lambda: jobs.running("patient", 2), 120, jobs.describe)
+    assert len(workloads(cluster, namespace, "patient")) == 1
