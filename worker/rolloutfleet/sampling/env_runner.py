@@ -32,7 +32,6 @@ top-level ``action_mask`` leaf masks the actions (and is the batch's ``action_ma
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,21 +41,18 @@ from gymnasium.vector import AutoresetMode
 
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
-from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, check_masks, leaf_values
-from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy
-from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
+from rolloutfleet.inference.policy import ActFn
+from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.envs import (
     FAILED,
-    FailureBudget,
+    VectorChoice,
     derive_seed,
-    env_name,
     episode_id_base,
     make_vector_env,
     plan_vectorization,
 )
 from rolloutfleet.sampling.episode_clock import Ended, EpisodeClock
-from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.grid import (
     OBS_BUF,
     RAW_REWARDS,
@@ -81,6 +77,8 @@ class EnvRunner(Runner[SampleBatch]):
     every sub-env's :class:`~rolloutfleet.sampling.envs.EnvContext` and into the derived seeds.
     """
 
+    vector_choice: VectorChoice
+
     def __init__(
         self,
         job: RolloutJob,
@@ -94,16 +92,11 @@ class EnvRunner(Runner[SampleBatch]):
                 "spec.multiAgent: a multi-agent job samples with rolloutfleet.sampling.multiagent_env_runner.MultiAgentEnvRunner "
                 "(rolloutfleet.sampling.runners.make_env_runner picks the right runner for a job)"
             )
-        self.job = job
-        self.worker_index = worker_index
-        self.num_workers = spec.replicas if num_workers is None else num_workers
-        self.sampling = spec.sampling
-        self.num_envs = spec.env.num_envs
+        super().__init__(job, worker_index, num_workers, callbacks)
         # auto times a throwaway sub-env here; a rebuilt vector env keeps the choice
         self.vector_choice = plan_vectorization(spec.env, worker_index, self.num_workers, spec.resources.cpu)
         self.vectorization = self.vector_choice.mode
         self.explore = spec.policy.explore
-        self._seed = spec.sampling.seed
         self.env = make_vector_env(spec.env, worker_index, self.num_workers, self.vector_choice)
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
@@ -111,24 +104,9 @@ class EnvRunner(Runner[SampleBatch]):
         self._same_step = AutoresetMode(mode) == AutoresetMode.SAME_STEP
         if AutoresetMode(mode) == AutoresetMode.DISABLED:
             raise SpecError("spec.env: vector envs with autoreset disabled are not supported")
-        self.policy = Policy(
-            spec.policy,
-            self.observation_space,
-            self.action_space,
-            seed=derive_seed(self._seed, worker_index, POLICY_SEED_PATH),
-            init_seed=derive_seed(self._seed, INIT_SEED_PATH),
-            worker=(worker_index, self.num_workers),
-        )
+        self.policy = self._add_policy(DEFAULT_POLICY, spec.policy, self.observation_space, self.action_space)
         self.parts: ObsParts = self.policy.obs_parts
-        self.filter = self._build_filter()
-        self.policies = {DEFAULT_POLICY: self.policy}
-        self.filters = {DEFAULT_POLICY: self.filter} if self.filter is not None else {}
-        env = spec.env
-        self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
-        self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
-        self._call_step = overrides(self.callbacks, "on_episode_step")
-        self._call_start = overrides(self.callbacks, "on_episode_start")
-        self._call_end = overrides(self.callbacks, "on_episode_end")
+        self.filter = self.filters.get(DEFAULT_POLICY)
         # Episode callbacks run right after the step they belong to: bookkeeping per step.
         self._per_step = self._call_step or self._call_start or self._call_end
         self._clip = self._action_clipper()
@@ -147,21 +125,12 @@ class EnvRunner(Runner[SampleBatch]):
         self._mask_exempt = np.zeros(n, np.bool_) if self.parts.masked and not self._same_step else None
         # eps_ids stay unique across workers and across restarts of the same worker.
         self._clock = EpisodeClock(n, self._same_step, episode_id_base(worker_index))
-        self._tick = 0
-        self.stats = EpisodeStats()
+        # complete_episodes looks for ended episodes once per fragment (a layout is a pass over the grid)
+        self._episode_chunk = self.sampling.rollout_fragment_length
+        self._acting = (self.explore, False)  # this sample() call's (explore, random_actions)
+        self._scale: float | None = None  # and its ε or σ (None: stochastic exploration)
 
     # -- construction helpers ---------------------------------------------------------
-
-    def _build_filter(self) -> MeanStdFilter | None:
-        if self.sampling.observation_filter == "none":
-            return None
-        space = self.observation_space
-        if not isinstance(space, spaces.Box):
-            raise SpecError(
-                f"spec.sampling.observationFilter: meanStd normalizes Box observations, this env's are {space}; "
-                "normalize them in the env or set observationFilter: none"
-            )
-        return MeanStdFilter(space.shape)
 
     def _action_clipper(self) -> tuple[np.ndarray, np.ndarray] | None:
         space = self.action_space
@@ -197,12 +166,7 @@ class EnvRunner(Runner[SampleBatch]):
     # -- episodes ---------------------------------------------------------------------
 
     def _reset_envs(self) -> None:
-        restarts = self.stats.env_restarts
-        if self.vectorization == "vector":
-            seed: Any = derive_seed(self._seed, self.worker_index, restarts)
-        else:
-            seed = [derive_seed(self._seed, self.worker_index, j, restarts) for j in range(self.num_envs)]
-        obs, _ = self.env.reset(seed=seed)
+        obs, _ = self.env.reset(seed=self._reset_seed())
         self._obs = self._filter(obs)
         self._clock.pending[:] = False
         self._start_episodes(np.arange(self.num_envs))
@@ -559,72 +523,50 @@ class EnvRunner(Runner[SampleBatch]):
             names.append(sb.ACTION_MASK)
         return names
 
-    # -- public API -------------------------------------------------------------------
+    # -- the hooks of Runner.sample() ---------------------------------------------------
 
-    def sample(
-        self,
-        num_timesteps: int | None = None,
-        num_episodes: int | None = None,
-        explore: bool | None = None,
-        random_actions: bool = False,
-    ) -> SampleBatch:
-        """Step the envs and return a batch.
-
-        * default, ``truncate_episodes``: ``numEnvs x rolloutFragmentLength`` rows, the
-          earliest ones not yet returned (sub-envs whose episodes reset more often, losing
-          a reset step each time, contribute a few rows fewer);
-        * default, ``complete_episodes``: whole episodes only, at least that many rows;
-        * ``num_timesteps``: at least this many rows (rounded up to a multiple of numEnvs
-          in truncate mode; whole episodes in complete mode);
-        * ``num_episodes``: exactly this many complete episodes.
-
-        Episodes that are still running continue in the next call, with the same ``eps_id``.
-        """
-        self.check_sample_args(num_timesteps, num_episodes)
+    def _begin_sample(self, explore: bool | None, random_actions: bool) -> None:
         explore = self.explore if explore is None else explore
-        started = time.perf_counter()
-        fragment = self.sampling.rollout_fragment_length
-
-        grid = self._grid
+        self._acting = (explore, random_actions)
         scale = self.policy.exploration_scale(explore)
-        if scale is not None and random_actions:
-            scale = np.nan
+        self._scale = np.nan if scale is not None and random_actions else scale
 
-        def step(steps: int) -> None:
-            start = grid.filled
-            self._run_steps(start, steps, explore, random_actions)
-            # Weights change only between sample() calls: one seq no per grid row.
-            grid.columns[SEQ_NO][start : start + steps] = self.policy.weights_seq_no
-            if scale is not None:  # so do ε and σ (the learner's global step is applied between calls)
-                grid.columns[sb.EXPLORATION_SCALE][start : start + steps] = scale
-            grid.filled += steps
-            self._tick += steps
+    def _step(self, steps: int) -> None:
+        grid = self._grid
+        start = grid.filled
+        self._run_steps(start, steps, *self._acting)
+        # Weights change only between sample() calls: one seq no per grid row.
+        grid.columns[SEQ_NO][start : start + steps] = self.policy.weights_seq_no
+        if self._scale is not None:  # so do ε and σ (the learner's global step is applied between calls)
+            grid.columns[sb.EXPLORATION_SCALE][start : start + steps] = self._scale
+        grid.filled += steps
 
-        if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
-            target = num_timesteps if num_timesteps is not None else fragment * self.num_envs
-            while True:
-                layout = grid.layout()
-                if num_episodes is not None:
-                    if int(self._ended(layout).sum()) >= num_episodes:
-                        keep = self._complete_keep(layout, num_episodes)
-                        break
-                else:
-                    keep = self._complete_keep(layout)
-                    if int(keep.sum()) >= target:
-                        break
-                step(fragment)
+    def _target_rows(self, target: int) -> int:
+        """Truncate mode cuts whole vector steps: ``target`` rounded up to a multiple of numEnvs."""
+        return self.num_envs * -(-target // self.num_envs)
+
+    def _steps_missing(self, target: int) -> int:
+        missing = self._target_rows(target) - len(self._grid.valid_rows())
+        return -(-missing // self.num_envs) if missing > 0 else 0
+
+    def _cut_truncated(self, target: int) -> SampleBatch:
+        # The earliest rows, in time order, so no row waits more than a step for a batch
+        # (a per-env quota would let envs that reset less often fall further behind).
+        last = self._grid.valid_rows()[self._target_rows(target) - 1]
+        layout = self._grid.layout()
+        return self._assemble(layout, layout.flat <= last)
+
+    def _cut_episodes(self, num_episodes: int | None, target: int) -> SampleBatch | None:
+        layout = self._grid.layout()
+        if num_episodes is not None:
+            if int(self._ended(layout).sum()) < num_episodes:
+                return None
+            keep = self._complete_keep(layout, num_episodes)
         else:
-            # The earliest rows, in time order, so no row waits more than a step for a batch
-            # (a per-env quota would let envs that reset less often fall further behind).
-            target = self.num_envs * (fragment if num_timesteps is None else -(-num_timesteps // self.num_envs))
-            while (missing := target - len(valid := grid.valid_rows())) > 0:
-                step(-(-missing // self.num_envs))
-            layout = grid.layout()
-            keep = layout.flat <= valid[target - 1]
-        batch = self._assemble(layout, keep)
-        self.stats.period.seconds += time.perf_counter() - started
-        self.callbacks.on_sample_end(runner=self, batch=batch)
-        return batch
+            keep = self._complete_keep(layout)
+            if int(keep.sum()) < target:
+                return None
+        return self._assemble(layout, keep)
 
     def close(self) -> None:
         self.env.close()

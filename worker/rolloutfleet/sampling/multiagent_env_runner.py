@@ -30,7 +30,6 @@ the next batch. ``complete_episodes`` returns rows of ended episodes only.
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -40,14 +39,12 @@ from gymnasium import spaces
 
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
-from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
-from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy, RecurrentActFn
-from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
-from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
-from rolloutfleet.sampling.episode_stats import EpisodeStats
+from rolloutfleet.inference.policy import ActFn, RecurrentActFn
+from rolloutfleet.sampling.callbacks import Callbacks
+from rolloutfleet.sampling.envs import derive_seed, episode_id_base
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
 from rolloutfleet.sampling.multiagent_rows import COMPLETE, PolicyRows, SubEnv
 from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
@@ -91,29 +88,18 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         num_workers: int | None = None,
         callbacks: Callbacks | None = None,
     ) -> None:
+        multi = multi_agent_spec(job)
+        super().__init__(job, worker_index, num_workers, callbacks, agent_steps=True)
         spec = job.spec
-        self.job = job
-        self.multi_agent = multi_agent_spec(job)
-        self.worker_index = worker_index
-        self.num_workers = spec.replicas if num_workers is None else num_workers
-        self.sampling = spec.sampling
-        self.num_envs = spec.env.num_envs
-        self._seed = spec.sampling.seed
+        self.multi_agent = multi
         self._create = multiagent_env_creator(spec.env, worker_index, self.num_workers)
         self.mapper = PolicyMapper(self.multi_agent)
         self.policies_to_train = self.multi_agent.trained_policies
         self.count_steps_by = self.multi_agent.count_steps_by
         self._max_episode_steps = self.multi_agent.max_episode_steps
-        self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
-        self._call_start = overrides(self.callbacks, "on_episode_start")
-        self._call_step = overrides(self.callbacks, "on_episode_step")
-        self._call_end = overrides(self.callbacks, "on_episode_end")
 
         self._eps_base = episode_id_base(worker_index)
         self._eps_counter = 0
-        self.stats = EpisodeStats(agent_steps=True)
-        env = job.spec.env
-        self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
         try:
             envs = [self._create(j) for j in range(self.num_envs)]
         except SpecError:
@@ -126,25 +112,14 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._agent_index: dict[Any, int] = {}
         for agent in envs[0].possible_agents:
             self._index_of(agent)
-        self.policies = {}
         self._rows: dict[str, PolicyRows] = {}
         self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._checked: set[tuple[Any, str]] = set()
         self._scales: dict[str, float] = {}  # policy id -> this sample() call's ε or σ (not stochastic)
         self._noise: dict[str, OrnsteinUhlenbeckNoise] = {}  # policies acting with Ornstein-Uhlenbeck noise
         self._stateful: dict[str, RecurrentActFn] = {}  # stateful policies: their act for this sample() call
+        self._acts: dict[str, ActFn] = {}  # policy id -> its act for this sample() call
         self._build_policies(envs[0])
-        # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
-        self.filters = {}
-        if self.sampling.observation_filter == "meanStd":
-            for policy_id, policy in self.policies.items():
-                space = policy.observation_space
-                if not isinstance(space, spaces.Box):
-                    raise SpecError(
-                        f"spec.sampling.observationFilter: meanStd needs Box observations, policy {policy_id!r} "
-                        f"has {space}"
-                    )
-                self.filters[policy_id] = MeanStdFilter(space.shape)
         # Observations that arrived this step, per policy, to filter in one call each:
         # (observation, row whose new_obs it is or -1, dict to store it in or None, agent).
         self._arrivals: dict[str, list[tuple[Any, int, dict[Any, Any] | None, Any]]] = {}
@@ -182,16 +157,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                     "observation and action spaces are unknown; give the env possible_agents or fix the mapping"
                 )
             pair = known
-            path = policy_seed_path(policy_id)
-            policy = Policy(
-                policy_spec,
-                pair[0],
-                pair[1],
-                seed=derive_seed(self._seed, self.worker_index, POLICY_SEED_PATH, path),
-                init_seed=derive_seed(self._seed, INIT_SEED_PATH, path),
-                worker=(self.worker_index, self.num_workers),
-            )
-            self.policies[policy_id] = policy
+            # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
+            policy = self._add_policy(policy_id, policy_spec, pair[0], pair[1], (policy_seed_path(policy_id),))
             filtered = self.sampling.observation_filter == "meanStd"
             self._rows[policy_id] = PolicyRows(policy, pair[0], pair[1], filtered)
             box = isinstance(pair[1], spaces.Box) and self.sampling.clip_actions
@@ -338,7 +305,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 self._scales[policy_id] = np.nan if random_actions else scale
         return acts
 
-    def _step(self, acts: Mapping[str, ActFn]) -> None:
+    def _vector_step(self, acts: Mapping[str, ActFn]) -> None:
         """One step of every sub-env: group acting agents by policy, act, step, record."""
         subenvs, policy_rows = self.subenvs, self._rows
         # 1. who acts, grouped by policy: (env index, agent, obs) in parallel lists
@@ -569,58 +536,42 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self.stats.lifetime_agent_steps += batch.agent_steps()
         return batch
 
-    def sample(
-        self,
-        num_timesteps: int | None = None,
-        num_episodes: int | None = None,
-        explore: bool | None = None,
-        random_actions: bool = False,
-    ) -> MultiAgentBatch:
-        """Step the envs and return one batch per policy (all policies, trained or not).
+    # -- the hooks of Runner.sample() ---------------------------------------------------------
 
-        * ``truncate_episodes`` (default): ``numEnvs x rolloutFragmentLength`` steps (or
-          ``num_timesteps``), counted per ``countStepsBy``; every completed row;
-        * ``complete_episodes``: whole episodes, until they hold at least that many steps;
-        * ``num_episodes``: exactly this many complete episodes (the first to end).
-
-        ``explore`` overrides every policy's ``explore``; ``random_actions`` acts uniformly.
-        """
-        self.check_sample_args(num_timesteps, num_episodes)
-        started = time.perf_counter()
+    def _begin_sample(self, explore: bool | None, random_actions: bool) -> None:
         if not self._started:
             self._start()
-        acts = self._act_functions(explore, random_actions)
-        target = num_timesteps if num_timesteps is not None else self.sampling.rollout_fragment_length * self.num_envs
-        by_env = self.count_steps_by == "env_steps"
-        if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
-            while True:
-                if num_episodes is not None:
-                    if len(self._ended) >= num_episodes:
-                        chosen = list(self._ended)[:num_episodes]
-                        break
-                else:
-                    counted = sum(steps[0] if by_env else steps[1] for steps in self._ended.values())
-                    if counted >= target and self._ended:
-                        chosen = list(self._ended)
-                        break
-                self._step(acts)
-            env_steps = sum(self._ended[eps][0] for eps in chosen)
-            for eps in chosen:
-                del self._ended[eps]
-            batch = self._cut(set(chosen), env_steps)
+        self._acts = self._act_functions(explore, random_actions)
+
+    def _step(self, steps: int) -> None:
+        for _ in range(steps):
+            self._vector_step(self._acts)
+
+    def _steps_missing(self, target: int) -> int:
+        if self.count_steps_by == "env_steps":
+            return -(-max(0, target - self._env_steps_uncut) // self.num_envs)
+        return int(self._completed_uncut < target)  # agent steps: completed rows, one step at a time
+
+    def _cut_truncated(self, target: int) -> MultiAgentBatch:
+        env_steps, self._env_steps_uncut = self._env_steps_uncut, 0
+        self._ended.clear()
+        return self._cut(None, env_steps)
+
+    def _cut_episodes(self, num_episodes: int | None, target: int) -> MultiAgentBatch | None:
+        if num_episodes is not None:
+            if len(self._ended) < num_episodes:
+                return None
+            chosen = list(self._ended)[:num_episodes]
         else:
-            if by_env:
-                for _ in range(-(-max(0, target - self._env_steps_uncut) // self.num_envs)):
-                    self._step(acts)
-            else:
-                while self._completed_uncut < target:
-                    self._step(acts)
-            env_steps, self._env_steps_uncut = self._env_steps_uncut, 0
-            self._ended.clear()
-            batch = self._cut(None, env_steps)
-        self.stats.period.seconds += time.perf_counter() - started
-        self.callbacks.on_sample_end(runner=self, batch=batch)
-        return batch
+            by_env = self.count_steps_by == "env_steps"
+            counted = sum(steps[0] if by_env else steps[1] for steps in self._ended.values())
+            if counted < target or not self._ended:
+                return None
+            chosen = list(self._ended)
+        env_steps = sum(self._ended[eps][0] for eps in chosen)
+        for eps in chosen:
+            del self._ended[eps]
+        return self._cut(set(chosen), env_steps)
 
     def close(self) -> None:
         for sub in self.subenvs:
