@@ -1,36 +1,24 @@
 """MultiAgentEnvRunner: several policies acting in multi-agent envs; one batch per policy.
 
-Per vector step: every agent that has an observation in any sub-env is mapped to its
-policy (``spec.multiAgent.policyMapping``, once per agent and episode), each policy acts
-for all of its agents of all sub-envs in one batched call (the same :class:`Policy` and
-numpy inference as single-agent sampling), then every sub-env steps with its dict of
-actions.
+Per vector step every agent with an observation is mapped to its policy
+(``spec.multiAgent.policyMapping``, once per agent and episode), each policy acts for all of its
+agents of all sub-envs in one batched call, then every sub-env steps with its dict of actions.
+Transitions are per agent (:mod:`rolloutfleet.sampling.multiagent_rows`): a row opens when its
+agent acts and closes when that agent next gets an observation (its ``new_obs``; the rewards
+in between summed), so turn-based agents keep rows open across steps. When the episode ends
+(``__all__``, no PettingZoo agent left, or ``maxEpisodeSteps``: truncated) open rows close with
+the agent's last observation. Agents may join and leave mid-episode; no row pairs one
+episode's observation with the next's. ``sample()`` (:class:`~rolloutfleet.sampling.runner.Runner`)
+counts steps per ``countStepsBy`` and cuts completed rows.
 
-Transitions are per agent. An agent's row is written when it acts (obs, action, model
-outputs) and completed when that agent next receives an observation: that observation is
-its ``new_obs``, the rewards it got in between are summed into ``rewards``, and its own
-``terminateds``/``truncateds`` are the flags. An agent that acted and is still waiting
-(turn-based envs) keeps its row open across steps; when the episode ends (``__all__``,
-no PettingZoo agent left, or ``maxEpisodeSteps`` env steps taken: truncated, and counted)
-open rows are closed with the agent's last observation as ``new_obs`` and the episode's flags. So only agents with an observation act, agents may
-join and leave mid-episode, and no row pairs one episode's observation with the next's.
-
-Batches, like :class:`~rolloutfleet.sampling.env_runner.EnvRunner`'s: ``truncate_episodes`` returns
-every completed row once ``rolloutFragmentLength x numEnvs`` steps were taken (counted in
-env steps, or in agent steps with ``countStepsBy: agent_steps``); open rows continue in
-the next batch. ``complete_episodes`` returns rows of ended episodes only.
-
->>> job = RolloutJob.from_file("examples/multiagent.yaml")   # doctest: +SKIP
->>> runner = MultiAgentEnvRunner(job)                        # doctest: +SKIP
->>> batch = runner.sample()                                  # doctest: +SKIP
->>> sorted(batch), batch.env_steps()                         # doctest: +SKIP
+>>> batch = MultiAgentEnvRunner(RolloutJob.from_file("examples/multiagent.yaml")).sample()  # doctest: +SKIP
+>>> sorted(batch), batch.env_steps()                                                        # doctest: +SKIP
 (['blue', 'red'], 800)
 """
 
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,36 +29,23 @@ from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
-from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
 from rolloutfleet.inference.policy import ActFn, RecurrentActFn
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.envs import derive_seed, episode_id_base
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
-from rolloutfleet.sampling.multiagent_rows import COMPLETE, PolicyRows, SubEnv
-from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
+from rolloutfleet.sampling.multiagent_rows import PolicyRows, SubEnv
+from rolloutfleet.sampling.policy_mapping import (
+    EpisodeInfo,
+    PolicyMapper,
+    multi_agent_spec,
+    policy_seed_path,
+    policy_spaces,
+    policy_specs,
+)
 from rolloutfleet.sampling.runner import Runner
-from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecError
+from rolloutfleet.spec.job import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
-
-
-def policy_seed_path(policy_id: str) -> int:
-    """A stable number per policy id, so each policy's seeds differ and do not depend on order."""
-    return zlib.crc32(policy_id.encode("utf-8"))
-
-
-def policy_specs(job: RolloutJob) -> dict[str, PolicySpec]:
-    """Policy id -> ``spec.policy`` with that policy's overrides applied."""
-    multi = multi_agent_spec(job)
-    return {policy_id: overrides.apply(job.spec.policy) for policy_id, overrides in multi.policies.items()}
-
-
-def multi_agent_spec(job: RolloutJob) -> MultiAgentSpec:
-    if job.spec.multi_agent is None:
-        raise SpecError(
-            "spec.multiAgent: not set; this job is single-agent (use rolloutfleet.sampling.env_runner.EnvRunner)"
-        )
-    return job.spec.multi_agent
 
 
 class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
@@ -139,30 +114,13 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     def _build_policies(self, env: MultiAgentEnvAdapter) -> None:
         """One Policy per id, for the spaces of the agents mapped to it (a probe episode of sub-env 0)."""
-        probe = EpisodeInfo(env_index=0, eps_id=0, worker_index=self.worker_index)
-        found: dict[str, tuple[spaces.Space[Any], spaces.Space[Any]]] = {}
-        agent_spaces = []
-        for agent in env.possible_agents:
-            pair = (env.observation_space(agent), env.action_space(agent))
-            agent_spaces.append(pair)
-            found.setdefault(self.mapper(agent, probe), pair)
-        shared = agent_spaces[0] if agent_spaces and all(p == agent_spaces[0] for p in agent_spaces) else None
         specs = policy_specs(self.job)
-        for policy_id, policy_spec in specs.items():
-            known = found.get(policy_id, shared)
-            if known is None:
-                raise SpecError(
-                    f"spec.multiAgent.policies.{policy_id}: no agent of the env maps to this policy "
-                    f"(possible agents: {', '.join(map(str, env.possible_agents)) or 'none declared'}), so its "
-                    "observation and action spaces are unknown; give the env possible_agents or fix the mapping"
-                )
-            pair = known
+        for policy_id, (obs_space, act_space) in policy_spaces(env, self.mapper, self.worker_index, specs).items():
             # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
-            policy = self._add_policy(policy_id, policy_spec, pair[0], pair[1], (policy_seed_path(policy_id),))
-            filtered = self.sampling.observation_filter == "meanStd"
-            self._rows[policy_id] = PolicyRows(policy, pair[0], pair[1], filtered)
-            box = isinstance(pair[1], spaces.Box) and self.sampling.clip_actions
-            self._clips[policy_id] = (pair[1].low, pair[1].high) if box else None  # type: ignore[attr-defined]
+            policy = self._add_policy(policy_id, specs[policy_id], obs_space, act_space, (policy_seed_path(policy_id),))
+            self._rows[policy_id] = PolicyRows(policy_id, policy, self.sampling.observation_filter == "meanStd")
+            box = isinstance(act_space, spaces.Box) and self.sampling.clip_actions
+            self._clips[policy_id] = (act_space.low, act_space.high) if box else None  # type: ignore[attr-defined]
 
     def _map(self, sub: SubEnv, env_index: int, agent: Any) -> str:
         """The agent's policy for this episode (the mapper's answer, checked once per agent and policy)."""
@@ -305,71 +263,14 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 self._scales[policy_id] = np.nan if random_actions else scale
         return acts
 
-    def _vector_step(self, acts: Mapping[str, ActFn]) -> None:
+    def _vector_step(self) -> None:
         """One step of every sub-env: group acting agents by policy, act, step, record."""
-        subenvs, policy_rows = self.subenvs, self._rows
-        # 1. who acts, grouped by policy: (env index, agent, obs) in parallel lists
-        groups: dict[str, tuple[list[int], list[Any], list[Any]]] = {}
-        for j, sub in enumerate(subenvs):
-            mapping = sub.mapping
-            for agent, obs in sub.obs.items():
-                policy_id = mapping.get(agent)
-                if policy_id is None:
-                    policy_id = self._map(sub, j, agent)
-                group = groups.get(policy_id)
-                if group is None:
-                    group = groups[policy_id] = ([], [], [])
-                group[0].append(j)
-                group[1].append(agent)
-                group[2].append(obs)
-        # 2. one batched forward pass per policy, rows written as the agents act
+        subenvs = self.subenvs
+        groups = self._group_by_policy()
         actions: list[dict[Any, Any]] = [{} for _ in subenvs]
         for policy_id, (envs, agents, obs_list) in groups.items():
-            rows = policy_rows[policy_id]
-            k = len(envs)
-            start = rows.reserve(k)
-            end = start + k
-            cols = rows.columns
-            mask = None
-            if not rows.paths:
-                obs = cols[sb.OBS][start:end]
-                self._stack(policy_id, obs_list, obs, agents)
-            else:
-                obs, mask = self._stack_leaves(policy_id, rows, obs_list, start, agents)
-            if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
-                starts = [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in zip(envs, agents, strict=True)]
-                self._noise[policy_id].bind(zip(envs, agents, strict=True), starts)
-            if self._stateful and policy_id in self._stateful:
-                action, logp, dist_inputs, values = self._act_stateful(policy_id, rows, start, envs, agents, obs, mask)
-            else:
-                action, logp, dist_inputs, values = acts[policy_id](obs) if mask is None else acts[policy_id](obs, mask)
-            cols[sb.ACTIONS][start:end] = action
-            cols[sb.ACTION_LOGP][start:end] = logp
-            cols[sb.ACTION_DIST_INPUTS][start:end] = dist_inputs
-            cols[sb.VF_PREDS][start:end] = values
-            cols[sb.ENV_ID][start:end] = envs
-            cols[sb.REWARDS][start:end] = 0.0
-            cols[sb.TERMINATEDS][start:end] = False
-            cols[sb.TRUNCATEDS][start:end] = False
-            cols[COMPLETE][start:end] = False
-            cols[sb.WEIGHTS_SEQ_NO][start:end] = self.policies[policy_id].weights_seq_no
-            if self._scales and policy_id in self._scales:
-                cols[sb.EXPLORATION_SCALE][start:end] = self._scales[policy_id]
-            eps_col, t_col, index_col = cols[sb.EPS_ID], cols[sb.T], cols[sb.AGENT_INDEX]
-            clip = self._clips[policy_id]
-            env_action = action if clip is None else np.clip(action, clip[0], clip[1])
-            agent_index = self._agent_index
-            for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
-                sub = subenvs[j]
-                row = start + offset
-                eps_col[row] = sub.eps_id
-                t_col[row] = sub.agent_t.get(agent, 0)
-                index = agent_index.get(agent)
-                index_col[row] = self._index_of(agent) if index is None else index
-                actions[j][agent] = env_action[offset]
-                sub.open[agent] = (policy_id, row)
-                sub.rows += 1
-        # 3. step every sub-env and close the rows whose agents got their next observation
+            self._act_for(policy_id, envs, agents, obs_list, actions)
+        # step every sub-env and close the rows whose agents got their next observation
         clip_rewards = self.sampling.clip_rewards
         for j, sub in enumerate(subenvs):
             try:
@@ -387,72 +288,56 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self.stats.period.env_steps += n
         self.stats.period.agent_steps += sum(len(group[0]) for group in groups.values())
 
-    def _act_stateful(
-        self,
-        policy_id: str,
-        rows: PolicyRows,
-        start: int,
-        envs: list[int],
-        agents: list[Any],
-        obs: np.ndarray,
-        mask: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Act for rows ``start:`` of a stateful policy on the model's input ``obs`` (a Dict's
-        encoded leaves): each (sub-env, agent)'s state (the initial one at its episode's start)
-        into ``state_in``, the new state kept per agent."""
-        end = start + len(envs)
-        parts = len(rows.initial_state)
-        state_in = [rows.columns[name][start:end] for name in rows.state_names[:parts]]
-        subenvs, initial = self.subenvs, rows.initial_state
-        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
-            kept = subenvs[j].state.get(agent)
-            for k in range(parts):
-                state_in[k][offset] = initial[k] if kept is None else kept[k]
-        act = self._stateful[policy_id]
-        action, logp, dist_inputs, values, new_state = act(obs, state_in, mask)
-        for name, part in zip(rows.state_names[parts:], new_state, strict=False):
-            rows.columns[name][start:end] = part
-        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
-            subenvs[j].state[agent] = [part[offset] for part in new_state]
-        return action, logp, dist_inputs, values
+    def _group_by_policy(self) -> dict[str, tuple[list[int], list[Any], list[Any]]]:
+        """Who acts, grouped by policy: (env index, agent, obs) in parallel lists."""
+        groups: dict[str, tuple[list[int], list[Any], list[Any]]] = {}
+        for j, sub in enumerate(self.subenvs):
+            mapping = sub.mapping
+            for agent, obs in sub.obs.items():
+                policy_id = mapping.get(agent)
+                if policy_id is None:
+                    policy_id = self._map(sub, j, agent)
+                group = groups.get(policy_id)
+                if group is None:
+                    group = groups[policy_id] = ([], [], [])
+                group[0].append(j)
+                group[1].append(agent)
+                group[2].append(obs)
+        return groups
 
-    def _stack(self, policy_id: str, obs_list: list[Any], out: np.ndarray, agents: list[Any]) -> None:
-        try:
-            np.stack(obs_list, out=out, casting="unsafe")
-        except (ValueError, TypeError) as exc:
-            raise SpecError(
-                f"spec.env: observations of policy {policy_id!r}'s agents {agents[:4]} do not fit its "
-                f"observation space {self.policies[policy_id].observation_space}: {exc}"
-            ) from None
-
-    def _stack_leaves(
-        self, policy_id: str, rows: PolicyRows, obs_list: list[Any], start: int, agents: list[Any]
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Dict/Tuple observations: each leaf into its ``obs/<path>`` column, the ``action_mask``
-        (checked) into its own; returns the model's input and the mask."""
-        end = start + len(obs_list)
-        paths = rows.paths
-        try:
-            per_obs = [leaf_values(o, paths) for o in obs_list]
-        except (KeyError, TypeError, IndexError, ValueError) as exc:
-            raise SpecError(
-                f"spec.env: an observation of policy {policy_id!r}'s agents {agents[:4]} lacks leaf {exc} of its "
-                f"observation space {self.policies[policy_id].observation_space}"
-            ) from None
-        leaves = {}
-        for path in paths:
-            leaves[path] = rows.columns[f"{sb.OBS}/{path}"][start:end]
-            self._stack(policy_id, [values[path] for values in per_obs], leaves[path], agents)
-        model_input = rows.parts.model_input(leaves)
-        if not rows.masked:
-            return model_input, None
-        mask = rows.columns[sb.ACTION_MASK][start:end]
-        np.not_equal(leaves[MASK_KEY], 0, out=mask)
-        try:
-            check_masks(mask, agents)
-        except ValueError as exc:
-            raise SpecError(f"spec.env: {exc}") from None
-        return model_input, mask
+    def _act_for(
+        self, policy_id: str, envs: list[int], agents: list[Any], obs_list: list[Any], actions: list[dict[Any, Any]]
+    ) -> None:
+        """One batched forward pass of ``policy_id`` for its acting agents: their rows opened,
+        their actions (clipped, with clipActions) into ``actions`` (per sub-env, by agent)."""
+        rows, subenvs = self._rows[policy_id], self.subenvs
+        start = rows.reserve(len(envs))
+        obs, mask = rows.write_obs(obs_list, start, agents)
+        pairs = list(zip(envs, agents, strict=True))
+        if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
+            self._noise[policy_id].bind(pairs, [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in pairs])
+        if self._stateful and policy_id in self._stateful:
+            kept = [subenvs[j].state.get(agent) for j, agent in pairs]
+            outputs, new_state = rows.act_stateful(self._stateful[policy_id], start, kept, obs, mask)
+            for offset, (j, agent) in enumerate(pairs):
+                subenvs[j].state[agent] = [part[offset] for part in new_state]
+        else:
+            act = self._acts[policy_id]
+            outputs = act(obs) if mask is None else act(obs, mask)
+        rows.open_rows(start, envs, outputs, self._scales.get(policy_id))
+        eps_col, t_col, index_col = rows.columns[sb.EPS_ID], rows.columns[sb.T], rows.columns[sb.AGENT_INDEX]
+        clip = self._clips[policy_id]
+        env_action = outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
+        agent_index = self._agent_index
+        for offset, (j, agent) in enumerate(pairs):
+            sub, row = subenvs[j], start + offset
+            eps_col[row] = sub.eps_id
+            t_col[row] = sub.agent_t.get(agent, 0)
+            index = agent_index.get(agent)
+            index_col[row] = self._index_of(agent) if index is None else index
+            actions[j][agent] = env_action[offset]
+            sub.open[agent] = (policy_id, row)
+            sub.rows += 1
 
     def _record(
         self,
@@ -545,7 +430,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     def _step(self, steps: int) -> None:
         for _ in range(steps):
-            self._vector_step(self._acts)
+            self._vector_step()
 
     def _steps_missing(self, target: int) -> int:
         if self.count_steps_by == "env_steps":

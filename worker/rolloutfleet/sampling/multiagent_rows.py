@@ -1,21 +1,25 @@
 """The multi-agent runner's buffers: one :class:`PolicyRows` per policy (growable column
-buffers that agent steps are appended to, cut into batches when complete) and one
-:class:`SubEnv` per sub-environment (its current episode's bookkeeping)."""
+buffers that agent steps are appended to as the agents act, completed when their next
+observation arrives, cut into batches when complete) and one :class:`SubEnv` per
+sub-environment (its current episode's bookkeeping)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from rolloutfleet.data import batch as sb
-from rolloutfleet.inference.obs_spaces import leaf_values
-from rolloutfleet.inference.policy import Policy
+from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
+from rolloutfleet.inference.policy import Policy, RecurrentActFn
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
+from rolloutfleet.spec.job import SpecError
 
 COMPLETE = "_complete"
 """Column: the row's next observation (or its episode's end) has arrived."""
+OUTPUT_COLUMNS = (sb.ACTIONS, sb.ACTION_LOGP, sb.ACTION_DIST_INPUTS, sb.VF_PREDS)
+"""Columns of a policy's outputs, in the order its act returns them."""
+Outputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class PolicyRows:
@@ -26,9 +30,9 @@ class PolicyRows:
     ``complete_episodes`` must not cut yet.
     """
 
-    def __init__(
-        self, policy: Policy, obs_space: spaces.Space[Any], act_space: spaces.Space[Any], filtered: bool = False
-    ) -> None:
+    def __init__(self, policy_id: str, policy: Policy, filtered: bool = False) -> None:
+        self.policy_id, self.policy = policy_id, policy
+        obs_space, act_space = policy.observation_space, policy.action_space
         self.parts = parts = policy.obs_parts
         self.paths = parts.paths  # a Dict/Tuple observation's leaves: one obs/<path>, new_obs/<path> column each
         self.masked = parts.masked
@@ -91,6 +95,77 @@ class PolicyRows:
         for path in self.paths:
             new = columns[f"{sb.NEW_OBS}/{path}"]
             new[row] = columns[f"{sb.OBS}/{path}"][row] if values is None else values[path]
+
+    def write_obs(self, obs_list: list[Any], start: int, agents: list[Any]) -> tuple[Any, np.ndarray | None]:
+        """The acting agents' observations into rows ``start:``; returns the model's input and
+        the action mask (checked; None without one)."""
+        end = start + len(obs_list)
+        if not self.paths:
+            obs = self.columns[sb.OBS][start:end]
+            self._stack(obs_list, obs, agents)
+            return obs, None
+        try:
+            per_obs = [leaf_values(o, self.paths) for o in obs_list]
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise SpecError(
+                f"spec.env: an observation of policy {self.policy_id!r}'s agents {agents[:4]} lacks leaf {exc} of its "
+                f"observation space {self.policy.observation_space}"
+            ) from None
+        leaves = {}
+        for path in self.paths:
+            leaves[path] = self.columns[f"{sb.OBS}/{path}"][start:end]
+            self._stack([values[path] for values in per_obs], leaves[path], agents)
+        model_input = self.parts.model_input(leaves)
+        if not self.masked:
+            return model_input, None
+        mask = self.columns[sb.ACTION_MASK][start:end]
+        np.not_equal(leaves[MASK_KEY], 0, out=mask)
+        try:
+            check_masks(mask, agents)
+        except ValueError as exc:
+            raise SpecError(f"spec.env: {exc}") from None
+        return model_input, mask
+
+    def _stack(self, obs_list: list[Any], out: np.ndarray, agents: list[Any]) -> None:
+        try:
+            np.stack(obs_list, out=out, casting="unsafe")
+        except (ValueError, TypeError) as exc:
+            raise SpecError(
+                f"spec.env: observations of policy {self.policy_id!r}'s agents {agents[:4]} do not fit its "
+                f"observation space {self.policy.observation_space}: {exc}"
+            ) from None
+
+    def act_stateful(
+        self, act: RecurrentActFn, start: int, kept: list[list[np.ndarray] | None], obs: Any, mask: np.ndarray | None
+    ) -> tuple[Outputs, list[np.ndarray]]:
+        """A stateful policy's act for rows ``start:`` on the model's input ``obs``: each agent's
+        ``kept`` state (None: the initial one, at its episode's start) into ``state_in``, the
+        state after into ``state_out`` (with stateOut); returns the outputs and the new states."""
+        end = start + len(kept)
+        parts, initial = len(self.initial_state), self.initial_state
+        state_in = [self.columns[name][start:end] for name in self.state_names[:parts]]
+        for offset, state in enumerate(kept):
+            for k in range(parts):
+                state_in[k][offset] = initial[k] if state is None else state[k]
+        action, logp, dist_inputs, values, new_state = act(obs, state_in, mask)
+        for name, part in zip(self.state_names[parts:], new_state, strict=False):
+            self.columns[name][start:end] = part
+        return (action, logp, dist_inputs, values), new_state
+
+    def open_rows(self, start: int, envs: list[int], outputs: Outputs, scale: float | None) -> None:
+        """Rows ``start:`` (one per acting agent, of sub-envs ``envs``) get what the policy gave;
+        rewards and flags wait for the agent's next observation."""
+        end, columns = start + len(envs), self.columns
+        for name, value in zip(OUTPUT_COLUMNS, outputs, strict=True):
+            columns[name][start:end] = value
+        columns[sb.ENV_ID][start:end] = envs
+        columns[sb.REWARDS][start:end] = 0.0
+        columns[sb.TERMINATEDS][start:end] = False
+        columns[sb.TRUNCATEDS][start:end] = False
+        columns[COMPLETE][start:end] = False
+        columns[sb.WEIGHTS_SEQ_NO][start:end] = self.policy.weights_seq_no
+        if scale is not None:
+            columns[sb.EXPLORATION_SCALE][start:end] = scale
 
     def reserve(self, rows: int) -> int:
         """Room for ``rows`` more rows; returns the first one's index."""

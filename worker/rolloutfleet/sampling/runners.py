@@ -18,7 +18,8 @@ from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.envs import derive_seed, env_spaces
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner, multi_agent_spec
+from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.policy_mapping import multi_agent_spec
 from rolloutfleet.sampling.runner import AnyRunner
 from rolloutfleet.spec.job import RolloutJob
 
