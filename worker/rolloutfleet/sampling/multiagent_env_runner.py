@@ -23,17 +23,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
-from rolloutfleet.inference.policy import ActFn, RecurrentActFn
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.envs import derive_seed, episode_id_base
+from rolloutfleet.sampling.multiagent_acting import PolicyActing
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
-from rolloutfleet.sampling.multiagent_rows import PolicyRows, SubEnv
+from rolloutfleet.sampling.multiagent_rows import Arrivals, PolicyRows, SubEnv
 from rolloutfleet.sampling.policy_mapping import (
     EpisodeInfo,
     PolicyMapper,
@@ -88,16 +86,10 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         for agent in envs[0].possible_agents:
             self._index_of(agent)
         self._rows: dict[str, PolicyRows] = {}
-        self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._checked: set[tuple[Any, str]] = set()
-        self._scales: dict[str, float] = {}  # policy id -> this sample() call's ε or σ (not stochastic)
-        self._noise: dict[str, OrnsteinUhlenbeckNoise] = {}  # policies acting with Ornstein-Uhlenbeck noise
-        self._stateful: dict[str, RecurrentActFn] = {}  # stateful policies: their act for this sample() call
-        self._acts: dict[str, ActFn] = {}  # policy id -> its act for this sample() call
         self._build_policies(envs[0])
-        # Observations that arrived this step, per policy, to filter in one call each:
-        # (observation, row whose new_obs it is or -1, dict to store it in or None, agent).
-        self._arrivals: dict[str, list[tuple[Any, int, dict[Any, Any] | None, Any]]] = {}
+        self._acting = PolicyActing(self.policies, self._rows, self.sampling.clip_actions)
+        self._arrivals = Arrivals()  # meanStd: this step's observations, filtered together
         self._started = False
         self._ended: dict[int, tuple[int, int]] = {}  # eps_id -> (env steps, agent steps), not yet cut
         self._env_steps_uncut = 0  # env steps since the last batch (truncate mode)
@@ -119,8 +111,6 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
             policy = self._add_policy(policy_id, specs[policy_id], obs_space, act_space, (policy_seed_path(policy_id),))
             self._rows[policy_id] = PolicyRows(policy_id, policy, self.sampling.observation_filter == "meanStd")
-            box = isinstance(act_space, spaces.Box) and self.sampling.clip_actions
-            self._clips[policy_id] = (act_space.low, act_space.high) if box else None  # type: ignore[attr-defined]
 
     def _map(self, sub: SubEnv, env_index: int, agent: Any) -> str:
         """The agent's policy for this episode (the mapper's answer, checked once per agent and policy)."""
@@ -150,34 +140,16 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         sub.start(obs, self._new_eps_id())
         if self.filters:
             for agent, agent_obs in obs.items():
-                self._arrive(sub.mapping.get(agent) or self._map(sub, env_index, agent), agent_obs, -1, obs, agent)
+                policy_id = sub.mapping.get(agent) or self._map(sub, env_index, agent)
+                self._arrivals.add(policy_id, agent_obs, -1, obs, agent)
         if self._call_start:
             self.callbacks.on_episode_start(runner=self, env_index=env_index, eps_id=sub.eps_id)
 
     def _start(self) -> None:
         for j in range(self.num_envs):
             self._reset(j, derive_seed(self._seed, self.worker_index, j, self.stats.env_restarts))
-        self._filter_arrivals()
+        self._arrivals.filter(self._rows, self.filters)
         self._started = True
-
-    def _arrive(self, policy_id: str, obs: Any, row: int, store: dict[Any, Any] | None, agent: Any) -> None:
-        self._arrivals.setdefault(policy_id, []).append((obs, row, store, agent))
-
-    def _filter_arrivals(self) -> None:
-        """Normalize this step's observations, one filter call per policy: each observation
-        updates its policy's statistics once and becomes, filtered, both the new_obs of the
-        agent's last row and the obs it acts on next (so new_obs[t] == obs[t + 1] still)."""
-        for policy_id, arrivals in self._arrivals.items():
-            if not arrivals:
-                continue
-            rows = self._rows[policy_id]
-            filtered = self.filters[policy_id](np.stack([np.asarray(a[0]) for a in arrivals]))
-            for k, (_, row, store, agent) in enumerate(arrivals):
-                if row >= 0:
-                    rows.new_obs[row] = filtered[k]
-                if store is not None:
-                    store[agent] = filtered[k]
-            arrivals.clear()
 
     def _close_row(self, policy_id: str, row: int, new_obs: Any, terminated: bool, truncated: bool) -> None:
         """``new_obs``: the agent's next observation as the env gave it, or None for its row's own."""
@@ -194,12 +166,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             self._close_row(policy_id, row, None, terminated, truncated and not terminated)
         sub.open = {}
         self._ended[sub.eps_id] = (sub.length, sub.rows)
-        total = float(sum(sub.returns.values()))
-        per_policy: dict[str, float] = {}
-        for agent, policy_id in sub.mapping.items():
-            per_policy[policy_id] = per_policy.get(policy_id, 0.0) + sub.returns.get(agent, 0.0)
-        per_agent = {str(agent): value for agent, value in sub.returns.items()}
-        self.stats.episode(total, sub.length, {"agent": per_agent, "policy": per_policy})
+        total, keyed = sub.episode_returns()
+        self.stats.episode(total, sub.length, keyed)
         if self._call_end:
             self.callbacks.on_episode_end(
                 runner=self,
@@ -218,16 +186,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         log.warning("sub-env %d raised %s: %s; recreating it", env_index, type(exc).__name__, exc)
         sub = self.subenvs[env_index]
         for policy_id, rows in self._rows.items():
-            n = rows.size
-            doomed = rows.columns[sb.EPS_ID][:n] == sub.eps_id
-            if doomed.any():
-                self._completed_uncut -= int((doomed & rows.complete[:n]).sum())
-                _, remap = rows.take(doomed)
+            if (dropped := rows.drop(sub.eps_id)) is not None:
+                completed, remap = dropped
+                self._completed_uncut -= completed
                 self._remap_open(policy_id, remap)
-                self._arrivals[policy_id] = [
-                    (obs, int(remap[row]) if row >= 0 else -1, store, agent)
-                    for obs, row, store, agent in self._arrivals.get(policy_id, [])
-                ]
+                self._arrivals.remap(policy_id, remap)
         sub.open = {}
         try:
             sub.env.close()
@@ -245,23 +208,6 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                     sub.open[agent] = (pid, int(remap[row]))
 
     # -- the step loop ----------------------------------------------------------------------
-
-    def _act_functions(self, explore: bool | None, random_actions: bool) -> dict[str, ActFn]:
-        acts: dict[str, ActFn] = {}
-        self._scales, self._noise, self._stateful = {}, {}, {}  # only the policies these apply to
-        for policy_id, policy in self.policies.items():
-            exploring = policy.spec.explore if explore is None else explore
-            if policy.recurrent:
-                self._stateful[policy_id] = policy.act_recurrent(exploring, random_actions)
-            if random_actions:
-                acts[policy_id] = lambda obs, mask=None, p=policy: p.random_actions(len(obs), mask)  # type: ignore[misc]
-            else:
-                acts[policy_id] = policy.act(exploring)
-                if (noise := policy.noise_state(exploring)) is not None:
-                    self._noise[policy_id] = noise
-            if (scale := policy.exploration_scale(exploring)) is not None:
-                self._scales[policy_id] = np.nan if random_actions else scale
-        return acts
 
     def _vector_step(self) -> None:
         """One step of every sub-env: group acting agents by policy, act, step, record."""
@@ -282,7 +228,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             if self._env_failures.streak:
                 self._env_failures.succeeded(j)
         if self.filters:
-            self._filter_arrivals()
+            self._arrivals.filter(self._rows, self.filters)
         n = len(subenvs)
         self._env_steps_uncut += n
         self.stats.period.env_steps += n
@@ -308,28 +254,14 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     def _act_for(
         self, policy_id: str, envs: list[int], agents: list[Any], obs_list: list[Any], actions: list[dict[Any, Any]]
     ) -> None:
-        """One batched forward pass of ``policy_id`` for its acting agents: their rows opened,
-        their actions (clipped, with clipActions) into ``actions`` (per sub-env, by agent)."""
-        rows, subenvs = self._rows[policy_id], self.subenvs
-        start = rows.reserve(len(envs))
-        obs, mask = rows.write_obs(obs_list, start, agents)
-        pairs = list(zip(envs, agents, strict=True))
-        if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
-            self._noise[policy_id].bind(pairs, [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in pairs])
-        if self._stateful and policy_id in self._stateful:
-            kept = [subenvs[j].state.get(agent) for j, agent in pairs]
-            outputs, new_state = rows.act_stateful(self._stateful[policy_id], start, kept, obs, mask)
-            for offset, (j, agent) in enumerate(pairs):
-                subenvs[j].state[agent] = [part[offset] for part in new_state]
-        else:
-            act = self._acts[policy_id]
-            outputs = act(obs) if mask is None else act(obs, mask)
-        rows.open_rows(start, envs, outputs, self._scales.get(policy_id))
-        eps_col, t_col, index_col = rows.columns[sb.EPS_ID], rows.columns[sb.T], rows.columns[sb.AGENT_INDEX]
-        clip = self._clips[policy_id]
-        env_action = outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
+        """One batched forward pass of ``policy_id`` for its acting agents: their rows opened
+        (episode, ``t``, agent index), their actions into ``actions`` (per sub-env, by agent)."""
+        subenvs = self.subenvs
+        start, env_action = self._acting.act(policy_id, envs, agents, obs_list, subenvs)
+        columns = self._rows[policy_id].columns
+        eps_col, t_col, index_col = columns[sb.EPS_ID], columns[sb.T], columns[sb.AGENT_INDEX]
         agent_index = self._agent_index
-        for offset, (j, agent) in enumerate(pairs):
+        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
             sub, row = subenvs[j], start + offset
             eps_col[row] = sub.eps_id
             t_col[row] = sub.agent_t.get(agent, 0)
@@ -378,7 +310,9 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 next_obs[agent] = agent_obs
             if filters:
                 policy_id = ref[0] if ref is not None else sub.mapping.get(agent) or self._map(sub, env_index, agent)
-                self._arrive(policy_id, agent_obs, -1 if ref is None else ref[1], None if done else next_obs, agent)
+                self._arrivals.add(
+                    policy_id, agent_obs, -1 if ref is None else ref[1], None if done else next_obs, agent
+                )
         # Agents done without a last observation keep their own as new_obs.
         for flags in (terminateds, truncateds):
             for agent, done in flags.items():
@@ -402,19 +336,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         """Every completed row (of the ``chosen`` episodes only, when given) as a batch."""
         batches: dict[str, SampleBatch] = {}
         agent_ids = np.asarray(self.agent_ids) if self.agent_ids else np.zeros(0, "<U1")
+        eps_ids = None if chosen is None else np.fromiter(chosen, np.int64, len(chosen))
         for policy_id, rows in self._rows.items():
-            n = rows.size
-            keep = rows.complete[:n].copy()
-            if chosen is not None:
-                keep &= np.isin(rows.columns[sb.EPS_ID][:n], np.fromiter(chosen, np.int64, len(chosen)))
-            self._completed_uncut -= int(keep.sum())
-            taken, remap = rows.take(keep)
+            batches[policy_id], remap = rows.cut(eps_ids, agent_ids)
+            self._completed_uncut -= len(batches[policy_id])
             self._remap_open(policy_id, remap)
-            # Trajectories contiguous: by sub-env, then agent; time order kept within (stable sort).
-            order = np.lexsort((taken[sb.AGENT_INDEX], taken[sb.ENV_ID]))
-            columns = {name: column[order] for name, column in taken.items()}
-            columns[sb.AGENT_ID] = agent_ids[columns[sb.AGENT_INDEX]]
-            batches[policy_id] = SampleBatch(columns)
         seq_nos = {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}
         batch = MultiAgentBatch(batches, env_steps, self.agent_ids, seq_nos)
         self.stats.lifetime_env_steps += env_steps
@@ -426,7 +352,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     def _begin_sample(self, explore: bool | None, random_actions: bool) -> None:
         if not self._started:
             self._start()
-        self._acts = self._act_functions(explore, random_actions)
+        self._acting.begin(explore, random_actions)
 
     def _step(self, steps: int) -> None:
         for _ in range(steps):

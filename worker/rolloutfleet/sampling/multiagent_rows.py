@@ -5,11 +5,14 @@ sub-environment (its current episode's bookkeeping)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rolloutfleet.data import batch as sb
+from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
 from rolloutfleet.inference.policy import Policy, RecurrentActFn
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
@@ -167,6 +170,30 @@ class PolicyRows:
         if scale is not None:
             columns[sb.EXPLORATION_SCALE][start:end] = scale
 
+    def cut(self, eps_ids: np.ndarray | None, agent_ids: np.ndarray) -> tuple[SampleBatch, np.ndarray]:
+        """Every completed row (of episodes ``eps_ids`` only, when given) as a batch, trajectories
+        contiguous (by sub-env, then agent; time order kept within); the other rows stay. Also
+        returns old row index -> new index for the rows that stay (-1: cut)."""
+        n = self.size
+        keep = self.complete[:n].copy()
+        if eps_ids is not None:
+            keep &= np.isin(self.columns[sb.EPS_ID][:n], eps_ids)
+        taken, remap = self.take(keep)
+        order = np.lexsort((taken[sb.AGENT_INDEX], taken[sb.ENV_ID]))  # stable: time order kept
+        columns = {name: column[order] for name, column in taken.items()}
+        columns[sb.AGENT_ID] = agent_ids[columns[sb.AGENT_INDEX]]
+        return SampleBatch(columns), remap
+
+    def drop(self, eps_id: int) -> tuple[int, np.ndarray] | None:
+        """Forget episode ``eps_id``'s rows: how many of them were complete, and old row index ->
+        new index (:meth:`take`); None when it has no rows here."""
+        n = self.size
+        doomed = self.columns[sb.EPS_ID][:n] == eps_id
+        if not doomed.any():
+            return None
+        complete = int((doomed & self.complete[:n]).sum())
+        return complete, self.take(doomed)[1]
+
     def reserve(self, rows: int) -> int:
         """Room for ``rows`` more rows; returns the first one's index."""
         start = self.size
@@ -189,6 +216,39 @@ class PolicyRows:
                 column[:remaining] = column[:n][stay]
         self.size = remaining
         return taken, remap
+
+
+class Arrivals:
+    """meanStd: the observations that arrived this step, per policy, normalized in one filter
+    call each. Each updates its policy's statistics once and becomes, filtered, both the
+    new_obs of the agent's last row and the obs it acts on next (so new_obs[t] == obs[t + 1])."""
+
+    def __init__(self) -> None:
+        # policy id -> (observation, row whose new_obs it is or -1, dict to store it in or None, agent)
+        self.pending: dict[str, list[tuple[Any, int, dict[Any, Any] | None, Any]]] = {}
+
+    def add(self, policy_id: str, obs: Any, row: int, store: dict[Any, Any] | None, agent: Any) -> None:
+        self.pending.setdefault(policy_id, []).append((obs, row, store, agent))
+
+    def remap(self, policy_id: str, remap: np.ndarray) -> None:
+        """``policy_id``'s rows moved (:meth:`PolicyRows.take`): old row index -> new (-1: gone)."""
+        self.pending[policy_id] = [
+            (obs, int(remap[row]) if row >= 0 else -1, store, agent)
+            for obs, row, store, agent in self.pending.get(policy_id, [])
+        ]
+
+    def filter(self, rows: Mapping[str, PolicyRows], filters: Mapping[str, MeanStdFilter]) -> None:
+        for policy_id, arrivals in self.pending.items():
+            if not arrivals:
+                continue
+            new_obs = rows[policy_id].new_obs
+            filtered = filters[policy_id](np.stack([np.asarray(a[0]) for a in arrivals]))
+            for k, (_, row, store, agent) in enumerate(arrivals):
+                if row >= 0:
+                    new_obs[row] = filtered[k]
+                if store is not None:
+                    store[agent] = filtered[k]
+            arrivals.clear()
 
 
 class SubEnv:
@@ -218,6 +278,14 @@ class SubEnv:
         self.length = 0  # env steps
         self.rows = 0  # agent steps
         self.state: dict[Any, list[np.ndarray]] = {}  # agent -> its model state (stateful policies)
+
+    def episode_returns(self) -> tuple[float, dict[str, dict[str, float]]]:
+        """The episode's return (summed over agents), and per ``"agent"`` and per ``"policy"``."""
+        per_policy: dict[str, float] = {}
+        for agent, policy_id in self.mapping.items():
+            per_policy[policy_id] = per_policy.get(policy_id, 0.0) + self.returns.get(agent, 0.0)
+        per_agent = {str(agent): value for agent, value in self.returns.items()}
+        return float(sum(self.returns.values())), {"agent": per_agent, "policy": per_policy}
 
     def start(self, obs: dict[Any, Any], eps_id: int) -> None:
         self.obs, self.eps_id = obs, eps_id
