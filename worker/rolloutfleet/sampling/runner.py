@@ -1,16 +1,18 @@
-"""The runner skeleton: what every runner holds and does, single- or multi-agent.
+"""The runner skeleton, single- or multi-agent: shared state built once, ``sample()`` written once.
 
-:class:`Runner` builds the shared state once (seeds, callbacks, the env failure budget,
-episode stats, policies and their meanStd filters, all keyed by policy id: a single-agent job
-is the one policy ``"default"``), writes ``sample()`` once, and answers the worker's calls
-(weights, filters, state, metrics) the same way for both runners, so
-:mod:`rolloutfleet.fleet` never asks which runner it has. A runner supplies the hooks that
-``sample()`` calls: :meth:`Runner._begin_sample`, :meth:`Runner._step`,
-:meth:`Runner._steps_missing`, :meth:`Runner._cut_truncated`, :meth:`Runner._cut_episodes`.
-:class:`~rolloutfleet.sampling.env_runner.EnvRunner` steps a vector env into a grid and
-returns a :class:`SampleBatch`; :class:`~rolloutfleet.sampling.multiagent_env_runner.
-MultiAgentEnvRunner` steps multi-agent sub-envs into per-policy rows and returns a
-:class:`MultiAgentBatch`; both batch types answer ``by_policy()``.
+:class:`Runner` builds what both runners hold (seeds, callbacks, the env failure budget, episode
+stats, policies and their meanStd filters) and answers the worker's calls keyed by policy id, a
+single-agent job being the one policy ``"default"``, so :mod:`rolloutfleet.fleet` never asks
+which runner it has::
+
+    runner.set_weights("default", state_dict, seq_no=7)   # False: not newer than loaded
+    runner.get_filters(flush_after=True)                  # {"default": MeanStdFilter} (meanStd)
+    runner.get_state() / runner.get_metrics()             # plain dicts and arrays / episode stats
+
+``sample()`` calls the hooks a runner fills in (``_begin_sample``, ``_step``, ``_steps_missing``,
+``_cut_truncated``, ``_cut_episodes``): :class:`~rolloutfleet.sampling.env_runner.EnvRunner` steps
+a vector env into a grid (a :class:`SampleBatch`), :class:`~rolloutfleet.sampling.multiagent_env_runner.
+MultiAgentEnvRunner` multi-agent sub-envs into per-policy rows (a :class:`MultiAgentBatch`).
 """
 
 from __future__ import annotations
