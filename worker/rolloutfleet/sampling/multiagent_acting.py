@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.policy import ActFn, Policy, RecurrentActFn
-from rolloutfleet.sampling.multiagent_rows import PolicyRows, SubEnv
+from rolloutfleet.sampling.multiagent_rows import Outputs, PolicyRows, SubEnv
 
 
 class PolicyActing:
@@ -60,17 +60,32 @@ class PolicyActing:
         rows = self.rows[policy_id]
         start = rows.reserve(len(envs))
         obs, mask = rows.write_obs(obs_list, start, agents)
-        pairs = list(zip(envs, agents, strict=True))
         if self.noise and policy_id in self.noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
+            pairs = list(zip(envs, agents, strict=True))
             self.noise[policy_id].bind(pairs, [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in pairs])
         if self.stateful and policy_id in self.stateful:
-            kept = [subenvs[j].state.get(agent) for j, agent in pairs]
-            outputs, new_state = rows.act_stateful(self.stateful[policy_id], start, kept, obs, mask)
-            for offset, (j, agent) in enumerate(pairs):
-                subenvs[j].state[agent] = [part[offset] for part in new_state]
+            outputs = self._act_stateful(policy_id, start, envs, agents, obs, mask, subenvs)
         else:
             act = self.acts[policy_id]
             outputs = act(obs) if mask is None else act(obs, mask)
-        rows.open_rows(start, envs, outputs, self.scales.get(policy_id))
+        rows.open_rows(start, envs, outputs, self.scales.get(policy_id) if self.scales else None)
         clip = self.clips[policy_id]
         return start, outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
+
+    def _act_stateful(
+        self,
+        policy_id: str,
+        start: int,
+        envs: list[int],
+        agents: list[Any],
+        obs: Any,
+        mask: np.ndarray | None,
+        subenvs: list[SubEnv],
+    ) -> Outputs:
+        """A stateful policy acts: each (sub-env, agent)'s kept state in, the new one kept."""
+        pairs = list(zip(envs, agents, strict=True))
+        kept = [subenvs[j].state.get(agent) for j, agent in pairs]
+        outputs, new_state = self.rows[policy_id].act_stateful(self.stateful[policy_id], start, kept, obs, mask)
+        for offset, (j, agent) in enumerate(pairs):
+            subenvs[j].state[agent] = [part[offset] for part in new_state]
+        return outputs

@@ -20,9 +20,8 @@ from rolloutfleet.spec.job import SpecError
 
 COMPLETE = "_complete"
 """Column: the row's next observation (or its episode's end) has arrived."""
-OUTPUT_COLUMNS = (sb.ACTIONS, sb.ACTION_LOGP, sb.ACTION_DIST_INPUTS, sb.VF_PREDS)
-"""Columns of a policy's outputs, in the order its act returns them."""
 Outputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""A policy's (actions, action_logp, action_dist_inputs, vf_preds) for the rows it acted for."""
 
 
 class PolicyRows:
@@ -159,8 +158,8 @@ class PolicyRows:
         """Rows ``start:`` (one per acting agent, of sub-envs ``envs``) get what the policy gave;
         rewards and flags wait for the agent's next observation."""
         end, columns = start + len(envs), self.columns
-        for name, value in zip(OUTPUT_COLUMNS, outputs, strict=True):
-            columns[name][start:end] = value
+        columns[sb.ACTIONS][start:end], columns[sb.ACTION_LOGP][start:end] = outputs[0], outputs[1]
+        columns[sb.ACTION_DIST_INPUTS][start:end], columns[sb.VF_PREDS][start:end] = outputs[2], outputs[3]
         columns[sb.ENV_ID][start:end] = envs
         columns[sb.REWARDS][start:end] = 0.0
         columns[sb.TERMINATEDS][start:end] = False
