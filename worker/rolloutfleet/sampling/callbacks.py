@@ -22,8 +22,7 @@ from rolloutfleet.spec.job import SpecError
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-    from rolloutfleet.sampling.env_runner import EnvRunner
-    from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+    from rolloutfleet.sampling.runner import AnyRunner
 
 
 class Callbacks:
@@ -32,13 +31,13 @@ class Callbacks:
     observations), ``on_episode_end`` with the return summed over agents and the length in
     env steps, ``on_sample_end`` with a MultiAgentBatch."""
 
-    def on_episode_start(self, *, runner: EnvRunner | MultiAgentEnvRunner, env_index: int, eps_id: int) -> None:
+    def on_episode_start(self, *, runner: AnyRunner, env_index: int, eps_id: int) -> None:
         """A new episode began in sub-env ``env_index`` (after reset)."""
 
     def on_episode_step(
         self,
         *,
-        runner: EnvRunner | MultiAgentEnvRunner,
+        runner: AnyRunner,
         env_index: int,
         eps_id: int,
         action: Any,
@@ -52,7 +51,7 @@ class Callbacks:
     def on_episode_end(
         self,
         *,
-        runner: EnvRunner | MultiAgentEnvRunner,
+        runner: AnyRunner,
         env_index: int,
         eps_id: int,
         episode_return: float,
@@ -62,7 +61,7 @@ class Callbacks:
     ) -> None:
         """An episode ended by termination or truncation (not when dropped after an env failure)."""
 
-    def on_sample_end(self, *, runner: EnvRunner | MultiAgentEnvRunner, batch: SampleBatch | MultiAgentBatch) -> None:
+    def on_sample_end(self, *, runner: AnyRunner, batch: SampleBatch | MultiAgentBatch) -> None:
         """``sample()`` is about to return ``batch``."""
 
 

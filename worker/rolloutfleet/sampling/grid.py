@@ -1,33 +1,30 @@
 """The vectorized sampler's grid: preallocated ``(steps, num_envs)`` column buffers that
-:class:`~rolloutfleet.sampling.env_runner.EnvRunner` steps into, and the cuts that turn their valid
-rows into a batch.
-
-Grid row ``s`` holds vector step ``s`` of every sub-env; the flat index of sub-env ``i``'s
-row is ``s * num_envs + i``. Besides the batch columns the grid keeps:
-
-* :data:`OBS_BUF` — ``capacity + 1`` rows: row ``s`` is grid row ``s``'s ``obs``, row
-  ``s + 1`` its ``new_obs`` (each observation written once); a Dict or Tuple observation
-  has one such buffer per leaf (:func:`obs_buffer`), gathered as ``obs/<path>`` and
-  ``new_obs/<path>``;
-* :data:`VALID` — whether a row is a transition (a NEXT_STEP reset step is not);
-* :data:`RAW_REWARDS` — unclipped rewards (episode returns), only when rewards are clipped;
-* :data:`SEQ_NO` — per grid row (not per env): the ``weights_seq_no`` it was sampled with;
-* :attr:`Grid.final_obs` — SAME_STEP envs' true final observations, patched into
-  ``new_obs`` when rows are gathered.
+:class:`~rolloutfleet.sampling.env_runner.EnvRunner` steps into, and the cut that turns their
+valid rows into a batch. Grid row ``s`` holds vector step ``s`` of every sub-env (flat index
+``s * num_envs + i``). Besides the batch columns the grid keeps :data:`OBS_BUF` (``capacity + 1``
+rows: row ``s`` is row ``s``'s ``obs``, row ``s + 1`` its ``new_obs``; one buffer per leaf of a
+Dict or Tuple observation, gathered as ``obs/<path>`` and ``new_obs/<path>``), :data:`VALID`
+(whether a row is a transition: a NEXT_STEP reset step is not), :data:`RAW_REWARDS` (unclipped
+rewards, when clipping), :data:`SEQ_NO` (per grid row: the ``weights_seq_no`` it was sampled
+with) and :attr:`Grid.final_obs` (SAME_STEP envs' true final observations, patched into
+``new_obs`` when rows are gathered).
 
 Rows a batch does not take (the start of the next fragment, episodes still running in
-complete_episodes mode) stay in the grid: the tail of time steps that holds them moves to
-the grid's front (:meth:`Grid.keep_rest`) and the next call steps on after it.
+complete_episodes mode) stay: the tail of time steps that holds them moves to the grid's
+front (:meth:`Grid.keep_rest`) and the next call steps on after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from rolloutfleet.data import batch as sb
+from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.inference.obs_spaces import MASK_KEY, leaf_values
+from rolloutfleet.inference.policy import Policy
 
 VALID = "_valid"
 TICK = "_tick"  # global vector-step counter: orders episode ends across sub-envs
@@ -37,6 +34,51 @@ SEQ_NO = "_seq_no"  # per grid row (not per env): the weights_seq_no it was samp
 
 ColumnSpecs = Mapping[str, tuple[tuple[int, ...], Any]]
 """Column name -> (shape of one sub-env's entry, dtype), for the per-step columns."""
+
+
+def grid_columns(
+    policy: Policy, state: Sequence[np.ndarray], state_names: Sequence[str], raw_rewards: bool
+) -> ColumnSpecs:
+    """The per-step columns of ``policy``'s grid (observations and weights versions are the
+    grid's own); ``state``: a stateful model's initial state per part, ``(num_envs, ...)``."""
+    action_space = policy.action_space
+    specs: dict[str, tuple[tuple[int, ...], Any]] = {
+        sb.ACTIONS: (action_space.shape or (), action_space.dtype),
+        sb.REWARDS: ((), np.float32),
+        sb.TERMINATEDS: ((), np.bool_),
+        sb.TRUNCATEDS: ((), np.bool_),
+        sb.EPS_ID: ((), np.int64),
+        sb.T: ((), np.int64),
+        sb.ACTION_LOGP: ((), np.float32),
+        sb.ACTION_DIST_INPUTS: ((policy.distribution.num_inputs,), np.float32),
+        sb.VF_PREDS: ((), np.float32),
+        VALID: ((), np.bool_),
+    }
+    if raw_rewards:
+        specs[RAW_REWARDS] = ((), np.float64)
+    if policy.exploration is not None:
+        specs[sb.EXPLORATION_SCALE] = ((), np.float32)
+    for name in state_names:
+        part = state[int(name.rsplit("_", 1)[1])]
+        specs[name] = (part.shape[1:], np.float32)
+    return specs
+
+
+def batch_columns(policy: Policy, state_names: Sequence[str]) -> list[str]:
+    """The batch's columns in order: a Dict/Tuple observation's leaves in place of obs and new_obs."""
+    parts = policy.obs_parts
+    names: list[str] = []
+    for name in sb.COLUMNS:
+        if name in (sb.OBS, sb.NEW_OBS) and parts.leaves:
+            names.extend(f"{name}/{path}" for path in parts.paths)
+        else:
+            names.append(name)
+    names.extend(state_names)
+    if policy.exploration is not None:
+        names.append(sb.EXPLORATION_SCALE)
+    if parts.masked:
+        names.append(sb.ACTION_MASK)
+    return names
 
 
 def obs_buffer(path: str) -> str:
@@ -106,6 +148,46 @@ class Grid:
             rows = filled + 1 if name.startswith(OBS_BUF) else filled
             self.columns[name][:rows] = column[:rows]
         self.capacity = steps
+
+    def obs_writer(self) -> Callable[[int, Any], None]:
+        """``(grid row, observations of every sub-env) -> None``: one buffer, or one per leaf
+        (bound to the buffers as they are: ask again after :meth:`ensure_capacity`)."""
+        if "" in self.obs_specs:
+            c_obs = self.columns[OBS_BUF]
+
+            def put(row: int, obs: Any) -> None:
+                c_obs[row] = obs
+
+            return put
+        paths = tuple(self.obs_specs)
+        buffers = [(path, self.columns[obs_buffer(path)]) for path in paths]
+
+        def put_leaves(row: int, obs: Any) -> None:
+            values = leaf_values(obs, paths)
+            for path, buffer in buffers:
+                buffer[row] = values[path]
+
+        return put_leaves
+
+    def keep_final_obs(
+        self, s: int, info: Mapping[str, Any], obs_filter: Callable[[np.ndarray], np.ndarray] | None
+    ) -> None:
+        """SAME_STEP: the true final observations (``info["final_obs"]``) of the episodes that ended
+        at row ``s``; plain ones filtered like any other (NEXT_STEP envs return them as next_obs)."""
+        ended = np.flatnonzero(info["_final_obs"])
+        if len(ended) == 0:
+            return
+        final, base = info["final_obs"], s * self.num_envs
+        if "" not in self.obs_specs:  # Dict/Tuple observations are not filtered
+            paths = tuple(self.obs_specs)
+            for i in ended:
+                values = leaf_values(final[i], paths)
+                self.final_obs[base + int(i)] = {path: np.asarray(values[path]) for path in paths}
+            return
+        stacked = np.stack([np.asarray(final[i]) for i in ended])
+        filtered = stacked if obs_filter is None else obs_filter(stacked)
+        for k, i in enumerate(ended):
+            self.final_obs[base + int(i)] = filtered[k]
 
     def new_obs(self, s: int, i: int) -> Any:
         """Grid row ``s``'s ``new_obs`` of sub-env ``i`` (leaf path -> value with leaves)."""
@@ -177,6 +259,32 @@ class Grid:
         self.final_obs = {key - cutoff: obs for key, obs in self.final_obs.items() if key >= cutoff}
         self.tick += first
         self.filled = kept
+
+    def ended(self, layout: Layout) -> np.ndarray:
+        """Per layout row: whether an episode ended there."""
+        return self.gather(sb.TERMINATEDS, layout.flat) | self.gather(sb.TRUNCATEDS, layout.flat)
+
+    def complete_keep(self, layout: Layout, max_episodes: int | None = None) -> np.ndarray:
+        """Layout rows that belong to completed episodes (optionally the first ``max_episodes`` to end)."""
+        positions = np.flatnonzero(self.ended(layout))
+        if max_episodes is not None and len(positions) > max_episodes:
+            ticks = self.gather(TICK, layout.flat[positions])
+            positions = positions[np.argsort(ticks, kind="stable")[:max_episodes]]
+        last_end = np.full(self.num_envs, -1)
+        np.maximum.at(last_end, layout.env[positions], layout.rank[positions])
+        return layout.rank <= last_end[layout.env]
+
+    def cut(self, layout: Layout, keep: np.ndarray, names: list[str]) -> SampleBatch:
+        """The batch of columns ``names`` from layout rows ``keep`` (in layout order); the other
+        rows stay for the next call (:meth:`keep_rest`)."""
+        flat, env, step = layout.flat[keep], layout.env[keep], layout.step[keep]
+        derived = (sb.AGENT_INDEX, sb.ACTION_MASK)
+        columns = {name: self.gather(name, flat, env, step) for name in names if name not in derived}
+        columns[sb.AGENT_INDEX] = np.zeros(len(flat), np.int32)
+        if sb.ACTION_MASK in names:
+            columns[sb.ACTION_MASK] = columns[f"{sb.OBS}/{MASK_KEY}"] != 0
+        self.keep_rest(layout, ~keep)
+        return SampleBatch({name: columns[name] for name in names})
 
     def valid_rows(self) -> np.ndarray:
         """Flat grid indices (step * num_envs + env) of the valid rows, in time order."""

@@ -1,79 +1,49 @@
 """MultiAgentEnvRunner: several policies acting in multi-agent envs; one batch per policy.
 
-Per vector step: every agent that has an observation in any sub-env is mapped to its
-policy (``spec.multiAgent.policyMapping``, once per agent and episode), each policy acts
-for all of its agents of all sub-envs in one batched call (the same :class:`Policy` and
-numpy inference as single-agent sampling), then every sub-env steps with its dict of
-actions.
+Per vector step every agent with an observation is mapped to its policy
+(``spec.multiAgent.policyMapping``, once per agent and episode), each policy acts for all of its
+agents of all sub-envs in one batched call, then every sub-env steps with its dict of actions.
+Transitions are per agent (:mod:`rolloutfleet.sampling.multiagent_rows`): a row opens when its
+agent acts and closes when that agent next gets an observation (its ``new_obs``; the rewards
+in between summed), so turn-based agents keep rows open across steps. When the episode ends
+(``__all__``, no PettingZoo agent left, or ``maxEpisodeSteps``: truncated) open rows close with
+the agent's last observation. Agents may join and leave mid-episode; no row pairs one
+episode's observation with the next's. ``sample()`` (:class:`~rolloutfleet.sampling.runner.Runner`)
+counts steps per ``countStepsBy`` and cuts completed rows.
 
-Transitions are per agent. An agent's row is written when it acts (obs, action, model
-outputs) and completed when that agent next receives an observation: that observation is
-its ``new_obs``, the rewards it got in between are summed into ``rewards``, and its own
-``terminateds``/``truncateds`` are the flags. An agent that acted and is still waiting
-(turn-based envs) keeps its row open across steps; when the episode ends (``__all__``,
-no PettingZoo agent left, or ``maxEpisodeSteps`` env steps taken: truncated, and counted)
-open rows are closed with the agent's last observation as ``new_obs`` and the episode's flags. So only agents with an observation act, agents may
-join and leave mid-episode, and no row pairs one episode's observation with the next's.
-
-Batches, like :class:`~rolloutfleet.sampling.env_runner.EnvRunner`'s: ``truncate_episodes`` returns
-every completed row once ``rolloutFragmentLength x numEnvs`` steps were taken (counted in
-env steps, or in agent steps with ``countStepsBy: agent_steps``); open rows continue in
-the next batch. ``complete_episodes`` returns rows of ended episodes only.
-
->>> job = RolloutJob.from_file("examples/multiagent.yaml")   # doctest: +SKIP
->>> runner = MultiAgentEnvRunner(job)                        # doctest: +SKIP
->>> batch = runner.sample()                                  # doctest: +SKIP
->>> sorted(batch), batch.env_steps()                         # doctest: +SKIP
+>>> batch = MultiAgentEnvRunner(RolloutJob.from_file("examples/multiagent.yaml")).sample()  # doctest: +SKIP
+>>> sorted(batch), batch.env_steps()                                                        # doctest: +SKIP
 (['blue', 'red'], 800)
 """
 
 from __future__ import annotations
 
 import logging
-import time
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
-from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
-from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
-from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, ActFn, Policy, RecurrentActFn
-from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
-from rolloutfleet.sampling.envs import FailureBudget, derive_seed, env_name, episode_id_base
-from rolloutfleet.sampling.episode_stats import EpisodeStats
+from rolloutfleet.sampling.callbacks import Callbacks
+from rolloutfleet.sampling.envs import derive_seed, episode_id_base
+from rolloutfleet.sampling.multiagent_acting import PolicyActing
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
-from rolloutfleet.sampling.multiagent_rows import COMPLETE, PolicyRows, SubEnv
-from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
+from rolloutfleet.sampling.multiagent_rows import Arrivals, PolicyRows, SubEnv
+from rolloutfleet.sampling.policy_mapping import (
+    EpisodeInfo,
+    PolicyMapper,
+    multi_agent_spec,
+    policy_seed_path,
+    policy_spaces,
+    policy_specs,
+)
 from rolloutfleet.sampling.runner import Runner
-from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecError
+from rolloutfleet.spec.job import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
-
-
-def policy_seed_path(policy_id: str) -> int:
-    """A stable number per policy id, so each policy's seeds differ and do not depend on order."""
-    return zlib.crc32(policy_id.encode("utf-8"))
-
-
-def policy_specs(job: RolloutJob) -> dict[str, PolicySpec]:
-    """Policy id -> ``spec.policy`` with that policy's overrides applied."""
-    multi = multi_agent_spec(job)
-    return {policy_id: overrides.apply(job.spec.policy) for policy_id, overrides in multi.policies.items()}
-
-
-def multi_agent_spec(job: RolloutJob) -> MultiAgentSpec:
-    if job.spec.multi_agent is None:
-        raise SpecError(
-            "spec.multiAgent: not set; this job is single-agent (use rolloutfleet.sampling.env_runner.EnvRunner)"
-        )
-    return job.spec.multi_agent
 
 
 class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
@@ -91,29 +61,18 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         num_workers: int | None = None,
         callbacks: Callbacks | None = None,
     ) -> None:
+        multi = multi_agent_spec(job)
+        super().__init__(job, worker_index, num_workers, callbacks, agent_steps=True)
         spec = job.spec
-        self.job = job
-        self.multi_agent = multi_agent_spec(job)
-        self.worker_index = worker_index
-        self.num_workers = spec.replicas if num_workers is None else num_workers
-        self.sampling = spec.sampling
-        self.num_envs = spec.env.num_envs
-        self._seed = spec.sampling.seed
+        self.multi_agent = multi
         self._create = multiagent_env_creator(spec.env, worker_index, self.num_workers)
         self.mapper = PolicyMapper(self.multi_agent)
         self.policies_to_train = self.multi_agent.trained_policies
         self.count_steps_by = self.multi_agent.count_steps_by
         self._max_episode_steps = self.multi_agent.max_episode_steps
-        self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
-        self._call_start = overrides(self.callbacks, "on_episode_start")
-        self._call_step = overrides(self.callbacks, "on_episode_step")
-        self._call_end = overrides(self.callbacks, "on_episode_end")
 
         self._eps_base = episode_id_base(worker_index)
         self._eps_counter = 0
-        self.stats = EpisodeStats(agent_steps=True)
-        env = job.spec.env
-        self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
         try:
             envs = [self._create(j) for j in range(self.num_envs)]
         except SpecError:
@@ -126,28 +85,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._agent_index: dict[Any, int] = {}
         for agent in envs[0].possible_agents:
             self._index_of(agent)
-        self.policies = {}
         self._rows: dict[str, PolicyRows] = {}
-        self._clips: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
         self._checked: set[tuple[Any, str]] = set()
-        self._scales: dict[str, float] = {}  # policy id -> this sample() call's ε or σ (not stochastic)
-        self._noise: dict[str, OrnsteinUhlenbeckNoise] = {}  # policies acting with Ornstein-Uhlenbeck noise
-        self._stateful: dict[str, RecurrentActFn] = {}  # stateful policies: their act for this sample() call
         self._build_policies(envs[0])
-        # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
-        self.filters = {}
-        if self.sampling.observation_filter == "meanStd":
-            for policy_id, policy in self.policies.items():
-                space = policy.observation_space
-                if not isinstance(space, spaces.Box):
-                    raise SpecError(
-                        f"spec.sampling.observationFilter: meanStd needs Box observations, policy {policy_id!r} "
-                        f"has {space}"
-                    )
-                self.filters[policy_id] = MeanStdFilter(space.shape)
-        # Observations that arrived this step, per policy, to filter in one call each:
-        # (observation, row whose new_obs it is or -1, dict to store it in or None, agent).
-        self._arrivals: dict[str, list[tuple[Any, int, dict[Any, Any] | None, Any]]] = {}
+        self._acting = PolicyActing(self.policies, self._rows, self.sampling.clip_actions)
+        self._arrivals = Arrivals()  # meanStd: this step's observations, filtered together
         self._started = False
         self._ended: dict[int, tuple[int, int]] = {}  # eps_id -> (env steps, agent steps), not yet cut
         self._env_steps_uncut = 0  # env steps since the last batch (truncate mode)
@@ -164,38 +106,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     def _build_policies(self, env: MultiAgentEnvAdapter) -> None:
         """One Policy per id, for the spaces of the agents mapped to it (a probe episode of sub-env 0)."""
-        probe = EpisodeInfo(env_index=0, eps_id=0, worker_index=self.worker_index)
-        found: dict[str, tuple[spaces.Space[Any], spaces.Space[Any]]] = {}
-        agent_spaces = []
-        for agent in env.possible_agents:
-            pair = (env.observation_space(agent), env.action_space(agent))
-            agent_spaces.append(pair)
-            found.setdefault(self.mapper(agent, probe), pair)
-        shared = agent_spaces[0] if agent_spaces and all(p == agent_spaces[0] for p in agent_spaces) else None
         specs = policy_specs(self.job)
-        for policy_id, policy_spec in specs.items():
-            known = found.get(policy_id, shared)
-            if known is None:
-                raise SpecError(
-                    f"spec.multiAgent.policies.{policy_id}: no agent of the env maps to this policy "
-                    f"(possible agents: {', '.join(map(str, env.possible_agents)) or 'none declared'}), so its "
-                    "observation and action spaces are unknown; give the env possible_agents or fix the mapping"
-                )
-            pair = known
-            path = policy_seed_path(policy_id)
-            policy = Policy(
-                policy_spec,
-                pair[0],
-                pair[1],
-                seed=derive_seed(self._seed, self.worker_index, POLICY_SEED_PATH, path),
-                init_seed=derive_seed(self._seed, INIT_SEED_PATH, path),
-                worker=(self.worker_index, self.num_workers),
-            )
-            self.policies[policy_id] = policy
-            filtered = self.sampling.observation_filter == "meanStd"
-            self._rows[policy_id] = PolicyRows(policy, pair[0], pair[1], filtered)
-            box = isinstance(pair[1], spaces.Box) and self.sampling.clip_actions
-            self._clips[policy_id] = (pair[1].low, pair[1].high) if box else None  # type: ignore[attr-defined]
+        for policy_id, (obs_space, act_space) in policy_spaces(env, self.mapper, self.worker_index, specs).items():
+            # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
+            policy = self._add_policy(policy_id, specs[policy_id], obs_space, act_space, (policy_seed_path(policy_id),))
+            self._rows[policy_id] = PolicyRows(policy_id, policy, self.sampling.observation_filter == "meanStd")
 
     def _map(self, sub: SubEnv, env_index: int, agent: Any) -> str:
         """The agent's policy for this episode (the mapper's answer, checked once per agent and policy)."""
@@ -225,34 +140,16 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         sub.start(obs, self._new_eps_id())
         if self.filters:
             for agent, agent_obs in obs.items():
-                self._arrive(sub.mapping.get(agent) or self._map(sub, env_index, agent), agent_obs, -1, obs, agent)
+                policy_id = sub.mapping.get(agent) or self._map(sub, env_index, agent)
+                self._arrivals.add(policy_id, agent_obs, -1, obs, agent)
         if self._call_start:
             self.callbacks.on_episode_start(runner=self, env_index=env_index, eps_id=sub.eps_id)
 
     def _start(self) -> None:
         for j in range(self.num_envs):
             self._reset(j, derive_seed(self._seed, self.worker_index, j, self.stats.env_restarts))
-        self._filter_arrivals()
+        self._arrivals.filter(self._rows, self.filters)
         self._started = True
-
-    def _arrive(self, policy_id: str, obs: Any, row: int, store: dict[Any, Any] | None, agent: Any) -> None:
-        self._arrivals.setdefault(policy_id, []).append((obs, row, store, agent))
-
-    def _filter_arrivals(self) -> None:
-        """Normalize this step's observations, one filter call per policy: each observation
-        updates its policy's statistics once and becomes, filtered, both the new_obs of the
-        agent's last row and the obs it acts on next (so new_obs[t] == obs[t + 1] still)."""
-        for policy_id, arrivals in self._arrivals.items():
-            if not arrivals:
-                continue
-            rows = self._rows[policy_id]
-            filtered = self.filters[policy_id](np.stack([np.asarray(a[0]) for a in arrivals]))
-            for k, (_, row, store, agent) in enumerate(arrivals):
-                if row >= 0:
-                    rows.new_obs[row] = filtered[k]
-                if store is not None:
-                    store[agent] = filtered[k]
-            arrivals.clear()
 
     def _close_row(self, policy_id: str, row: int, new_obs: Any, terminated: bool, truncated: bool) -> None:
         """``new_obs``: the agent's next observation as the env gave it, or None for its row's own."""
@@ -269,12 +166,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             self._close_row(policy_id, row, None, terminated, truncated and not terminated)
         sub.open = {}
         self._ended[sub.eps_id] = (sub.length, sub.rows)
-        total = float(sum(sub.returns.values()))
-        per_policy: dict[str, float] = {}
-        for agent, policy_id in sub.mapping.items():
-            per_policy[policy_id] = per_policy.get(policy_id, 0.0) + sub.returns.get(agent, 0.0)
-        per_agent = {str(agent): value for agent, value in sub.returns.items()}
-        self.stats.episode(total, sub.length, {"agent": per_agent, "policy": per_policy})
+        total, keyed = sub.episode_returns()
+        self.stats.episode(total, sub.length, keyed)
         if self._call_end:
             self.callbacks.on_episode_end(
                 runner=self,
@@ -293,16 +186,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         log.warning("sub-env %d raised %s: %s; recreating it", env_index, type(exc).__name__, exc)
         sub = self.subenvs[env_index]
         for policy_id, rows in self._rows.items():
-            n = rows.size
-            doomed = rows.columns[sb.EPS_ID][:n] == sub.eps_id
-            if doomed.any():
-                self._completed_uncut -= int((doomed & rows.complete[:n]).sum())
-                _, remap = rows.take(doomed)
+            if (dropped := rows.drop(sub.eps_id)) is not None:
+                completed, remap = dropped
+                self._completed_uncut -= completed
                 self._remap_open(policy_id, remap)
-                self._arrivals[policy_id] = [
-                    (obs, int(remap[row]) if row >= 0 else -1, store, agent)
-                    for obs, row, store, agent in self._arrivals.get(policy_id, [])
-                ]
+                self._arrivals.remap(policy_id, remap)
         sub.open = {}
         try:
             sub.env.close()
@@ -321,88 +209,14 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     # -- the step loop ----------------------------------------------------------------------
 
-    def _act_functions(self, explore: bool | None, random_actions: bool) -> dict[str, ActFn]:
-        acts: dict[str, ActFn] = {}
-        self._scales, self._noise, self._stateful = {}, {}, {}  # only the policies these apply to
-        for policy_id, policy in self.policies.items():
-            exploring = policy.spec.explore if explore is None else explore
-            if policy.recurrent:
-                self._stateful[policy_id] = policy.act_recurrent(exploring, random_actions)
-            if random_actions:
-                acts[policy_id] = lambda obs, mask=None, p=policy: p.random_actions(len(obs), mask)  # type: ignore[misc]
-            else:
-                acts[policy_id] = policy.act(exploring)
-                if (noise := policy.noise_state(exploring)) is not None:
-                    self._noise[policy_id] = noise
-            if (scale := policy.exploration_scale(exploring)) is not None:
-                self._scales[policy_id] = np.nan if random_actions else scale
-        return acts
-
-    def _step(self, acts: Mapping[str, ActFn]) -> None:
+    def _vector_step(self) -> None:
         """One step of every sub-env: group acting agents by policy, act, step, record."""
-        subenvs, policy_rows = self.subenvs, self._rows
-        # 1. who acts, grouped by policy: (env index, agent, obs) in parallel lists
-        groups: dict[str, tuple[list[int], list[Any], list[Any]]] = {}
-        for j, sub in enumerate(subenvs):
-            mapping = sub.mapping
-            for agent, obs in sub.obs.items():
-                policy_id = mapping.get(agent)
-                if policy_id is None:
-                    policy_id = self._map(sub, j, agent)
-                group = groups.get(policy_id)
-                if group is None:
-                    group = groups[policy_id] = ([], [], [])
-                group[0].append(j)
-                group[1].append(agent)
-                group[2].append(obs)
-        # 2. one batched forward pass per policy, rows written as the agents act
+        subenvs = self.subenvs
+        groups = self._group_by_policy()
         actions: list[dict[Any, Any]] = [{} for _ in subenvs]
         for policy_id, (envs, agents, obs_list) in groups.items():
-            rows = policy_rows[policy_id]
-            k = len(envs)
-            start = rows.reserve(k)
-            end = start + k
-            cols = rows.columns
-            mask = None
-            if not rows.paths:
-                obs = cols[sb.OBS][start:end]
-                self._stack(policy_id, obs_list, obs, agents)
-            else:
-                obs, mask = self._stack_leaves(policy_id, rows, obs_list, start, agents)
-            if self._noise and policy_id in self._noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
-                starts = [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in zip(envs, agents, strict=True)]
-                self._noise[policy_id].bind(zip(envs, agents, strict=True), starts)
-            if self._stateful and policy_id in self._stateful:
-                action, logp, dist_inputs, values = self._act_stateful(policy_id, rows, start, envs, agents, obs, mask)
-            else:
-                action, logp, dist_inputs, values = acts[policy_id](obs) if mask is None else acts[policy_id](obs, mask)
-            cols[sb.ACTIONS][start:end] = action
-            cols[sb.ACTION_LOGP][start:end] = logp
-            cols[sb.ACTION_DIST_INPUTS][start:end] = dist_inputs
-            cols[sb.VF_PREDS][start:end] = values
-            cols[sb.ENV_ID][start:end] = envs
-            cols[sb.REWARDS][start:end] = 0.0
-            cols[sb.TERMINATEDS][start:end] = False
-            cols[sb.TRUNCATEDS][start:end] = False
-            cols[COMPLETE][start:end] = False
-            cols[sb.WEIGHTS_SEQ_NO][start:end] = self.policies[policy_id].weights_seq_no
-            if self._scales and policy_id in self._scales:
-                cols[sb.EXPLORATION_SCALE][start:end] = self._scales[policy_id]
-            eps_col, t_col, index_col = cols[sb.EPS_ID], cols[sb.T], cols[sb.AGENT_INDEX]
-            clip = self._clips[policy_id]
-            env_action = action if clip is None else np.clip(action, clip[0], clip[1])
-            agent_index = self._agent_index
-            for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
-                sub = subenvs[j]
-                row = start + offset
-                eps_col[row] = sub.eps_id
-                t_col[row] = sub.agent_t.get(agent, 0)
-                index = agent_index.get(agent)
-                index_col[row] = self._index_of(agent) if index is None else index
-                actions[j][agent] = env_action[offset]
-                sub.open[agent] = (policy_id, row)
-                sub.rows += 1
-        # 3. step every sub-env and close the rows whose agents got their next observation
+            self._act_for(policy_id, envs, agents, obs_list, actions)
+        # step every sub-env and close the rows whose agents got their next observation
         clip_rewards = self.sampling.clip_rewards
         for j, sub in enumerate(subenvs):
             try:
@@ -414,78 +228,48 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             if self._env_failures.streak:
                 self._env_failures.succeeded(j)
         if self.filters:
-            self._filter_arrivals()
+            self._arrivals.filter(self._rows, self.filters)
         n = len(subenvs)
         self._env_steps_uncut += n
         self.stats.period.env_steps += n
         self.stats.period.agent_steps += sum(len(group[0]) for group in groups.values())
 
-    def _act_stateful(
-        self,
-        policy_id: str,
-        rows: PolicyRows,
-        start: int,
-        envs: list[int],
-        agents: list[Any],
-        obs: np.ndarray,
-        mask: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Act for rows ``start:`` of a stateful policy on the model's input ``obs`` (a Dict's
-        encoded leaves): each (sub-env, agent)'s state (the initial one at its episode's start)
-        into ``state_in``, the new state kept per agent."""
-        end = start + len(envs)
-        parts = len(rows.initial_state)
-        state_in = [rows.columns[name][start:end] for name in rows.state_names[:parts]]
-        subenvs, initial = self.subenvs, rows.initial_state
-        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
-            kept = subenvs[j].state.get(agent)
-            for k in range(parts):
-                state_in[k][offset] = initial[k] if kept is None else kept[k]
-        act = self._stateful[policy_id]
-        action, logp, dist_inputs, values, new_state = act(obs, state_in, mask)
-        for name, part in zip(rows.state_names[parts:], new_state, strict=False):
-            rows.columns[name][start:end] = part
-        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
-            subenvs[j].state[agent] = [part[offset] for part in new_state]
-        return action, logp, dist_inputs, values
+    def _group_by_policy(self) -> dict[str, tuple[list[int], list[Any], list[Any]]]:
+        """Who acts, grouped by policy: (env index, agent, obs) in parallel lists."""
+        groups: dict[str, tuple[list[int], list[Any], list[Any]]] = {}
+        for j, sub in enumerate(self.subenvs):
+            mapping = sub.mapping
+            for agent, obs in sub.obs.items():
+                policy_id = mapping.get(agent)
+                if policy_id is None:
+                    policy_id = self._map(sub, j, agent)
+                group = groups.get(policy_id)
+                if group is None:
+                    group = groups[policy_id] = ([], [], [])
+                group[0].append(j)
+                group[1].append(agent)
+                group[2].append(obs)
+        return groups
 
-    def _stack(self, policy_id: str, obs_list: list[Any], out: np.ndarray, agents: list[Any]) -> None:
-        try:
-            np.stack(obs_list, out=out, casting="unsafe")
-        except (ValueError, TypeError) as exc:
-            raise SpecError(
-                f"spec.env: observations of policy {policy_id!r}'s agents {agents[:4]} do not fit its "
-                f"observation space {self.policies[policy_id].observation_space}: {exc}"
-            ) from None
-
-    def _stack_leaves(
-        self, policy_id: str, rows: PolicyRows, obs_list: list[Any], start: int, agents: list[Any]
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Dict/Tuple observations: each leaf into its ``obs/<path>`` column, the ``action_mask``
-        (checked) into its own; returns the model's input and the mask."""
-        end = start + len(obs_list)
-        paths = rows.paths
-        try:
-            per_obs = [leaf_values(o, paths) for o in obs_list]
-        except (KeyError, TypeError, IndexError, ValueError) as exc:
-            raise SpecError(
-                f"spec.env: an observation of policy {policy_id!r}'s agents {agents[:4]} lacks leaf {exc} of its "
-                f"observation space {self.policies[policy_id].observation_space}"
-            ) from None
-        leaves = {}
-        for path in paths:
-            leaves[path] = rows.columns[f"{sb.OBS}/{path}"][start:end]
-            self._stack(policy_id, [values[path] for values in per_obs], leaves[path], agents)
-        model_input = rows.parts.model_input(leaves)
-        if not rows.masked:
-            return model_input, None
-        mask = rows.columns[sb.ACTION_MASK][start:end]
-        np.not_equal(leaves[MASK_KEY], 0, out=mask)
-        try:
-            check_masks(mask, agents)
-        except ValueError as exc:
-            raise SpecError(f"spec.env: {exc}") from None
-        return model_input, mask
+    def _act_for(
+        self, policy_id: str, envs: list[int], agents: list[Any], obs_list: list[Any], actions: list[dict[Any, Any]]
+    ) -> None:
+        """One batched forward pass of ``policy_id`` for its acting agents: their rows opened
+        (episode, ``t``, agent index), their actions into ``actions`` (per sub-env, by agent)."""
+        subenvs = self.subenvs
+        start, env_action = self._acting.act(policy_id, envs, agents, obs_list, subenvs)
+        columns = self._rows[policy_id].columns
+        eps_col, t_col, index_col = columns[sb.EPS_ID], columns[sb.T], columns[sb.AGENT_INDEX]
+        agent_index = self._agent_index
+        for offset, (j, agent) in enumerate(zip(envs, agents, strict=True)):
+            sub, row = subenvs[j], start + offset
+            eps_col[row] = sub.eps_id
+            t_col[row] = sub.agent_t.get(agent, 0)
+            index = agent_index.get(agent)
+            index_col[row] = self._index_of(agent) if index is None else index
+            actions[j][agent] = env_action[offset]
+            sub.open[agent] = (policy_id, row)
+            sub.rows += 1
 
     def _record(
         self,
@@ -526,7 +310,9 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 next_obs[agent] = agent_obs
             if filters:
                 policy_id = ref[0] if ref is not None else sub.mapping.get(agent) or self._map(sub, env_index, agent)
-                self._arrive(policy_id, agent_obs, -1 if ref is None else ref[1], None if done else next_obs, agent)
+                self._arrivals.add(
+                    policy_id, agent_obs, -1 if ref is None else ref[1], None if done else next_obs, agent
+                )
         # Agents done without a last observation keep their own as new_obs.
         for flags in (terminateds, truncateds):
             for agent, done in flags.items():
@@ -550,77 +336,53 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         """Every completed row (of the ``chosen`` episodes only, when given) as a batch."""
         batches: dict[str, SampleBatch] = {}
         agent_ids = np.asarray(self.agent_ids) if self.agent_ids else np.zeros(0, "<U1")
+        eps_ids = None if chosen is None else np.fromiter(chosen, np.int64, len(chosen))
         for policy_id, rows in self._rows.items():
-            n = rows.size
-            keep = rows.complete[:n].copy()
-            if chosen is not None:
-                keep &= np.isin(rows.columns[sb.EPS_ID][:n], np.fromiter(chosen, np.int64, len(chosen)))
-            self._completed_uncut -= int(keep.sum())
-            taken, remap = rows.take(keep)
+            batches[policy_id], remap = rows.cut(eps_ids, agent_ids)
+            self._completed_uncut -= len(batches[policy_id])
             self._remap_open(policy_id, remap)
-            # Trajectories contiguous: by sub-env, then agent; time order kept within (stable sort).
-            order = np.lexsort((taken[sb.AGENT_INDEX], taken[sb.ENV_ID]))
-            columns = {name: column[order] for name, column in taken.items()}
-            columns[sb.AGENT_ID] = agent_ids[columns[sb.AGENT_INDEX]]
-            batches[policy_id] = SampleBatch(columns)
         seq_nos = {policy_id: policy.weights_seq_no for policy_id, policy in self.policies.items()}
         batch = MultiAgentBatch(batches, env_steps, self.agent_ids, seq_nos)
         self.stats.lifetime_env_steps += env_steps
         self.stats.lifetime_agent_steps += batch.agent_steps()
         return batch
 
-    def sample(
-        self,
-        num_timesteps: int | None = None,
-        num_episodes: int | None = None,
-        explore: bool | None = None,
-        random_actions: bool = False,
-    ) -> MultiAgentBatch:
-        """Step the envs and return one batch per policy (all policies, trained or not).
+    # -- the hooks of Runner.sample() ---------------------------------------------------------
 
-        * ``truncate_episodes`` (default): ``numEnvs x rolloutFragmentLength`` steps (or
-          ``num_timesteps``), counted per ``countStepsBy``; every completed row;
-        * ``complete_episodes``: whole episodes, until they hold at least that many steps;
-        * ``num_episodes``: exactly this many complete episodes (the first to end).
-
-        ``explore`` overrides every policy's ``explore``; ``random_actions`` acts uniformly.
-        """
-        self.check_sample_args(num_timesteps, num_episodes)
-        started = time.perf_counter()
+    def _begin_sample(self, explore: bool | None, random_actions: bool) -> None:
         if not self._started:
             self._start()
-        acts = self._act_functions(explore, random_actions)
-        target = num_timesteps if num_timesteps is not None else self.sampling.rollout_fragment_length * self.num_envs
-        by_env = self.count_steps_by == "env_steps"
-        if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
-            while True:
-                if num_episodes is not None:
-                    if len(self._ended) >= num_episodes:
-                        chosen = list(self._ended)[:num_episodes]
-                        break
-                else:
-                    counted = sum(steps[0] if by_env else steps[1] for steps in self._ended.values())
-                    if counted >= target and self._ended:
-                        chosen = list(self._ended)
-                        break
-                self._step(acts)
-            env_steps = sum(self._ended[eps][0] for eps in chosen)
-            for eps in chosen:
-                del self._ended[eps]
-            batch = self._cut(set(chosen), env_steps)
+        self._acting.begin(explore, random_actions)
+
+    def _step(self, steps: int) -> None:
+        for _ in range(steps):
+            self._vector_step()
+
+    def _steps_missing(self, target: int) -> int:
+        if self.count_steps_by == "env_steps":
+            return -(-max(0, target - self._env_steps_uncut) // self.num_envs)
+        return int(self._completed_uncut < target)  # agent steps: completed rows, one step at a time
+
+    def _cut_truncated(self, target: int) -> MultiAgentBatch:
+        env_steps, self._env_steps_uncut = self._env_steps_uncut, 0
+        self._ended.clear()
+        return self._cut(None, env_steps)
+
+    def _cut_episodes(self, num_episodes: int | None, target: int) -> MultiAgentBatch | None:
+        if num_episodes is not None:
+            if len(self._ended) < num_episodes:
+                return None
+            chosen = list(self._ended)[:num_episodes]
         else:
-            if by_env:
-                for _ in range(-(-max(0, target - self._env_steps_uncut) // self.num_envs)):
-                    self._step(acts)
-            else:
-                while self._completed_uncut < target:
-                    self._step(acts)
-            env_steps, self._env_steps_uncut = self._env_steps_uncut, 0
-            self._ended.clear()
-            batch = self._cut(None, env_steps)
-        self.stats.period.seconds += time.perf_counter() - started
-        self.callbacks.on_sample_end(runner=self, batch=batch)
-        return batch
+            by_env = self.count_steps_by == "env_steps"
+            counted = sum(steps[0] if by_env else steps[1] for steps in self._ended.values())
+            if counted < target or not self._ended:
+                return None
+            chosen = list(self._ended)
+        env_steps = sum(self._ended[eps][0] for eps in chosen)
+        for eps in chosen:
+            del self._ended[eps]
+        return self._cut(set(chosen), env_steps)
 
     def close(self) -> None:
         for sub in self.subenvs:

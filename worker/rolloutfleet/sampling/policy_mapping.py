@@ -20,12 +20,18 @@ naming the agent and the policy, raised at the first step that meets that agent.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rolloutfleet.spec.entry_points import load_entry_point
-from rolloutfleet.spec.job import MultiAgentSpec, SpecError
+from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecError
+
+if TYPE_CHECKING:
+    from gymnasium import spaces
+
+    from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
 
 RULES_FIELD = "spec.multiAgent.policyMapping.rules"
 ENTRY_POINT_FIELD = "spec.multiAgent.policyMapping.entryPoint"
@@ -96,6 +102,52 @@ class PolicyMapper:
         raise SpecError(
             f"{RULES_FIELD}: no rule matches agent {text!r} and spec.multiAgent.policyMapping.default is not set"
         )
+
+
+def multi_agent_spec(job: RolloutJob) -> MultiAgentSpec:
+    if job.spec.multi_agent is None:
+        raise SpecError(
+            "spec.multiAgent: not set; this job is single-agent (use rolloutfleet.sampling.env_runner.EnvRunner)"
+        )
+    return job.spec.multi_agent
+
+
+def policy_specs(job: RolloutJob) -> dict[str, PolicySpec]:
+    """Policy id -> ``spec.policy`` with that policy's overrides applied."""
+    multi = multi_agent_spec(job)
+    return {policy_id: overrides.apply(job.spec.policy) for policy_id, overrides in multi.policies.items()}
+
+
+def policy_seed_path(policy_id: str) -> int:
+    """A stable number per policy id, so each policy's seeds differ and do not depend on order."""
+    return zlib.crc32(policy_id.encode("utf-8"))
+
+
+def policy_spaces(
+    env: MultiAgentEnvAdapter, mapper: PolicyMapper, worker_index: int, policy_ids: Iterable[str]
+) -> dict[str, tuple[spaces.Space[Any], spaces.Space[Any]]]:
+    """Policy id -> (observation space, action space) of the env's possible agents mapped to it
+    (asked for a probe episode of sub-env 0); when none maps to a policy and all agents share
+    their spaces, those."""
+    probe = EpisodeInfo(env_index=0, eps_id=0, worker_index=worker_index)
+    found: dict[str, tuple[spaces.Space[Any], spaces.Space[Any]]] = {}
+    agent_spaces = []
+    for agent in env.possible_agents:
+        pair = (env.observation_space(agent), env.action_space(agent))
+        agent_spaces.append(pair)
+        found.setdefault(mapper(agent, probe), pair)
+    shared = agent_spaces[0] if agent_spaces and all(p == agent_spaces[0] for p in agent_spaces) else None
+    result = {}
+    for policy_id in policy_ids:
+        known = found.get(policy_id, shared)
+        if known is None:
+            raise SpecError(
+                f"spec.multiAgent.policies.{policy_id}: no agent of the env maps to this policy "
+                f"(possible agents: {', '.join(map(str, env.possible_agents)) or 'none declared'}), so its "
+                "observation and action spaces are unknown; give the env possible_agents or fix the mapping"
+            )
+        result[policy_id] = known
+    return result
 
 
 def _prefix_matcher(prefix: str) -> Callable[[str], bool]:

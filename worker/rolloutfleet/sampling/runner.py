@@ -1,42 +1,47 @@
-"""The contract every runner keeps, single- or multi-agent.
+"""The runner skeleton, single- or multi-agent: shared state built once, ``sample()`` written once.
 
-Outside the samplers a single-agent job is a multi-agent job with one policy,
-:data:`~rolloutfleet.data.batch.DEFAULT_POLICY` (``"default"``): weights versions, weights,
-filters and state are keyed by policy id the same way for both runners, so the worker's
-Redis side (:mod:`rolloutfleet.fleet.worker_transport`) never asks which runner it has::
+:class:`Runner` builds what both runners hold (seeds, callbacks, the env failure budget, episode
+stats, policies and their meanStd filters) and answers the worker's calls keyed by policy id, a
+single-agent job being the one policy ``"default"``, so :mod:`rolloutfleet.fleet` never asks
+which runner it has::
 
     runner.set_weights("default", state_dict, seq_no=7)   # False: not newer than loaded
-    runner.weights_seq_nos                                # {"default": 7}
     runner.get_filters(flush_after=True)                  # {"default": MeanStdFilter} (meanStd)
-    runner.get_state() / runner.set_state(state)          # plain dicts and arrays
-    runner.get_metrics()                                  # episode stats, counters, versions
+    runner.get_state() / runner.get_metrics()             # plain dicts and arrays / episode stats
 
-What differs is ``sample()``: :class:`~rolloutfleet.sampling.env_runner.EnvRunner`
-returns a :class:`SampleBatch`, :class:`~rolloutfleet.sampling.multiagent_env_runner.
-MultiAgentEnvRunner` a :class:`MultiAgentBatch` (one batch per policy); both batch types
-answer ``by_policy()``.
+``sample()`` calls the hooks a runner fills in (``_begin_sample``, ``_step``, ``_steps_missing``,
+``_cut_truncated``, ``_cut_episodes``): :class:`~rolloutfleet.sampling.env_runner.EnvRunner` steps
+a vector env into a grid (a :class:`SampleBatch`), :class:`~rolloutfleet.sampling.multiagent_env_runner.
+MultiAgentEnvRunner` multi-agent sub-envs into per-policy rows (a :class:`MultiAgentBatch`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
+from gymnasium import spaces
 
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-from rolloutfleet.inference.policy import Policy
-from rolloutfleet.sampling.callbacks import Callbacks
+from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
+from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
+from rolloutfleet.sampling.envs import FailureBudget, VectorChoice, derive_seed, env_name
 from rolloutfleet.sampling.episode_stats import EpisodeStats
-from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.job import PolicySpec, RolloutJob, SpecError
 
 BatchT = TypeVar("BatchT", SampleBatch, MultiAgentBatch)
 
 
 class Runner(Generic[BatchT]):
-    """Weights, filters, state and metrics of a runner, keyed by policy id."""
+    """Samples a RolloutJob for one worker; weights, filters, state and metrics keyed by policy id.
+
+    ``worker_index`` (0-based) and ``num_workers`` (default ``spec.replicas``) go into every
+    sub-env's :class:`~rolloutfleet.sampling.envs.EnvContext` and into the derived seeds.
+    """
 
     job: RolloutJob
     worker_index: int
@@ -50,6 +55,68 @@ class Runner(Generic[BatchT]):
     stats: EpisodeStats
     global_step: int = 0
     """The learner's global step last applied (:meth:`set_global_step`)."""
+    vector_choice: VectorChoice | None = None
+    """How the vector env was built (``auto`` resolved); None for a multi-agent runner, whose
+    sub-envs step one by one in its own process."""
+    _episode_chunk = 1
+    """Vector steps taken between two looks for complete episodes (``complete_episodes``, ``num_episodes``)."""
+
+    def __init__(
+        self,
+        job: RolloutJob,
+        worker_index: int = 0,
+        num_workers: int | None = None,
+        callbacks: Callbacks | None = None,
+        *,
+        agent_steps: bool = False,
+    ) -> None:
+        spec = job.spec
+        self.job = job
+        self.worker_index = worker_index
+        self.num_workers = spec.replicas if num_workers is None else num_workers
+        self.sampling = spec.sampling
+        self.num_envs = spec.env.num_envs
+        self._seed = spec.sampling.seed
+        self.callbacks = callbacks or load_callbacks(self.sampling.callbacks)
+        self._call_start = overrides(self.callbacks, "on_episode_start")
+        self._call_step = overrides(self.callbacks, "on_episode_step")
+        self._call_end = overrides(self.callbacks, "on_episode_end")
+        env = spec.env
+        self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
+        self.stats = EpisodeStats(agent_steps=agent_steps)
+        self.policies = {}
+        self.filters = {}
+
+    def _add_policy(
+        self,
+        policy_id: str,
+        spec: PolicySpec,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        seed_path: tuple[int, ...] = (),
+    ) -> Policy:
+        """Build policy ``policy_id`` (seeded per worker and ``seed_path``; initial weights the
+        same on every worker) and, with ``observationFilter: meanStd``, its filter."""
+        policy = Policy(
+            spec,
+            observation_space,
+            action_space,
+            seed=derive_seed(self._seed, self.worker_index, POLICY_SEED_PATH, *seed_path),
+            init_seed=derive_seed(self._seed, INIT_SEED_PATH, *seed_path),
+            worker=(self.worker_index, self.num_workers),
+        )
+        self.policies[policy_id] = policy
+        if self.sampling.observation_filter == "meanStd":
+            if not isinstance(observation_space, spaces.Box):
+                whose = "this env's" if self.job.spec.multi_agent is None else f"policy {policy_id!r}'s"
+                raise SpecError(
+                    f"spec.sampling.observationFilter: meanStd normalizes Box observations, {whose} are "
+                    f"{observation_space}; normalize them in the env or set observationFilter: none"
+                )
+            self.filters[policy_id] = MeanStdFilter(observation_space.shape)
+        return policy
+
+    # -- sampling: the skeleton, and the hooks each runner fills in ----------------------
 
     def sample(
         self,
@@ -58,7 +125,34 @@ class Runner(Generic[BatchT]):
         explore: bool | None = None,
         random_actions: bool = False,
     ) -> BatchT:
-        raise NotImplementedError
+        """Step the envs and return a batch (multi-agent: one per policy, trained or not).
+
+        * default, ``truncate_episodes``: ``numEnvs x rolloutFragmentLength`` steps. Single-agent:
+          that many rows, the earliest ones not yet returned (sub-envs whose episodes reset
+          more often, losing a reset step each time, contribute a few rows fewer);
+          multi-agent: steps counted per ``countStepsBy``, every completed row;
+        * default, ``complete_episodes``: whole episodes only, at least that many steps;
+        * ``num_timesteps``: at least this many steps (single-agent truncate mode: rounded up
+          to a multiple of numEnvs; whole episodes in complete mode);
+        * ``num_episodes``: exactly this many complete episodes (the first to end).
+
+        Episodes that are still running continue in the next call, with the same ``eps_id``.
+        ``explore`` overrides every policy's ``explore``; ``random_actions`` acts uniformly.
+        """
+        self.check_sample_args(num_timesteps, num_episodes)
+        started = time.perf_counter()
+        self._begin_sample(explore, random_actions)
+        target = num_timesteps if num_timesteps is not None else self.sampling.rollout_fragment_length * self.num_envs
+        if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
+            while (batch := self._cut_episodes(num_episodes, target)) is None:
+                self._step(self._episode_chunk)
+        else:
+            while (steps := self._steps_missing(target)) > 0:
+                self._step(steps)
+            batch = self._cut_truncated(target)
+        self.stats.period.seconds += time.perf_counter() - started
+        self.callbacks.on_sample_end(runner=self, batch=batch)
+        return batch
 
     @staticmethod
     def check_sample_args(num_timesteps: int | None, num_episodes: int | None) -> None:
@@ -66,6 +160,27 @@ class Runner(Generic[BatchT]):
             raise ValueError("give num_timesteps or num_episodes, not both")
         if (num_timesteps is not None and num_timesteps < 1) or (num_episodes is not None and num_episodes < 1):
             raise ValueError("num_timesteps and num_episodes must be at least 1")
+
+    def _begin_sample(self, explore: bool | None, random_actions: bool) -> None:
+        """Settle how this call acts (explore or not, random actions, ε or σ); start the envs if new."""
+        raise NotImplementedError
+
+    def _step(self, steps: int) -> None:
+        """Step every sub-env ``steps`` times, recording rows and ended episodes."""
+        raise NotImplementedError
+
+    def _steps_missing(self, target: int) -> int:
+        """``truncate_episodes``: vector steps still to take before ``target`` steps can be cut (0: enough)."""
+        raise NotImplementedError
+
+    def _cut_truncated(self, target: int) -> BatchT:
+        """``truncate_episodes``: the batch of ``target`` steps; later rows stay for the next call."""
+        raise NotImplementedError
+
+    def _cut_episodes(self, num_episodes: int | None, target: int) -> BatchT | None:
+        """Whole episodes: the first ``num_episodes`` to end or, without it, every ended episode
+        once they hold ``target`` steps; None while there are not enough yet."""
+        raise NotImplementedError
 
     # -- weights -----------------------------------------------------------------------
 
@@ -178,3 +293,7 @@ class Runner(Generic[BatchT]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+AnyRunner = Runner[SampleBatch] | Runner[MultiAgentBatch]
+"""A runner of either kind: what the worker, its transport and the CLI hold."""

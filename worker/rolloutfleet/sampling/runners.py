@@ -1,6 +1,6 @@
 """Pick the runner a job needs: :class:`EnvRunner` (single-agent) or
-:class:`MultiAgentEnvRunner` (``spec.multiAgent``). Both have ``sample()``, ``get_metrics()``,
-``weights_seq_no``, ``close()``; their batches are :class:`SampleBatch` and
+:class:`MultiAgentEnvRunner` (``spec.multiAgent``), both kept to one contract
+(:class:`~rolloutfleet.sampling.runner.Runner`); their batches are :class:`SampleBatch` and
 :class:`MultiAgentBatch`::
 
     with make_env_runner(job, worker_index=0) as runner:
@@ -18,18 +18,21 @@ from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.envs import derive_seed, env_spaces
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner, multi_agent_spec
+from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.policy_mapping import multi_agent_spec
+from rolloutfleet.sampling.runner import AnyRunner
 from rolloutfleet.spec.job import RolloutJob
 
 if TYPE_CHECKING:
     from torch import nn
 
-AnyEnvRunner = EnvRunner | MultiAgentEnvRunner
+AnyEnvRunner = AnyRunner
+"""The contract's name for a runner of either kind, kept for callers that import it from here."""
 
 
 def make_env_runner(
     job: RolloutJob, worker_index: int = 0, num_workers: int | None = None, callbacks: Callbacks | None = None
-) -> AnyEnvRunner:
+) -> AnyRunner:
     """The runner for ``job``: multi-agent when ``spec.multiAgent`` is set."""
     if job.spec.multi_agent is not None:
         return MultiAgentEnvRunner(job, worker_index, num_workers, callbacks)
