@@ -123,7 +123,7 @@ class Worker:
         self.probes.set_ready(False, "building the env and policy")
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
         self.metrics.record_policies(runner.policies)
-        choice = getattr(runner, "vector_choice", None)  # single-agent runners only
+        choice = runner.vector_choice  # None for a multi-agent runner
         if choice is not None:
             self.metrics.record_vectorization(config.job.spec.env.vectorization, choice)
         began = time.monotonic()

@@ -48,7 +48,7 @@ from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-    from rolloutfleet.sampling.runners import AnyEnvRunner
+    from rolloutfleet.sampling.runner import AnyRunner
     from rolloutfleet.spec.worker_config import WorkerConfig
 
 
@@ -107,7 +107,7 @@ class WorkerTransport:
                 updates[policy] = update
         return updates
 
-    def load_weights(self, runner: AnyEnvRunner) -> int | None:
+    def load_weights(self, runner: AnyRunner) -> int | None:
         """Poll and load newer weights into ``runner``; returns the newest seq no loaded, if any.
         A job with an exploration schedule also takes the learner's global step, when it changed."""
         loaded = None
@@ -123,7 +123,7 @@ class WorkerTransport:
             runner.set_global_step(step)
         return loaded
 
-    def record_models(self, runner: AnyEnvRunner) -> None:
+    def record_models(self, runner: AnyRunner) -> None:
         """Record each policy's weight names, shapes and dtypes (``weights:model``): what a
         learner's ``WeightPublisher`` checks a version against before publishing it."""
         for policy, subscriber in self.subscribers.items():
@@ -153,7 +153,7 @@ class WorkerTransport:
             done.add(policy)
         self._sent = (None, set())  # all sent: the next call is a new batch, whatever it is
 
-    def _filters(self, runner: AnyEnvRunner) -> list[tuple[MeanStdFilter, FilterSync]]:
+    def _filters(self, runner: AnyRunner) -> list[tuple[MeanStdFilter, FilterSync]]:
         """The runner's observation filters (one per policy) with their syncs."""
         for policy in runner.filters:
             if policy not in self._filter_syncs:
@@ -161,12 +161,12 @@ class WorkerTransport:
                 self._filter_syncs[policy] = FilterSync(self.client, keys)
         return [(filt, self._filter_syncs[policy]) for policy, filt in runner.filters.items()]
 
-    def pull_filters(self, runner: AnyEnvRunner) -> bool:
+    def pull_filters(self, runner: AnyRunner) -> bool:
         """Start from the fleet's observation-filter statistics (meanStd jobs); whether there were any."""
         pulled = [sync.pull(filt) for filt, sync in self._filters(runner)]
         return any(pulled)
 
-    def sync_filters(self, runner: AnyEnvRunner) -> None:
+    def sync_filters(self, runner: AnyRunner) -> None:
         """Merge what this worker's observation filters saw into the fleet's, and adopt the result."""
         for filt, sync in self._filters(runner):
             sync.push(filt)

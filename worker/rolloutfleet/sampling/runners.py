@@ -26,9 +26,6 @@ from rolloutfleet.spec.job import RolloutJob
 if TYPE_CHECKING:
     from torch import nn
 
-AnyEnvRunner = AnyRunner
-"""The contract's name for a runner of either kind, kept for callers that import it from here."""
-
 
 def make_env_runner(
     job: RolloutJob, worker_index: int = 0, num_workers: int | None = None, callbacks: Callbacks | None = None
