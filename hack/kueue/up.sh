@@ -135,8 +135,9 @@ ready() {
     -o /dev/null 2>/dev/null
 }
 until ready; do
-  # (it is unshare, then bash, for a moment before they exec kueue)
-  if ! { cluster_pid_is "$pid" kueue || cluster_pid_is "$pid" unshare || cluster_pid_is "$pid" bash; }; then
+  # Alive is enough: the pid is the one we just started (unshare, then bash, then kueue:
+  # matching the name could catch it mid-exec and read a live Kueue as gone).
+  if ! kill -0 "$pid" 2>/dev/null || [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == Z ]]; then
     tail -n 30 "$k/logs/kueue.log" >&2
     die "kueue exited while starting; log: $k/logs/kueue.log"
   fi
