@@ -401,4 +401,3 @@ async def _names_are(server: Any, names: set[str]) -> bool:
     found = set(await pods(server))
     assert found == names, sorted(found)
     return True
-
