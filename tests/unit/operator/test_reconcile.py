@@ -200,3 +200,15 @@ async def test_a_restart_in_backoff_asks_for_a_round_when_it_falls_due(kube: Any
 def test_event_messages_list_a_few_indexes_and_count_the_rest() -> None:
     assert shown([3, 1]) == "3, 1"
     assert shown(range(13)) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 3 more"
+
+
+@pytest.mark.asyncio
+async def test_a_refused_pdb_is_reported_once_and_the_workers_still_run(kube: Any, posted: list[Any]) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job()
+    kube.fail("create_pdb", 403, 'poddisruptionbudgets.policy is forbidden: User "op" cannot create')
+    await run(runtime, job, [])
+    runtime.job(KEY).pdb_sent = None  # as if PDB_RETRY_S had passed
+    await run(runtime, job, [])
+    assert sorted(made(kube)) == ["cp-worker-0", "cp-worker-1"] and len(kube.named("create_pdb")) == 2
+    warnings = [e for e in posted if e["reason"] == "PodDisruptionBudgetFailed"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning" and "forbidden" in warnings[0]["message"]
