@@ -1405,6 +1405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=0, help="the node's nvidia.com/gpu count")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="a node label (repeat)")
     parser.add_argument("--scheduler-name", default="default-scheduler", help="schedule only pods naming this")
+    parser.add_argument("--port-offset", type=int, default=0, help="shift declared container ports (a second node)")
     parser.add_argument("--work-dir", type=Path, help="logs and termination messages (default: a temp dir)")
     parser.add_argument("--sleeper", action="store_true", help="run `sleep infinity` for every container")
     parser.add_argument("--simulate", action="store_true", help="run no processes: pods go Running and Ready")
@@ -1431,6 +1432,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir=args.work_dir,
         labels=labels,
         scheduler_name=args.scheduler_name,
+        port_offset=args.port_offset,
     )
     if args.pid_file:
         args.pid_file.write_text(f"{os.getpid()}\n")
