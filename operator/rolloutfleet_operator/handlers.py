@@ -131,8 +131,9 @@ async def pod_changed(
     *, type: str, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, memo: Any, **indexes: Any
 ) -> None:
     key = (namespace or "", labels[JOB_LABEL])
-    if type == "DELETED" and (view := PodView.from_pod(body)) is not None:
-        memo.runtime.job(key).memory.note_gone(view)  # its final state may say why it went
+    state = memo.runtime.jobs.get(key)  # none for a deleted job's pods: nothing to remember
+    if type == "DELETED" and state is not None and (view := PodView.from_pod(body)) is not None:
+        state.memory.note_gone(view)  # its final state may say why it went
     await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["pdb_index"])
 
 
