@@ -221,7 +221,6 @@ def test_the_operator_user_has_only_what_it_needs(cluster: Cluster, operator_rba
     for verb, resource in [
         ("delete", "poddisruptionbudgets.policy"),
         ("update", "poddisruptionbudgets.policy"),
-        ("create", "pods/eviction"),
         ("get", "nodes"),
         ("update", "pods"),
         ("list", "secrets"),
