@@ -56,9 +56,17 @@ def test_an_evicted_worker_is_a_disruption_and_the_pdb_refuses_one_eviction_too_
     redis_server: EmbeddedRedis,
 ) -> None:
     operators.start()
-    jobs.create(job_manifest("evict", redis_server.url, replicas=2, disruption={"maxUnavailable": 1}))
+    metadata = {"labels": {"team": "rl", "cost-center": "42"}, "annotations": {"example.com/note": "a / b"}}
+    manifest = job_manifest(
+        "evict", redis_server.url, replicas=2, disruption={"maxUnavailable": 1}, template={"metadata": metadata}
+    )
+    jobs.create(manifest)
     wait_for(lambda: jobs.status("evict").get("readyReplicas") == 2, 90, jobs.describe)
     uid = jobs.get("evict")["metadata"]["uid"]
+    for pod in jobs.pods("evict").values():  # the job's pod metadata, next to the operator's own
+        assert metadata["labels"].items() <= pod["metadata"]["labels"].items()
+        assert pod["metadata"]["labels"]["rolloutfleet.io/job"] == "evict"
+        assert pod["metadata"]["annotations"]["example.com/note"] == "a / b"
 
     def budget_counts_both() -> dict[str, Any] | None:
         found = pdb(cluster, namespace, "evict-workers")
