@@ -243,6 +243,8 @@ start kube-controller-manager \
   --cluster-signing-cert-file="$pki/ca.crt" \
   --cluster-signing-key-file="$pki/ca.key" \
   --controllers='*' \
+  --node-monitor-period=2s \
+  --node-monitor-grace-period=20s \
   --flex-volume-plugin-dir="$state/flexvolume" \
   --profiling=false \
   --v=1

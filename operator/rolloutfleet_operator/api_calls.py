@@ -1,5 +1,5 @@
 """The operator's calls to the Kubernetes API: create and delete pods, patch a job's
-status, read a Secret's value, post Events. Thin: each call says what the server
+status, create or patch its PodDisruptionBudget, read a Secret's value, post Events. Thin: each call says what the server
 answered, in the terms the reconcile needs; deciding what to call is the reconcile's.
 
 The ``kubernetes`` client is synchronous: calls run in threads, at most
@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from rolloutfleet_operator import metrics
 
 JOBS = ("rolloutfleet.io", "v1alpha1", "rolloutjobs")  # group, version, plural of RolloutJob
+PDBS = ("policy", "v1", "poddisruptionbudgets")
 API_CONCURRENCY = 16
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Api:
 
     core: k8s.CoreV1Api
     custom: k8s.CustomObjectsApi
+    policy: k8s.PolicyV1Api
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(API_CONCURRENCY))
 
 
@@ -105,6 +107,37 @@ async def delete_pod(api: Api, namespace: str, name: str, uid: str | None, grace
                 raise
     metrics.PODS_DELETED.labels(why=why.split(";")[0]).inc()
     log.info("deleted pod %s/%s: %s", namespace, name, why)
+
+
+async def apply_pdb(api: Api, pdb: dict[str, Any]) -> str | None:
+    """Create the PodDisruptionBudget ``pdb``, or patch its spec where one of that name
+    exists; the API server's reason when it refuses (None: done)."""
+    namespace, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
+    async with api.slots:
+        try:
+            try:
+                await asyncio.to_thread(
+                    api.policy.create_namespaced_pod_disruption_budget,
+                    namespace,
+                    cast(Any, pdb),
+                    _preload_content=False,
+                )
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                await asyncio.to_thread(
+                    api.policy.patch_namespaced_pod_disruption_budget,
+                    name,
+                    namespace,
+                    {"spec": pdb["spec"]},
+                    _preload_content=False,
+                )
+        except ApiException as error:
+            if error.status is not None and error.status >= 500:
+                raise
+            return refusal_reason(error)
+    log.info("PodDisruptionBudget %s/%s: %s", namespace, name, pdb["spec"])
+    return None
 
 
 async def read_secret_value(api: Api, namespace: str, name: str, key: str) -> str | None:

@@ -2,9 +2,9 @@
 
 Every trigger — a RolloutJob created, changed or resumed (``on.event``), one of its pods
 changing (``on.event`` on labelled pods), and a timer — asks for the same state-based
-reconcile (:mod:`.reconcile`), in rounds that coalesce (:mod:`.coalescing`). Pods and
-jobs are read from kopf indexes (kept by the watch streams, small :class:`PodView`
-records), never listed per reconcile.
+reconcile (:mod:`.reconcile`), in rounds that coalesce (:mod:`.coalescing`). Pods, jobs
+and the jobs' PodDisruptionBudgets are read from kopf indexes (kept by the watch streams,
+small records), never listed or read per reconcile.
 
 Importing this module registers the handlers: ``rolloutfleet-operator`` (and the image's
 build check) import it as the operator's entry point. RBAC the operator needs is
@@ -25,13 +25,13 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from rolloutfleet_operator.api_calls import API_CONCURRENCY, JOBS, Api
+from rolloutfleet_operator.api_calls import API_CONCURRENCY, JOBS, PDBS, Api
 from rolloutfleet_operator.coalescing import run_coalesced
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.kueue import WORKLOADS
 from rolloutfleet_operator.pods import JOB_LABEL, MANAGED_BY, PodView
 from rolloutfleet_operator.progress import read_progress
-from rolloutfleet_operator.reconcile import JobIndex, PodIndex, WorkloadIndex, reconcile
+from rolloutfleet_operator.reconcile import JobIndex, PdbIndex, PodIndex, WorkloadIndex, reconcile
 from rolloutfleet_operator.runtime import Key, Runtime
 
 POD_FILTER: dict[str, Any] = {
@@ -81,7 +81,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     _load_kube_config()
     memo.runtime = Runtime(
         config=OperatorConfig.from_environ(os.environ),
-        api=Api(core=k8s.CoreV1Api(), custom=k8s.CustomObjectsApi()),
+        api=Api(core=k8s.CoreV1Api(), custom=k8s.CustomObjectsApi(), policy=k8s.PolicyV1Api()),
     )
 
 
@@ -128,7 +128,17 @@ def workload_index(
 @kopf.on.event(*WORKLOADS, labels={JOB_LABEL: kopf.PRESENT})
 async def workload_changed(*, namespace: str | None, labels: Mapping[str, str], memo: Any, **indexes: Any) -> None:
     key = (namespace or "", labels[JOB_LABEL])
-    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
+    await request_reconcile(
+        key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"], indexes["pdb_index"]
+    )
+
+
+@kopf.index(*PDBS, labels=POD_FILTER)
+def pdb_index(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[Key, dict[str, Any]]:
+    owners = [o.get("uid") for o in body.metadata.get("ownerReferences") or []]
+    return {(namespace or "", labels[JOB_LABEL]): {"owners": owners, "spec": dict(body.spec)}}
 
 
 @kopf.on.event(*JOBS)
@@ -137,13 +147,22 @@ async def job_changed(*, type: str, namespace: str | None, name: str, memo: Any,
     if type == "DELETED":
         memo.runtime.jobs.pop(key, None)
         return
-    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
+    await request_reconcile(
+        key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"], indexes["pdb_index"]
+    )
 
 
 @kopf.on.event("pods", labels=POD_FILTER)
-async def pod_changed(*, namespace: str | None, labels: Mapping[str, str], memo: Any, **indexes: Any) -> None:
+async def pod_changed(
+    *, type: str, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, memo: Any, **indexes: Any
+) -> None:
     key = (namespace or "", labels[JOB_LABEL])
-    await request_reconcile(key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
+    state = memo.runtime.jobs.get(key)  # none for a deleted job's pods: nothing to remember
+    if type == "DELETED" and state is not None and (view := PodView.from_pod(body)) is not None:
+        state.memory.note_gone(view)  # its final state may say why it went
+    await request_reconcile(
+        key, memo.runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"], indexes["pdb_index"]
+    )
 
 
 @kopf.timer(*JOBS, interval=TIMER_INTERVAL_S)
@@ -152,16 +171,23 @@ async def tick(*, namespace: str | None, name: str, memo: Any, **indexes: Any) -
     key = (namespace or "", name)
     if runtime.config.read_progress:
         await read_progress(key, runtime, indexes["job_index"])
-    await request_reconcile(key, runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"])
+    await request_reconcile(
+        key, runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"], indexes["pdb_index"]
+    )
 
 
 async def request_reconcile(
-    key: Key, runtime: Runtime, job_index: JobIndex, pod_index: PodIndex, workload_index: WorkloadIndex
+    key: Key,
+    runtime: Runtime,
+    job_index: JobIndex,
+    pod_index: PodIndex,
+    workload_index: WorkloadIndex,
+    pdb_index: PdbIndex,
 ) -> None:
     """Reconcile ``key`` soon, coalesced with the other triggers of that job. A restart
     due before the next tick is waited for by the rounds; later ones, by the timer."""
     await run_coalesced(
         runtime.job(key).rounds,
-        lambda: reconcile(key, runtime, job_index, pod_index, workload_index),
+        lambda: reconcile(key, runtime, job_index, pod_index, workload_index, pdb_index),
         requeue_within_s=TIMER_INTERVAL_S,
     )

@@ -14,3 +14,8 @@ PODS_DELETED = Counter("rolloutfleet_operator_pods_deleted_total", "Worker pods 
 WORKER_FAILURES = Counter(
     "rolloutfleet_operator_worker_failures_total", "Worker pod failures counted against restart budgets"
 )
+WORKER_DISRUPTIONS = Counter(
+    "rolloutfleet_operator_worker_disruptions_total",
+    "Worker pods disrupted (evicted, preempted, on a lost node, deleted), by kind: never counted against restart budgets",
+    ["kind"],
+)

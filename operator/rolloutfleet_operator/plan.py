@@ -8,6 +8,8 @@ wall-clock deadline, and pod names are deterministic (``<job>-worker-<index>``),
 second create of the same worker is refused by the API server instead of duplicating it.
 
 Restart rules are :mod:`rolloutfleet.spec.restarts`, shared with ``rolloutfleet run``.
+Disruptions (evictions, preemptions, lost nodes, a ``kubectl delete``) are not failures:
+:mod:`.disruptions` says which is which; they are counted apart and replaced at once.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.restarts import RestartTracker, WorkerRestarts
+from rolloutfleet_operator.disruptions import describe, kind_of, needs_force_delete
 from rolloutfleet_operator.pods import PodView, pod_name
 
 
@@ -35,6 +38,9 @@ class WorkerRecord:
     last_failed_pod: str = ""  # uid of the failure counted last (counted once)
     last_exit_code: int | None = None
     last_error: str = ""
+    disruptions: int = 0  # never counted against the restart budget
+    last_disrupted_pod: str = ""  # uid of the disruption counted last (counted once)
+    last_disruption: str = ""
 
     def to_status(self) -> dict[str, Any]:
         return {
@@ -45,6 +51,9 @@ class WorkerRecord:
             "lastFailedPod": self.last_failed_pod,
             "lastExitCode": self.last_exit_code,
             "lastError": self.last_error,
+            "disruptions": self.disruptions,
+            "lastDisruptedPod": self.last_disrupted_pod,
+            "lastDisruption": self.last_disruption,
         }
 
     @classmethod
@@ -59,6 +68,9 @@ class WorkerRecord:
             last_failed_pod=str(data.get("lastFailedPod") or ""),
             last_exit_code=int(exit_code) if exit_code is not None else None,
             last_error=str(data.get("lastError") or ""),
+            disruptions=int(data.get("disruptions") or 0),
+            last_disrupted_pod=str(data.get("lastDisruptedPod") or ""),
+            last_disruption=str(data.get("lastDisruption") or ""),
         )
 
 
@@ -84,6 +96,7 @@ class Event:
 class Plan:
     create: list[int] = field(default_factory=list)
     delete: list[tuple[str, str]] = field(default_factory=list)  # (pod name, why)
+    disruptions: dict[str, int] = field(default_factory=dict)  # status.disruptions: kind -> count
     records: dict[int, WorkerRecord] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None  # seconds until the next due restart
@@ -114,10 +127,11 @@ def plan(
     now: float,
     current_hash: str,
     max_unavailable: float = 0.25,
-    vanished: Iterable[int] = (),
+    vanished: Iterable[PodView] = (),
+    disruptions: Mapping[str, int] | None = None,
 ) -> Plan:
-    """What to do about ``job`` now. ``vanished``: indexes whose pod disappeared without
-    the operator deleting it (counted as failures, like an eviction)."""
+    """What to do about ``job`` now. ``vanished``: the last views of pods that disappeared
+    without the operator deleting them; ``disruptions``: the counts persisted so far."""
     spec = job.spec
     by_index: dict[int, list[PodView]] = defaultdict(list)
     for pod in pods:
@@ -132,13 +146,15 @@ def plan(
     planning = _Planning(
         job=job,
         now=now,
-        result=Plan(records=dict(records), desired=0 if spec.suspend else spec.replicas),
+        result=Plan(
+            records=dict(records), desired=0 if spec.suspend else spec.replicas, disruptions=dict(disruptions or {})
+        ),
         tracker=tracker,
         by_index=by_index,
     )
     # The steps run in this order: each one sees what the ones before it decided.
+    _count_disruptions(planning, vanished)
     _count_failed_pods(planning)
-    _count_vanished(planning, vanished)
     _delete_surplus(planning)
     _create_missing(planning)
     _replace_stale(planning, current_hash, max_unavailable)
@@ -155,15 +171,29 @@ class _Planning:
     tracker: RestartTracker
     by_index: dict[int, list[PodView]]  # observed pods by worker index
     deleting: set[str] = field(default_factory=set)  # names of the pods this plan deletes
+    disrupted: dict[str, list[PodView]] = field(default_factory=dict)  # counted by this plan, by kind
 
     @property
     def desired(self) -> int:
         return self.result.desired
 
-    def delete(self, pod: PodView, why: str) -> None:
-        if not pod.deleting and pod.name not in self.deleting:
+    def delete(self, pod: PodView, why: str, force: bool = False) -> None:
+        """Delete ``pod``; ``force``: again, with grace 0, though it is being deleted."""
+        if (force or not pod.deleting) and pod.name not in self.deleting:
             self.deleting.add(pod.name)
             self.result.delete.append((pod.name, why))
+
+    def count_disruption(self, pod: PodView) -> None:
+        """Count one disruption of worker ``pod.index`` (once per pod uid), apart from failures."""
+        record = self.result.records.get(pod.index, WorkerRecord())
+        if pod.uid in (record.last_disrupted_pod, record.last_failed_pod):
+            return
+        kind = kind_of(pod)
+        self.result.records[pod.index] = replace(
+            record, disruptions=record.disruptions + 1, last_disrupted_pod=pod.uid, last_disruption=describe(pod)
+        )
+        self.result.disruptions[kind] = self.result.disruptions.get(kind, 0) + 1
+        self.disrupted.setdefault(kind, []).append(pod)
 
     def count_failure(
         self, index: int, uid: str, started: float | None, finished: float | None, code: int | None, why: str
@@ -203,9 +233,9 @@ def _count_failed_pods(planning: _Planning) -> None:
         for pod in group:
             # A pod being deleted is going away whatever its containers did: a real kubelet
             # reports the exit of a pod it stopped (exit 0 after SIGTERM) before the final
-            # delete. Ours (a spec change, a scale-down) is no failure; anyone else's (an
-            # eviction, `kubectl delete`) is counted once, when it vanishes (observe).
-            if not pod.terminated or pod.deleting:
+            # delete. Ours (a spec change, a scale-down) is no failure; anyone else's is a
+            # disruption (_count_disruptions). So is a pod the kubelet evicted (DisruptionTarget).
+            if not pod.terminated or pod.deleting or pod.disruption:
                 continue
             if index >= planning.desired:
                 planning.delete(pod, "scaled down" if not suspend else "suspended")
@@ -225,12 +255,36 @@ def _count_failed_pods(planning: _Planning) -> None:
                 planning.delete(pod, "failed; replacing it")
 
 
-def _count_vanished(planning: _Planning, vanished: Iterable[int]) -> None:
-    """Step 1, continued: a pod gone without our delete failed too (an eviction, a kubectl delete)."""
-    now = planning.now
-    for index in sorted(set(vanished)):
-        if index < planning.desired and not planning.by_index.get(index):
-            planning.count_failure(index, f"vanished-{index}-{now:.0f}", None, now, None, "pod deleted or evicted")
+def _count_disruptions(planning: _Planning, vanished: Iterable[PodView]) -> None:
+    """Step 1: disruptions, each counted once and replaced without backoff. A pod marked
+    DisruptionTarget counts when first seen (a kubelet's eviction leaves it Failed: it is
+    cleared away); a pod stuck deleting on a silent node is deleted with grace 0; a pod gone
+    without our delete counts by its last view: a disruption, unless it had failed first."""
+    for index, group in sorted(planning.by_index.items()):
+        for pod in group:
+            if index < planning.desired and pod.disruption:
+                planning.count_disruption(pod)
+                if pod.terminated and not pod.deleting:
+                    planning.delete(pod, f"disrupted ({kind_of(pod)}); replacing it")
+            if needs_force_delete(pod, planning.now, parse_time(pod.deletion_at)):
+                planning.delete(pod, "its node does not confirm the delete; deleting it with grace 0", force=True)
+    for pod in vanished:
+        if pod.index >= planning.desired:
+            continue
+        record = planning.result.records.get(pod.index)
+        counted = record is not None and pod.uid in (record.last_failed_pod, record.last_disrupted_pod)
+        if pod.terminated and not pod.deleting and not pod.disruption:
+            if not counted:  # failed, then removed before a reconcile saw it
+                started, finished = parse_time(pod.started_at), parse_time(pod.finished_at)
+                planning.count_failure(pod.index, pod.uid, started, finished, pod.exit_code, _describe_exit(pod))
+        else:
+            planning.count_disruption(pod)
+    for pods in planning.disrupted.values():
+        indexes = ", ".join(str(p.index) for p in pods[:10]) + (f" and {len(pods) - 10} more" if len(pods) > 10 else "")
+        message = (
+            f"worker(s) {indexes} disrupted ({describe(pods[0])}); replaced at once, not counted against maxRestarts"
+        )
+        planning.result.events.append(Event("Normal", "WorkerDisrupted", message))
 
 
 def _delete_surplus(planning: _Planning) -> None:

@@ -28,9 +28,12 @@ WORKER_LABELS = {
     "app.kubernetes.io/component": "worker",
     "app.kubernetes.io/managed-by": MANAGED_BY,
 }
-# Spec fields that change how a running worker behaves. replicas, suspend and
-# restartPolicy only steer the operator: changing them replaces no pod.
+# Spec fields that change how a running worker behaves. replicas, suspend, restartPolicy
+# and the PodDisruptionBudget only steer the operator: changing them replaces no pod.
 _OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy")
+_OPERATOR_ONLY_DISRUPTION = ("maxUnavailable",)
+# A worker on a node that stops reporting: replaced after spec.disruption.nodeLossSeconds.
+NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 UID = 10001  # the worker image's non-root user
 
 
@@ -49,6 +52,7 @@ def job_labels(job_name: str) -> dict[str, str]:
 
 def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     spec = {k: v for k, v in job.to_dict()["spec"].items() if k not in _OPERATOR_ONLY_FIELDS}
+    spec["disruption"] = {k: v for k, v in spec["disruption"].items() if k not in _OPERATOR_ONLY_DISRUPTION}
     material = {
         "spec": spec,
         "image": config.worker_image,
@@ -73,15 +77,17 @@ def owner_reference(job: RolloutJob, uid: str) -> dict[str, Any]:
 def build_pod(
     job: RolloutJob, uid: str, index: int, config: OperatorConfig, hash_: str | None = None
 ) -> dict[str, Any]:
-    """The worker pod for ``index`` (0-based) of ``job`` (whose metadata.uid is ``uid``)."""
+    """The worker pod for ``index`` (0-based) of ``job`` (whose metadata.uid is ``uid``).
+    The job's ``template.metadata`` comes first: the spec refuses keys of ours, and ours win."""
+    extra = job.spec.template.metadata
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": pod_name(job.name, index),
             "namespace": job.namespace,
-            "labels": {**job_labels(job.name), INDEX_LABEL: str(index)},
-            "annotations": {HASH_ANNOTATION: hash_ or template_hash(job, config)},
+            "labels": {**extra.labels, **job_labels(job.name), INDEX_LABEL: str(index)},
+            "annotations": {**extra.annotations, HASH_ANNOTATION: hash_ or template_hash(job, config)},
             "ownerReferences": [owner_reference(job, uid)],
         },
         "spec": _pod_spec(job, config, _container(job, index, config)),
@@ -192,13 +198,58 @@ def _pod_spec(job: RolloutJob, config: OperatorConfig, container: dict[str, Any]
         pod_spec["serviceAccountName"] = spec.service_account_name
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+    pod_spec["tolerations"] = tolerations(job)
     if spec.affinity:
         pod_spec["affinity"] = dict(spec.affinity)
     if spec.priority_class_name:
         pod_spec["priorityClassName"] = spec.priority_class_name
     return pod_spec
+
+
+def tolerations(job: RolloutJob) -> list[dict[str, Any]]:
+    """The job's tolerations, then the node-loss ones (``nodeLossSeconds``) for the keys the
+    job does not tolerate itself: a user's own toleration of ``unreachable`` wins. Without
+    ours, the API server adds 300 s ones (DefaultTolerationSeconds)."""
+    own = [dict(t) for t in job.spec.tolerations]
+    taken = {t.get("key") for t in own if t.get("effect") in (None, "", "NoExecute")}
+    if "" in taken or None in taken:  # a toleration of every taint (no key, Exists): the job's choice
+        taken.update(NODE_LOSS_TAINTS)
+    seconds = job.spec.disruption.node_loss_seconds
+    for key in NODE_LOSS_TAINTS:
+        if key not in taken:
+            own.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds})
+    return own
+
+
+def build_pdb(job: RolloutJob, uid: str) -> dict[str, Any]:
+    """The job's PodDisruptionBudget, ``<job>-workers``: evictions (drains) take at most
+    ``spec.disruption.maxUnavailable`` workers at a time. The disruption controller finds
+    the job's ``replicas`` through its scale subresource. A worker that is not ready may
+    always be evicted (``AlwaysAllow``): it samples nothing, and blocking a drain on it
+    would hold the node for no gain."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": pdb_name(job.name),
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [owner_reference(job, uid)],
+        },
+        "spec": pdb_spec(job),
+    }
+
+
+def pdb_name(job_name: str) -> str:
+    return f"{job_name}-workers"
+
+
+def pdb_spec(job: RolloutJob) -> dict[str, Any]:
+    return {
+        "maxUnavailable": job.spec.disruption.max_unavailable,
+        "selector": {"matchLabels": job_labels(job.name)},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
 
 
 @dataclass(frozen=True)
@@ -220,6 +271,9 @@ class PodView:
     message: str = ""
     waiting_reason: str = ""  # why a live pod does not run yet: Unschedulable, ImagePullBackOff, ...
     waiting_message: str = ""
+    disruption: str = ""  # reason of a DisruptionTarget=True condition (EvictionByEvictionAPI, ...)
+    disruption_message: str = ""
+    deletion_at: str | None = None  # metadata.deletionTimestamp: the end of its grace period
 
     @property
     def terminated(self) -> bool:
@@ -240,9 +294,12 @@ class PodView:
         exit_code = None
         reason, message = status.get("reason") or "", status.get("message") or ""
         waiting_reason = waiting_message = ""
+        disruption = disruption_message = ""
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 waiting_reason, waiting_message = cond.get("reason") or "Unschedulable", cond.get("message") or ""
+            elif cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+                disruption, disruption_message = cond.get("reason") or "DisruptionTarget", cond.get("message") or ""
         for container in status.get("containerStatuses") or []:
             state = container.get("state") or {}
             waiting = state.get("waiting") or {}
@@ -271,6 +328,9 @@ class PodView:
             message=_one_line(message),
             waiting_reason=waiting_reason,
             waiting_message=_one_line(waiting_message),
+            disruption=disruption,
+            disruption_message=_one_line(disruption_message),
+            deletion_at=metadata.get("deletionTimestamp"),
         )
 
 

@@ -3,9 +3,10 @@
 State-based: every round starts from the job and its pods as the kopf indexes hold them
 (:mod:`.observe` corrects them by what this process did since), decides with the pure
 :func:`.plan.plan` and :func:`.status.build_status`, and carries the decision out with
-the calls of :mod:`.api_calls`. It persists restart records in the status *before* it
-deletes a failed pod, and creates pods under deterministic names, so an operator killed
-at any point and started again neither double-counts a failure nor duplicates a pod.
+the calls of :mod:`.api_calls`. It persists restart and disruption records in the status
+*before* it deletes a pod, and creates pods under deterministic names, so an operator
+killed at any point and started again neither double-counts nor duplicates a pod. It
+keeps the job's PodDisruptionBudget as the spec says (no call while the index agrees).
 """
 
 from __future__ import annotations
@@ -17,22 +18,30 @@ from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
-from rolloutfleet_operator.api_calls import create_pod, delete_pod, patch_status, post_event
+from rolloutfleet_operator.api_calls import apply_pdb, create_pod, delete_pod, patch_status, post_event
+from rolloutfleet_operator.disruptions import counts_from_status
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
 from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
-from rolloutfleet_operator.pods import PodView, build_pod, template_hash
+from rolloutfleet_operator.pods import PodView, build_pdb, build_pod, pdb_spec, template_hash
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
 
-# The kopf indexes, as handlers.job_index and handlers.pod_index fill them.
+# The kopf indexes, as handlers.job_index, handlers.pod_index and handlers.pdb_index fill them.
 JobIndex = Mapping[Key, Collection[dict[str, Any]]]
 PodIndex = Mapping[Key, Collection[PodView]]
 WorkloadIndex = Mapping[Key, Collection[dict[str, Any]]]  # handlers.workload_index: Kueue Workloads by job
+PdbIndex = Mapping[Key, Collection[dict[str, Any]]]
+PDB_RETRY_S = 30.0  # a PDB sent but not yet in the index (or refused) is sent again after this
 
 
 async def reconcile(
-    key: Key, runtime: Runtime, job_index: JobIndex, pod_index: PodIndex, workload_index: WorkloadIndex | None = None
+    key: Key,
+    runtime: Runtime,
+    job_index: JobIndex,
+    pod_index: PodIndex,
+    workload_index: WorkloadIndex | None = None,
+    pdb_index: PdbIndex | None = None,
 ) -> float | None:
     """Seconds until a restart of this job falls due (None: none pending)."""
     bodies = list(job_index.get(key, []))
@@ -67,6 +76,7 @@ async def reconcile(
         current_hash,
         max_unavailable=config.max_unavailable,
         vanished=observation.vanished,
+        disruptions=(counted := counts_from_status(own_status)),
     )
     state.memory = observation.memory
     to_create = observation.creatable(the_plan.create)
@@ -80,8 +90,12 @@ async def reconcile(
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     _post_plan_events(body, the_plan.events)
+    for kind, count in the_plan.disruptions.items():
+        if count > counted.get(kind, 0):
+            metrics.WORKER_DISRUPTIONS.labels(kind=kind).inc(count - counted.get(kind, 0))
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
     await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock, gate)
+    await _keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
 
@@ -127,8 +141,9 @@ async def _delete_pods(
         pod = by_name.get(pod_name)
         if pod is not None:
             state.memory.note_deleted(pod.uid)
-        # A terminated pod has nothing left to stop: no grace period to wait out.
-        grace = 0 if pod is not None and pod.terminated else runtime.config.grace_seconds
+        # A terminated pod has nothing left to stop: no grace period to wait out. A pod
+        # deleted already is deleted again only on a node that cannot confirm: grace 0.
+        grace = 0 if pod is not None and (pod.terminated or pod.deleting) else runtime.config.grace_seconds
         calls.append(delete_pod(runtime.api, namespace, pod_name, pod.uid if pod else None, grace, why))
     await asyncio.gather(*calls)
     by_why: dict[str, list[int]] = {}
@@ -169,6 +184,32 @@ async def _create_pods(
     state.reported_refusal = refusal
     if created:
         post_event(body["metadata"], "Normal", "CreatedWorkers", f"created worker pod(s) {shown(created)}")
+
+
+async def _keep_pdb(
+    runtime: Runtime,
+    state: JobRuntime,
+    body: dict[str, Any],
+    job: RolloutJob,
+    uid: str,
+    indexed: list[dict[str, Any]],
+    clock: float,
+) -> None:
+    """Create or patch the job's PodDisruptionBudget where the index shows none like the
+    spec's: no call while it agrees, one per :data:`PDB_RETRY_S` while the watch lags."""
+    wanted = pdb_spec(job)
+    if indexed and uid in indexed[0]["owners"] and all(indexed[0]["spec"].get(k) == v for k, v in wanted.items()):
+        state.pdb_sent = None
+        return
+    if indexed and uid not in indexed[0]["owners"]:
+        return  # a previous job's of the same name: the garbage collector deletes it first
+    if state.pdb_sent is not None and state.pdb_sent[0] == wanted and clock - state.pdb_sent[1] < PDB_RETRY_S:
+        return
+    state.pdb_sent = (wanted, clock)
+    refusal = await apply_pdb(runtime.api, build_pdb(job, uid))
+    if refusal is not None and refusal != state.reported_pdb:  # a missing RBAC rule, a bad value: say so once
+        post_event(body["metadata"], "Warning", "PodDisruptionBudgetFailed", f"the API server refused it: {refusal}")
+    state.reported_pdb = refusal or ""
 
 
 def shown(indexes: Iterable[int], limit: int = 10) -> str:

@@ -26,6 +26,10 @@ class JobRuntime:
     # The last reason reported in an Event, so that each is reported once, not every round.
     reported_invalid: str = ""
     reported_refusal: str = ""
+    reported_pdb: str = ""
+    # The PodDisruptionBudget spec last sent, and when (monotonic): not sent again until the
+    # watch had time to show it.
+    pdb_sent: tuple[dict[str, Any], float] | None = None
     # The status this process wrote last, with the uid of the job it was written for.
     # The operator is the only writer of status (peering: one active replica), so this
     # is newer than the watch's copy, which can lag behind our own patches; after a

@@ -19,6 +19,7 @@ from typing import Any
 
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.refusals import refused_line, refused_versions
+from rolloutfleet_operator.disruptions import KINDS
 from rolloutfleet_operator.plan import Plan
 from rolloutfleet_operator.pods import PodView, selector
 
@@ -123,6 +124,8 @@ def build_status(
         "replicas": len(live),
         "readyReplicas": ready,
         "restarts": restarts,
+        # Evictions, preemptions, lost nodes, deletes by hand: never counted in restarts.
+        "disruptions": {kind: the_plan.disruptions.get(kind, 0) for kind in KINDS},
         "observedGeneration": generation,
         "selector": selector(job_name),
         "workers": {str(i): r.to_status() for i, r in sorted(the_plan.records.items())},

@@ -35,6 +35,13 @@ both for one Node, through the real API server:
   SIGKILLed and reported ``OOMKilled`` (exit code 137);
 * **cordon**: a Node with ``spec.unschedulable`` takes no new pods (``Unschedulable``, in
   kube-scheduler's words), unless they tolerate it;
+* **several nodes**: kubelets of different ``node_name`` share one API server; each binds
+  pods to its own node, and the API server lets one binding win (the other gets 409).
+  Their pods share this host's network: ``port_offset`` shifts each container's declared
+  ports (env values equal to one, probes) so two nodes' pods of one index don't collide;
+* **partition** (:meth:`LocalKubelet.partition`): the node stops talking to the API server
+  (no heartbeat, no binding, no status, no final delete, deaf to the watch) while its pods'
+  processes keep running, as on a node cut off from the control plane;
 * **for tests**: :meth:`LocalKubelet.kill` signals a pod's process (a crash),
   :meth:`LocalKubelet.pid` gives its pid, :meth:`LocalKubelet.log_path` its output,
   :meth:`LocalKubelet.exits` how its processes ended (also once the pod object is gone).
@@ -108,7 +115,7 @@ MEMORY_PERIOD = 0.5  # how often memory limits are checked (a real cgroup enforc
 TICK = 1.0
 # kube-scheduler v1.35's words for a pod that fits nowhere because the node is cordoned.
 UNSCHEDULABLE_NODE = "0/1 nodes are available: 1 node(s) were unschedulable."
-HEARTBEAT = 10.0
+HEARTBEAT = 4.0  # the Lease and Ready condition: well inside up.sh's --node-monitor-grace-period (20 s)
 LEASE_SECONDS = 40
 
 _SUFFIX = {
@@ -236,6 +243,7 @@ class LocalKubelet:
     scheduler_name: str = "default-scheduler"
     events: bool = True
     crash_backoff: float = 10.0  # first CrashLoopBackOff delay (doubles up to 300 s), as the kubelet's
+    port_offset: int = 0  # added to every declared containerPort (pods of several nodes share this host)
     pods: dict[tuple[str, str], RunningPod] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
@@ -255,6 +263,7 @@ class LocalKubelet:
         }
         self._setpriv = shutil.which("setpriv")
         self._stop = threading.Event()
+        self._partitioned = threading.Event()
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=10_000)
         self._lock = threading.RLock()  # guards self.pods
         self._threads: list[threading.Thread] = []
@@ -335,6 +344,13 @@ class LocalKubelet:
         assert target.process is not None, f"{namespace}/{name} runs no process"
         _signal_group(target.process, sig)
         return target.process.pid
+
+    def partition(self) -> None:
+        """Cut the node off from the API server for good (until :meth:`stop`): no heartbeat,
+        no scheduling, no status, no final deletes, watch events ignored; the pods' processes
+        keep running. The node lifecycle controller then marks the node unreachable."""
+        self._partitioned.set()
+        log.info("node %s partitioned: its pods keep running, the API server hears nothing", self.node_name)
 
     def pid(self, namespace: str, name: str, container: str | None = None) -> int | None:
         """The pid of a pod's (first or named) container, None while it runs none."""
@@ -443,6 +459,8 @@ class LocalKubelet:
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT):
+            if self._partitioned.is_set():
+                continue
             try:
                 self._renew_lease()
                 self._node_status()
@@ -544,6 +562,9 @@ class LocalKubelet:
                 kind, payload = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
                 kind, payload = "", None
+            if self._partitioned.is_set():
+                next_tick = time.monotonic() + TICK
+                continue  # deaf to the watch, schedules nothing
             try:
                 if kind == "list":
                     self._resync(payload)
@@ -859,6 +880,13 @@ class LocalKubelet:
             env[var["name"]] = str(message_file) if value == message_path else value
         return env
 
+    def _shift_ports(self, spec: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+        """With ``port_offset``, a variable naming a declared containerPort names the shifted one."""
+        if not self.port_offset:
+            return env
+        declared = {str(p["containerPort"]) for p in spec.get("ports") or [] if p.get("containerPort")}
+        return {k: str(int(v) + self.port_offset) if v in declared else v for k, v in env.items()}
+
     def _sleeper(self, pod: dict[str, Any]) -> bool:
         annotations = pod["metadata"].get("annotations") or {}
         return self.sleeper or str(annotations.get(SLEEPER_ANNOTATION, "")).lower() == "true"
@@ -882,7 +910,7 @@ class LocalKubelet:
             plans = []
             for index, spec in enumerate(specs):
                 message_file = self.work_dir_path / f"{key[0]}_{key[1]}_{spec['name']}.termination"
-                env = self._env(pod, spec, message_file)
+                env = self._shift_ports(spec, self._env(pod, spec, message_file))
                 argv = [_expand(a, env) for a in list(spec.get("command") or []) + list(spec.get("args") or [])]
                 if sleeper:
                     argv = ["sleep", "infinity"]
@@ -910,7 +938,11 @@ class LocalKubelet:
                 log_file=log_file,
                 started_at=started,
                 fallback_to_logs=spec.get("terminationMessagePolicy") == "FallbackToLogsOnError",
-                ports={p["name"]: int(p["containerPort"]) for p in spec.get("ports") or [] if p.get("name")},
+                ports={
+                    p["name"]: int(p["containerPort"]) + self.port_offset
+                    for p in spec.get("ports") or []
+                    if p.get("name")
+                },
                 argv=argv,
                 env=env,
             )
@@ -1149,6 +1181,8 @@ class LocalKubelet:
             port = container.ports.get(port)
             if port is None:
                 return False
+        else:
+            port = int(port) + self.port_offset
         scheme = str(action.get("scheme", "HTTP")).lower()
         url = f"{scheme}://127.0.0.1:{port}{action.get('path', '/')}"
         headers = {h["name"]: h["value"] for h in action.get("httpHeaders") or []}
@@ -1202,7 +1236,7 @@ class LocalKubelet:
             except Exception:
                 log.exception("%s failed", getattr(function, "__name__", function))
 
-        if self._writer is None or self._stop.is_set():
+        if self._writer is None or self._stop.is_set() or self._partitioned.is_set():
             return
         with contextlib.suppress(RuntimeError):  # shut down meanwhile
             self._writer.submit(run)
@@ -1371,6 +1405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=0, help="the node's nvidia.com/gpu count")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="a node label (repeat)")
     parser.add_argument("--scheduler-name", default="default-scheduler", help="schedule only pods naming this")
+    parser.add_argument("--port-offset", type=int, default=0, help="shift declared container ports (a second node)")
     parser.add_argument("--work-dir", type=Path, help="logs and termination messages (default: a temp dir)")
     parser.add_argument("--sleeper", action="store_true", help="run `sleep infinity` for every container")
     parser.add_argument("--simulate", action="store_true", help="run no processes: pods go Running and Ready")
@@ -1397,6 +1432,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir=args.work_dir,
         labels=labels,
         scheduler_name=args.scheduler_name,
+        port_offset=args.port_offset,
     )
     if args.pid_file:
         args.pid_file.write_text(f"{os.getpid()}\n")

@@ -164,7 +164,13 @@ def redis_server() -> Iterator[EmbeddedRedis]:
 @pytest.fixture(scope="session")
 def crds(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/rolloutjobs.rolloutfleet.io", "--timeout=30s")
+    # `kubectl wait` fails at once (not waits) while the new CRD has no conditions yet.
+    wait = ("wait", "--for=condition=Established", "crd/rolloutjobs.rolloutfleet.io", "--timeout=30s")
+    for _ in range(30):
+        if cluster.kubectl(*wait, check=False).returncode == 0:
+            return
+        time.sleep(1)
+    cluster.kubectl(*wait)
 
 
 @pytest.fixture(scope="session")

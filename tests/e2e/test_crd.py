@@ -103,6 +103,33 @@ MISTAKES: list[tuple[str, Any, str, str]] = [
         _MA + "maxEpisodeSteps",
         _MA + "maxEpisodeSteps",
     ),
+    ("spec.disruption.maxUnavailable", "120%", "spec.disruption.maxUnavailable", "spec.disruption.maxUnavailable"),
+    ("spec.disruption.maxUnavailable", -1, "spec.disruption.maxUnavailable", "spec.disruption.maxUnavailable"),
+    ("spec.disruption.nodeLossSeconds", 7200, "spec.disruption.nodeLossSeconds", "spec.disruption.nodeLossSeconds"),
+    (
+        "spec.template.metadata.labels",
+        {"rolloutfleet.io/job": "other"},
+        "spec.template.metadata.labels",
+        "spec.template.metadata.labels",
+    ),
+    (
+        "spec.template.metadata.labels",
+        {"app.kubernetes.io/managed-by": "me"},
+        "spec.template.metadata.labels",
+        "spec.template.metadata.labels",
+    ),
+    (
+        "spec.template.metadata.labels",
+        {"team": "a b"},
+        "spec.template.metadata.labels",
+        "spec.template.metadata.labels",
+    ),
+    (
+        "spec.template.metadata.annotations",
+        {"rolloutfleet.io/template-hash": "x"},
+        "spec.template.metadata.annotations",
+        "spec.template.metadata.annotations",
+    ),
 ]
 
 
@@ -151,7 +178,7 @@ def test_defaults_are_filled_in_by_the_api_server_as_the_model_does(
     )
     stored = json.loads(result.stdout)["spec"]
     model = RolloutJob.from_dict(GOOD).to_dict()["spec"]
-    for section in ("env", "sampling", "redis", "restartPolicy"):
+    for section in ("env", "sampling", "redis", "restartPolicy", "disruption"):
         for key, value in stored[section].items():
             assert model[section][key] == value, (
                 f"spec.{section}.{key}: server default {value!r} != model {model[section][key]!r}"

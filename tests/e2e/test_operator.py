@@ -216,7 +216,12 @@ def test_the_operator_user_has_only_what_it_needs(cluster: Cluster, operator_rba
 
     assert can("create", "pods", "-n", "default") == "yes"
     assert can("patch", "rolloutjobs.rolloutfleet.io/status", "-n", "default") == "yes"
+    assert can("create", "poddisruptionbudgets.policy", "-n", "default") == "yes"
+    assert can("patch", "poddisruptionbudgets.policy", "-n", "default") == "yes"
     for verb, resource in [
+        ("delete", "poddisruptionbudgets.policy"),
+        ("update", "poddisruptionbudgets.policy"),
+        ("get", "nodes"),
         ("update", "pods"),
         ("list", "secrets"),
         ("create", "deployments"),

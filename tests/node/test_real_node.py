@@ -372,13 +372,20 @@ def test_readiness_follows_the_real_probe(node: Node) -> None:
     node.kubectl("-n", NS, "delete", "rj", "unready", "--wait=true", "--timeout=60s")
 
 
-def test_drain_evicts_workers_which_wait_with_the_schedulers_reason(node: Node) -> None:
+def test_drain_respects_the_budget_and_counts_disruptions_not_restarts(node: Node) -> None:
+    """One node: the drain evicts maxUnavailable (25 % of 2, rounded up: 1) worker, whose
+    replacement waits with the scheduler's reason on the cordoned node; the job's
+    PodDisruptionBudget then refuses the other eviction until the node is uncordoned. The
+    eviction is a disruption (status.disruptions.Evicted), not a restart."""
     name = node.facts["NODE_NAME"]
-    node.kubectl(
+    before = job_status(node)
+    evicted = (before.get("disruptions") or {}).get("Evicted", 0)
+    out = node.kubectl(
         "drain", name, "--pod-selector", f"rolloutfleet.io/job={JOB}", "--delete-emptydir-data",
-        "--ignore-daemonsets", "--timeout=120s", timeout=150,
+        "--ignore-daemonsets", "--timeout=60s", check=False, timeout=90,
     )  # fmt: skip
     try:
+        assert "disruption budget" in out, out  # kubectl's words for the API server's 429
 
         def waiting() -> dict[str, Any] | None:
             status = job_status(node)
@@ -386,10 +393,14 @@ def test_drain_evicts_workers_which_wait_with_the_schedulers_reason(node: Node) 
 
         status = wait_for(waiting, 120, lambda: node.diagnostics(NS))
         assert "unschedulable" in status["message"], status["message"]
-        assert status.get("readyReplicas", 0) == 0
+        assert status["disruptions"]["Evicted"] == evicted + 1 and status["restarts"] == before["restarts"], status
+        assert status.get("readyReplicas") == 1  # the budget kept the other worker sampling
+        budget = node.get(NS, "pdb", f"{JOB}-workers")
+        assert budget["metadata"]["ownerReferences"][0]["kind"] == "RolloutJob"
     finally:
         node.kubectl("uncordon", name)
     wait_for(lambda: job_status(node).get("readyReplicas") == 2, 240, lambda: node.diagnostics(NS))
+    assert job_status(node)["restarts"] == before["restarts"]
 
 
 def test_scale_suspend_resume(node: Node) -> None:

@@ -28,7 +28,7 @@ def _api_error(status: int, message: str | None = None, reason: str = "") -> Api
 
 
 class FakeKube:
-    """The methods of ``CoreV1Api`` and ``CustomObjectsApi`` the operator uses.
+    """The methods of ``CoreV1Api``, ``CustomObjectsApi`` and ``PolicyV1Api`` the operator uses.
 
     ``calls`` lists every call in order (both clients share it: a status patch before a
     delete shows as such); :meth:`fail` makes a method raise until :meth:`recover`;
@@ -37,6 +37,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.pods: dict[str, dict[str, Any]] = {}
+        self.pdbs: dict[str, dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.failing: dict[str, ApiException] = {}
         self.delay_s = 0.0
@@ -45,7 +46,7 @@ class FakeKube:
         self._lock = threading.Lock()
 
     def api(self, slots: int = 16) -> Api:
-        return Api(core=self, custom=self, slots=asyncio.Semaphore(slots))  # type: ignore[arg-type]
+        return Api(core=self, custom=self, policy=self, slots=asyncio.Semaphore(slots))  # type: ignore[arg-type]
 
     def fail(self, method: str, status: int, message: str | None = None, reason: str = "") -> None:
         """``method`` raises as the server answering ``status`` would (a Status body with ``message``)."""
@@ -82,6 +83,21 @@ class FakeKube:
         self._call("delete_namespaced_pod", name=name, namespace=namespace, **kw)
         self.pods.pop(name, None)
         return SimpleNamespace(data=b"{}")
+
+    def create_namespaced_pod_disruption_budget(self, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
+        self._call("create_pdb", namespace=namespace, body=body)
+        name = body["metadata"]["name"]
+        if name in self.pdbs:
+            raise _api_error(409, f'poddisruptionbudgets.policy "{name}" already exists', "AlreadyExists")
+        self.pdbs[name] = body
+        return SimpleNamespace(data=json.dumps(body).encode())
+
+    def patch_namespaced_pod_disruption_budget(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
+        self._call("patch_pdb", name=name, namespace=namespace, body=body)
+        if name not in self.pdbs:
+            raise _api_error(404, f'poddisruptionbudgets.policy "{name}" not found')
+        self.pdbs[name] = {**self.pdbs[name], "spec": {**self.pdbs[name]["spec"], **body["spec"]}}
+        return SimpleNamespace(data=json.dumps(self.pdbs[name]).encode())
 
     def read_namespaced_secret(self, name: str, namespace: str) -> Any:
         self._call("read_namespaced_secret", name=name, namespace=namespace)

@@ -94,6 +94,9 @@ SECTIONS = [
     "redis.passwordSecret",
     "restartPolicy",
     "resources",
+    "template",
+    "template.metadata",
+    "disruption",
 ]
 
 

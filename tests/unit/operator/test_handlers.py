@@ -71,6 +71,12 @@ def declare_resources(server: Any) -> None:
     server.resources["v1/pods"] = kmock.ResourceInfo(
         kind="Pod", singular="pod", namespaced=True, verbs={"get", "list", "watch", "create", "delete", "patch"}
     )
+    server.resources["policy/v1/poddisruptionbudgets"] = kmock.ResourceInfo(
+        kind="PodDisruptionBudget",
+        singular="poddisruptionbudget",
+        namespaced=True,
+        verbs={"list", "watch", "create", "patch"},
+    )
     server.resources["v1/events"] = kmock.ResourceInfo(
         kind="Event", singular="event", namespaced=True, verbs={"create", "list"}
     )

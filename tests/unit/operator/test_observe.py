@@ -18,17 +18,30 @@ def pod(index: int, uid: str | None = None, **kw: Any) -> PodView:
 def test_a_first_look_remembers_the_pods_it_saw_and_finds_nothing_vanished() -> None:
     seen = observe(PodMemory(), [pod(0), pod(1)], clock=0.0)
     assert seen.pods == [pod(0), pod(1)] and seen.vanished == []
-    assert seen.memory.known == {0: "uid-0", 1: "uid-1"}
+    assert seen.memory.known == {0: pod(0), 1: pod(1)}
 
 
-def test_a_pod_gone_without_our_delete_has_vanished() -> None:
-    memory = PodMemory(known={0: "uid-0", 1: "uid-1", 2: "uid-2"})
+def test_a_pod_gone_without_our_delete_has_vanished_with_its_last_view() -> None:
+    evicted = pod(2, disruption="EvictionByEvictionAPI", deleting=True)
+    memory = PodMemory(known={0: pod(0), 1: pod(1), 2: evicted})
     seen = observe(memory, [pod(0)], clock=0.0)
-    assert seen.vanished == [1, 2] and seen.memory.known == {0: "uid-0"}
+    assert seen.vanished == [pod(1), evicted] and seen.memory.known == {0: pod(0)}
+
+
+def test_the_final_view_of_a_deleted_event_says_why_a_pod_vanished() -> None:
+    # PodGC marks the pod and deletes it at once: the index never showed the condition.
+    final = pod(1, disruption="DeletionByPodGC", deleting=True)
+    memory = PodMemory(known={0: pod(0), 1: pod(1)})
+    memory.note_gone(final)
+    seen = observe(memory, [pod(0)], clock=0.0)
+    assert seen.vanished == [final] and seen.memory.gone == {}
+    # A DELETED event seen before the index dropped the pod waits for it; a stale one is dropped.
+    early = PodMemory(known={0: pod(0)}, gone={"uid-0": pod(0, deleting=True), "old": pod(5, uid="old")})
+    assert observe(early, [pod(0)], clock=0.0).memory.gone == {"uid-0": pod(0, deleting=True)}
 
 
 def test_a_pod_we_deleted_goes_away_and_does_not_vanish() -> None:
-    memory = PodMemory(known={0: "uid-0", 1: "uid-1"}, deleted={"uid-0", "uid-1"})
+    memory = PodMemory(known={0: pod(0), 1: pod(1)}, deleted={"uid-0", "uid-1"})
     # The watch still shows pod 0 as it was before our delete: it counts as going away.
     seen = observe(memory, [pod(0)], clock=0.0)
     assert seen.pods == [pod(0, deleting=True)] and seen.vanished == []
@@ -36,7 +49,7 @@ def test_a_pod_we_deleted_goes_away_and_does_not_vanish() -> None:
 
 
 def test_a_pod_replaced_under_the_same_index_is_not_marked_by_its_predecessor() -> None:
-    memory = PodMemory(known={0: "old"}, deleted={"old"})
+    memory = PodMemory(known={0: pod(0, uid="old")}, deleted={"old"})
     seen = observe(memory, [pod(0, uid="new")], clock=0.0)
     assert seen.pods == [pod(0, uid="new")] and seen.vanished == [] and seen.memory.deleted == set()
 
@@ -54,6 +67,6 @@ def test_a_creation_is_expected_until_the_watch_shows_it_or_it_expires() -> None
 
 
 def test_observing_leaves_the_memory_it_was_given_as_it_was() -> None:
-    memory = PodMemory(known={0: "uid-0"}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
+    memory = PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
     observe(memory, [pod(3)], clock=1.0)
-    assert memory == PodMemory(known={0: "uid-0"}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
+    assert memory == PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})

@@ -127,10 +127,91 @@ def test_a_spent_budget_keeps_the_failed_pod_and_marks_the_worker_down() -> None
     assert raised.create == [0] and not raised.records[0].down
 
 
-def test_a_vanished_pod_counts_as_a_failure() -> None:
-    result = plan(job(), [pod(0), pod(2)], {}, now=50.0, current_hash=HASH, vanished=[1])
-    assert result.records[1].restarts == 1 and "deleted" in result.records[1].last_error
-    assert result.create == [] and result.records[1].restart_at == 51.0  # backing off, not recreated at once
+REASONS = {
+    "EvictionByEvictionAPI": "Evicted",
+    "PreemptionByScheduler": "Preempted",
+    "DeletionByTaintManager": "NodeTainted",
+    "TerminationByKubelet": "KubeletTerminated",
+    "DeletionByPodGC": "NodeGone",
+    "SomethingNew": "Other",
+}
+BUDGET_OF_ONE = {"restartPolicy": {"maxRestarts": 1, "backoffSeconds": 30}}
+
+
+def test_each_disruption_reason_is_counted_apart_never_against_max_restarts() -> None:
+    records: dict[int, WorkerRecord] = {}
+    counts: dict[str, int] = {}
+    for n, (reason, kind) in enumerate(REASONS.items()):
+        going = pod(0, ready=False, deleting=True, uid=f"u{n}", disruption=reason, disruption_message="why")
+        result = plan(job(replicas=1, **BUDGET_OF_ONE), [going], records, 10.0 * n, HASH, disruptions=counts)
+        records, counts = result.records, result.disruptions
+        assert counts[kind] == 1, (reason, counts)
+        assert [e.reason for e in result.events] == ["WorkerDisrupted"] and result.events[0].type == "Normal"
+        assert f"worker(s) 0 disrupted ({kind}: {reason}: why)" in result.events[0].message
+        # Gone: replaced at once (no backoff), and not counted again by its last view.
+        gone = plan(
+            job(replicas=1, **BUDGET_OF_ONE), [], records, 10.0 * n + 1, HASH, vanished=[going], disruptions=counts
+        )
+        assert gone.create == [0] and gone.disruptions == counts and gone.events == []
+    assert records[0].restarts == 0 and records[0].disruptions == len(REASONS) and records[0].restart_at is None
+    assert sum(counts.values()) == len(REASONS)
+
+
+def test_a_pod_the_kubelet_evicted_is_cleared_away_and_replaced_not_failed() -> None:
+    evicted = pod(
+        1, phase="Failed", ready=False, exit_code=137, reason="Evicted", disruption="TerminationByKubelet"
+    )  # node-pressure eviction: the pod object stays, Failed
+    result = plan(job(**BUDGET_OF_ONE), [pod(0), evicted, pod(2)], {}, now=5.0, current_hash=HASH)
+    assert result.disruptions == {"KubeletTerminated": 1} and result.records[1].restarts == 0
+    assert result.delete == [("j-worker-1", "disrupted (KubeletTerminated); replacing it")]
+    assert [e.reason for e in result.events] == ["WorkerDisrupted"]
+
+
+def test_a_real_failure_still_counts_against_the_budget() -> None:
+    for failed in (
+        pod(0, phase="Failed", ready=False, exit_code=1, uid="crash"),
+        pod(0, phase="Failed", ready=False, exit_code=137, reason="OOMKilled", uid="oom"),
+    ):
+        result = plan(job(replicas=1, **BUDGET_OF_ONE), [failed], {}, now=5.0, current_hash=HASH)
+        assert result.records[0].restarts == 1 and result.disruptions == {} and result.create == []
+        assert [e.reason for e in result.events] == ["WorkerFailed"]
+
+
+def test_a_plain_delete_is_a_disruption_and_a_failed_pod_removed_unseen_a_failure() -> None:
+    deleted = plan(job(**BUDGET_OF_ONE), [pod(0), pod(2)], {}, now=50.0, current_hash=HASH, vanished=[pod(1)])
+    assert deleted.disruptions == {"Deleted": 1} and deleted.records[1].restarts == 0 and deleted.create == [1]
+    assert "Deleted: deleted without a DisruptionTarget condition" in deleted.records[1].last_disruption
+    crashed = pod(1, phase="Failed", ready=False, exit_code=2, uid="crashed")
+    failed = plan(job(**BUDGET_OF_ONE), [pod(0), pod(2)], {}, now=50.0, current_hash=HASH, vanished=[crashed])
+    assert failed.disruptions == {} and failed.records[1].restarts == 1 and failed.create == []
+
+
+def test_disruptions_are_counted_once_per_pod_across_reconciles_and_operator_restarts() -> None:
+    evicted = pod(0, ready=False, deleting=True, uid="e1", disruption="EvictionByEvictionAPI")
+    first = plan(job(replicas=1), [evicted], {}, 1.0, HASH, disruptions={"Evicted": 4})
+    assert first.disruptions == {"Evicted": 5}
+    # A new operator reads the records and counts back from the status: nothing counted twice.
+    status = {"workers": {str(i): r.to_status() for i, r in first.records.items()}}
+    again = plan(job(replicas=1), [evicted], records_from_status(status), 2.0, HASH, disruptions=first.disruptions)
+    assert again.disruptions == {"Evicted": 5} and again.events == []
+    vanished = plan(
+        job(replicas=1), [], records_from_status(status), 3.0, HASH, vanished=[evicted], disruptions=first.disruptions
+    )
+    assert vanished.disruptions == {"Evicted": 5} and vanished.create == [0]
+
+
+def test_a_pod_stuck_deleting_on_a_silent_node_is_deleted_again_with_grace_0() -> None:
+    lost = pod(0, ready=False, deleting=True, disruption="DeletionByTaintManager", deletion_at="1970-01-01T00:01:40Z")
+    result = plan(job(replicas=2), [lost, pod(1)], {}, now=100.0, current_hash=HASH)
+    assert result.delete == [("j-worker-0", "its node does not confirm the delete; deleting it with grace 0")]
+    assert result.disruptions == {"NodeTainted": 1} and result.create == []  # created once the name is free
+    # Any pod still there 30 s after its grace period ended: its kubelet cannot confirm.
+    stuck = pod(1, ready=True, deleting=True, deletion_at="1970-01-01T00:01:00Z")
+    assert [n for n, _ in plan(job(replicas=2), [pod(0), stuck], {}, 89.0, HASH).delete] == []
+    assert [n for n, _ in plan(job(replicas=2), [pod(0), stuck], {}, 90.0, HASH).delete] == ["j-worker-1"]
+    # A ready pod the taint manager deletes on a live node stops gracefully: left to its kubelet.
+    tainted = pod(0, ready=True, deleting=True, disruption="DeletionByTaintManager", deletion_at="1970-01-01T00:01:40Z")
+    assert plan(job(replicas=1), [tainted], {}, now=100.0, current_hash=HASH).delete == []
 
 
 def test_stale_pods_are_replaced_a_few_at_a_time() -> None:

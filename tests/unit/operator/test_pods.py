@@ -10,7 +10,17 @@ import pytest
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.pods import HASH_ANNOTATION, PodView, build_pod, selector, template_hash
+from rolloutfleet_operator.pods import (
+    HASH_ANNOTATION,
+    WORKER_LABELS,
+    PodView,
+    build_pdb,
+    build_pod,
+    job_labels,
+    selector,
+    template_hash,
+    tolerations,
+)
 
 
 def job(**spec: Any) -> RolloutJob:
@@ -240,3 +250,75 @@ def test_the_job_s_own_variables_come_after_the_cpu_count() -> None:
     pod = build_pod(job(env={"id": "CartPole-v1", "vectorization": "async"}, extraEnv=extra), "u", 0, OperatorConfig())
     names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
     assert names.index("ROLLOUTFLEET_CPUS") < len(names) - 1 and names[-1] == "ROLLOUTFLEET_CPUS"
+
+
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+
+
+def test_workers_tolerate_a_lost_node_for_node_loss_seconds_and_the_job_s_own_win() -> None:
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    pod = build_pod(job(tolerations=[gpu], disruption={"nodeLossSeconds": 12}), "u", 0, OperatorConfig())
+    assert pod["spec"]["tolerations"] == [
+        gpu,
+        {**NOT_READY, "tolerationSeconds": 12},
+        {**UNREACHABLE, "tolerationSeconds": 12},
+    ]
+    assert [t.get("tolerationSeconds") for t in tolerations(job())][-2:] == [30, 30]  # the default
+    mine = {**UNREACHABLE, "tolerationSeconds": 600}
+    assert tolerations(job(tolerations=[mine])) == [mine, {**NOT_READY, "tolerationSeconds": 30}]
+    everything = {"operator": "Exists"}  # tolerates every taint, for ever: the job's choice
+    assert tolerations(job(tolerations=[everything])) == [everything]
+
+
+def test_template_metadata_reaches_the_pods_and_replaces_them_when_changed() -> None:
+    meta = {
+        "labels": {"team": "rl", "kueue.x-k8s.io/pod-group-name": "g"},
+        "annotations": {"sidecar.istio.io/inject": "false"},
+    }
+    pod = build_pod(job(template={"metadata": meta}), "u", 1, OperatorConfig())
+    assert (
+        pod["metadata"]["labels"]["team"] == "rl" and pod["metadata"]["labels"]["rolloutfleet.io/worker-index"] == "1"
+    )
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "g"
+    assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    assert HASH_ANNOTATION in pod["metadata"]["annotations"]
+    config = OperatorConfig()
+    base = template_hash(job(), config)
+    # Like a Deployment's template: new labels replace the pods (admission webhooks see new pods only).
+    assert template_hash(job(template={"metadata": meta}), config) != base
+    assert template_hash(job(disruption={"nodeLossSeconds": 5}), config) != base  # the tolerations change
+    assert template_hash(job(disruption={"maxUnavailable": 3}), config) == base  # the PDB only
+
+
+def test_the_operator_s_own_labels_are_the_ones_the_spec_refuses() -> None:
+    from rolloutfleet.spec.disruption import RESERVED_LABELS, RESERVED_PREFIX
+
+    assert tuple(WORKER_LABELS) == RESERVED_LABELS
+    assert all(k.startswith(RESERVED_PREFIX) for k in build_pod(job(), "u", 0, OperatorConfig())["metadata"]["labels"]
+               if k not in WORKER_LABELS)  # fmt: skip
+
+
+def test_the_pdb_selects_the_job_s_workers_and_is_owned_by_the_job() -> None:
+    pdb = build_pdb(job(disruption={"maxUnavailable": "50%"}), "job-uid")
+    assert pdb["metadata"]["name"] == "cp-workers" and pdb["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
+    assert pdb["spec"] == {
+        "maxUnavailable": "50%",
+        "selector": {"matchLabels": job_labels("cp")},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    worker = build_pod(job(), "u", 0, OperatorConfig())["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= worker.items()
+    assert build_pdb(job(), "u")["spec"]["maxUnavailable"] == "25%"
+
+
+def test_the_disruption_condition_and_the_deletion_time_are_read_back() -> None:
+    pod = build_pod(job(), "u", 0, OperatorConfig())
+    pod["metadata"].update(uid="p", deletionTimestamp="2026-01-01T00:00:30Z")
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    pod["status"] = {"phase": "Running", "conditions": [{**condition, "message": "Eviction API: evicting"}]}
+    view = PodView.from_pod(pod)
+    assert view is not None and view.deleting and view.deletion_at == "2026-01-01T00:00:30Z"
+    assert (view.disruption, view.disruption_message) == ("EvictionByEvictionAPI", "Eviction API: evicting")
+    pod["status"]["conditions"] = [{**condition, "status": "False"}]  # a condition that says no
+    assert PodView.from_pod(pod).disruption == ""  # type: ignore[union-attr]

@@ -49,7 +49,7 @@ async def run(runtime: Runtime, job: dict[str, Any], pods: list[PodView]) -> flo
 async def test_a_new_job_gets_its_pods_a_status_and_one_event(kube: Any, posted: list[dict[str, Any]]) -> None:
     runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(replicas=3)
     assert await run(runtime, job, []) is None
-    assert [name for name, _ in kube.calls] == ["patch_status"] + ["create_namespaced_pod"] * 3
+    assert [name for name, _ in kube.calls] == ["patch_status"] + ["create_namespaced_pod"] * 3 + ["create_pdb"]
     assert sorted(made(kube)) == ["cp-worker-0", "cp-worker-1", "cp-worker-2"]
     assert kube.pods["cp-worker-0"]["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
     assert [(e["reason"], e["message"]) for e in posted] == [("CreatedWorkers", "created worker pod(s) 0, 1, 2")]
@@ -84,16 +84,52 @@ async def test_a_failure_is_recorded_before_its_pod_is_deleted_and_counted_once(
 
 
 @pytest.mark.asyncio
-async def test_a_pod_that_vanishes_is_a_failure_and_is_replaced(kube: Any, posted: list[dict[str, Any]]) -> None:
-    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(restartPolicy=NO_BACKOFF)
+async def test_a_pod_deleted_by_someone_else_is_a_disruption_replaced_at_once(
+    kube: Any, posted: list[dict[str, Any]]
+) -> None:
+    # Backoff and a budget of 1: a failure would wait and spend it; a disruption does neither.
+    runtime = Runtime(config=OperatorConfig(), api=kube.api())
+    job = indexed_job(restartPolicy={"maxRestarts": 1, "backoffSeconds": 60})
     await run(runtime, job, [])
     both = [observed(kube, "cp-worker-0"), observed(kube, "cp-worker-1")]
     await run(runtime, job, both)
     kube.calls.clear()
-    await run(runtime, job, both[:1])  # someone else deleted worker 1
+    await run(runtime, job, both[:1])  # someone else deleted worker 1 (kubectl delete pod)
     record = job["status"]["workers"]["1"]
-    assert record["restarts"] == 1 and record["lastError"] == "pod deleted or evicted"
+    assert record["restarts"] == 0 and record["disruptions"] == 1 and record["lastDisruptedPod"] == both[1].uid
+    assert job["status"]["restarts"] == 0 and job["status"]["disruptions"]["Deleted"] == 1
     assert made(kube) == ["cp-worker-1"] and not kube.named("delete_namespaced_pod")
+    disrupted = [e for e in posted if e["reason"] == "WorkerDisrupted"]
+    assert (
+        len(disrupted) == 1
+        and disrupted[0]["type"] == "Normal"
+        and "worker(s) 1 disrupted (Deleted" in (disrupted[0]["message"])
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_pdb_is_created_once_and_left_alone_while_the_index_agrees(kube: Any, posted: list[Any]) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(disruption={"maxUnavailable": 1})
+    await run(runtime, job, [])
+    (created,) = [call["body"] for call in kube.named("create_pdb")]
+    assert created["metadata"]["name"] == "cp-workers" and created["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
+    assert created["spec"]["maxUnavailable"] == 1 and created["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert created["spec"]["selector"]["matchLabels"]["rolloutfleet.io/job"] == "cp"
+    indexed = {KEY: [{"owners": ["job-uid"], "spec": created["spec"]}]}
+    kube.calls.clear()
+    for _ in range(3):  # steady state: no call at all
+        await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []}, pdb_index=indexed)
+    assert not kube.named("create_pdb") and not kube.named("patch_pdb")
+    # A new maxUnavailable: one create answered 409, then one patch of the spec.
+    job["spec"]["disruption"] = {"maxUnavailable": "50%"}
+    await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []}, pdb_index=indexed)
+    await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []}, pdb_index=indexed)  # the watch lags: not sent again
+    assert [p["body"]["spec"]["maxUnavailable"] for p in kube.named("patch_pdb")] == ["50%"]
+    assert kube.pdbs["cp-workers"]["spec"]["maxUnavailable"] == "50%"
+    # Another job's of the same name (deleted, recreated): left to the garbage collector.
+    kube.calls.clear()
+    await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []}, pdb_index={KEY: [{"owners": ["old-uid"], "spec": {}}]})
+    assert not kube.named("create_pdb") and not kube.named("patch_pdb")
 
 
 @pytest.mark.asyncio
@@ -164,3 +200,15 @@ async def test_a_restart_in_backoff_asks_for_a_round_when_it_falls_due(kube: Any
 def test_event_messages_list_a_few_indexes_and_count_the_rest() -> None:
     assert shown([3, 1]) == "3, 1"
     assert shown(range(13)) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 3 more"
+
+
+@pytest.mark.asyncio
+async def test_a_refused_pdb_is_reported_once_and_the_workers_still_run(kube: Any, posted: list[Any]) -> None:
+    runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job()
+    kube.fail("create_pdb", 403, 'poddisruptionbudgets.policy is forbidden: User "op" cannot create')
+    await run(runtime, job, [])
+    runtime.job(KEY).pdb_sent = None  # as if PDB_RETRY_S had passed
+    await run(runtime, job, [])
+    assert sorted(made(kube)) == ["cp-worker-0", "cp-worker-1"] and len(kube.named("create_pdb")) == 2
+    warnings = [e for e in posted if e["reason"] == "PodDisruptionBudgetFailed"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning" and "forbidden" in warnings[0]["message"]

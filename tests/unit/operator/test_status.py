@@ -209,3 +209,22 @@ def test_a_job_that_never_waited_has_no_waiting_condition() -> None:
     beats = {0: {"env_steps": 1.0, "time": 10.0, "waiting_for_learner_since": 0.0}}
     status = build_status("j", False, Plan(desired=1), [pod(0)], 1, now=12.0, beats=beats)
     assert set(conditions(status)) == {"Ready", "Degraded", "Failed"} and status["reason"] == "AllWorkersReady"
+
+
+def test_disruptions_are_shown_apart_from_restarts_every_kind_listed() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from rolloutfleet_operator.disruptions import KINDS
+
+    the_plan = Plan(desired=2, records={1: WorkerRecord(disruptions=2)}, disruptions={"Evicted": 1, "NodeTainted": 1})
+    status = build_status("j", False, the_plan, [pod(0), pod(1)], generation=1, now=0.0)
+    assert status["restarts"] == 0 and status["phase"] == "Running"
+    assert status["disruptions"] == {**dict.fromkeys(KINDS, 0), "Evicted": 1, "NodeTainted": 1}
+    assert status["workers"]["1"]["disruptions"] == 2
+    root = Path(__file__).resolve().parents[3]
+    crd = next(d for d in yaml.safe_load_all((root / "crds" / "rolloutjobs.rolloutfleet.io.yaml").read_text()) if d)
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert list(schema["disruptions"]["properties"]) == list(KINDS)
+    assert set(WorkerRecord().to_status()) == set(schema["workers"]["additionalProperties"]["properties"])

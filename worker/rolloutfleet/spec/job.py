@@ -23,6 +23,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
@@ -462,6 +463,10 @@ class RolloutJobSpec(_Model):
     priority_class_name: str | None = None
     service_account_name: str | None = None
     env_vars: list[dict[str, Any]] = Field(default_factory=list, alias="extraEnv")
+    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+    """``metadata.labels`` / ``metadata.annotations`` of the worker pods (:mod:`rolloutfleet.spec.disruption`)."""
+    disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
+    """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.disruption`)."""
 
     @model_validator(mode="after")
     def _single_agent_env_options(self) -> RolloutJobSpec:
