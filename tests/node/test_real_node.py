@@ -110,6 +110,7 @@ def waiting_for_learner(status: dict[str, Any]) -> dict[str, Any] | None:
     return next((c for c in status.get("conditions") or [] if c["type"] == "WaitingForLearner"), None)
 
 
+@pytest.mark.timeout(720)  # five minutes watched, after the fleet's start and before the replacement's
 def test_no_learner_yet_the_fleet_stays_ready_waiting_for_one(node: Node) -> None:
     """Five minutes with no learner (the chart example: block, maxLen 64, blockTimeoutSeconds
     60, so five timeouts and more): Ready, WaitingForLearner; a worker killed meanwhile is
