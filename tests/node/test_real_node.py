@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from typing import Any
@@ -350,6 +351,48 @@ def test_termination_message_reaches_the_job_status(node: Node) -> None:
     terminated = [p["status"]["containerStatuses"][0]["state"].get("terminated") for p in pods]
     assert any(t and "NoSuchEnv" in t.get("message", "") and t["exitCode"] == 3 for t in terminated), terminated
     node.kubectl("-n", NS, "delete", "rj", "noenv", "--wait=true", "--timeout=60s")
+
+
+def test_a_deleted_worker_publishes_the_fragment_in_hand_then_exits_and_counts_a_disruption(node: Node) -> None:
+    """`kubectl delete pod`: SIGTERM from the real kubelet mid-fragment (one CartPole, 100 000
+    steps a fragment: seconds to sample), the worker finishes that fragment, publishes it
+    within the grace period and exits 0; the operator counts a disruption, not a restart."""
+    import redis
+
+    apply_job(node, "stopper", {"env": {"numEnvs": 1}, "sampling": {"rolloutFragmentLength": 100_000}})
+    wait_for(lambda: job_status(node, "stopper").get("readyReplicas") == 1, 180, lambda: node.diagnostics(NS))
+    url, password = redis_url_and_password(node)
+    client: Any = redis.Redis.from_url(url, password=password)
+    stream = "rolloutfleet:{rl/stopper}:batches"
+
+    def entries() -> list[dict[bytes, bytes]]:
+        return [fields for _, fields in client.xrange(stream)]
+
+    first = wait_for(lambda: entries() or None, 120, lambda: node.diagnostics(NS))[0]
+    producer = first[b"producer"]
+    pod = "stopper-worker-0"
+    logs = subprocess.Popen(
+        [node.facts["KUBECTL"], "-n", NS, "logs", "-f", pod],
+        env={**os.environ, "KUBECONFIG": node.kubeconfig},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)  # into the next fragment
+        asked = time.time()
+        node.kubectl("-n", NS, "delete", "pod", pod, "--wait=true", "--timeout=60s", timeout=90)
+        out, _ = logs.communicate(timeout=30)
+    finally:
+        logs.kill()
+    assert "finishing the current fragment" in out and "stopped cleanly" in out, out[-2000:]
+    assert "dropped" not in out, out[-2000:]
+    after = [f for f in entries() if f[b"producer"] == producer and float(f[b"created_at"]) >= asked]
+    assert after, "no fragment published after the delete"  # the last: the one in hand at the signal
+    assert int(after[-1][b"env_steps"]) == 100_000  # whole: sampled to its end after the signal
+    status = wait_for(lambda: (s := job_status(node, "stopper")).get("disruptions", {}).get("Deleted") == 1 and s, 60)
+    assert status["restarts"] == 0, status
+    node.kubectl("-n", NS, "delete", "rj", "stopper", "--wait=true", "--timeout=60s")
 
 
 def test_readiness_follows_the_real_probe(node: Node) -> None:
