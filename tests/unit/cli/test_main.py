@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -100,3 +101,24 @@ def test_validate_estimates_sizes_and_refuses_what_cannot_work_naming_the_field(
         assert refused.stderr.count("\n") == 1 and f"job.yaml: {field}:" in refused.stderr, refused.stderr
     spec_only = run("validate", "--spec-only", manifest(tmp_path, "{env: {entryPoint: 'nosuchmod:make'}}"))
     assert spec_only.returncode == 0 and "sizes not checked" in spec_only.stdout
+
+
+def test_log_level_flag_then_environment_then_info_for_a_worker_warning_for_the_rest() -> None:
+    from rolloutfleet.cli.main import log_level
+
+    assert log_level(None, {}, "worker") == "INFO"  # a pod's worker says when it starts, waits, stops
+    assert log_level(None, {}, "run") == "WARNING"
+    assert log_level(None, {"ROLLOUTFLEET_LOG_LEVEL": "debug"}, "worker") == "DEBUG"
+    assert log_level("error", {"ROLLOUTFLEET_LOG_LEVEL": "debug"}, "worker") == "ERROR"
+    assert log_level("loud", {}, "worker") is None
+
+
+def test_a_bad_log_level_is_one_line_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from rolloutfleet.cli.main import main
+
+    assert main(["--log-level", "loud", "validate", "examples/cartpole.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "rolloutfleet: log level 'loud' (--log-level or ROLLOUTFLEET_LOG_LEVEL) is not one of "
+        "DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    )

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from rolloutfleet.fleet.worker import main as worker_main
 
-    return worker_main()
+    return worker_main(log_level=args.log_level)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -114,7 +115,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
-    parser.add_argument("--log-level", default="WARNING", help="python logging level (default: WARNING)")
+    parser.add_argument(
+        "--log-level",
+        help="python logging level (default: $ROLLOUTFLEET_LOG_LEVEL, else INFO for `worker`, WARNING for the rest)",
+    )
     commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
 
     sample = commands.add_parser("sample", help="sample locally and write every column to a .npz file")
@@ -178,7 +182,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command_name != "run":
             build_parser().error("`-- COMMAND` is only for `rolloutfleet run`")
         args.command = command
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asked = args.log_level or os.environ.get("ROLLOUTFLEET_LOG_LEVEL")
+    args.log_level = log_level(args.log_level, os.environ, args.command_name)
+    if args.log_level is None:
+        levels = "DEBUG, INFO, WARNING, ERROR, CRITICAL"
+        print(f"rolloutfleet: log level {asked!r} (--log-level or ROLLOUTFLEET_LOG_LEVEL) is not one of {levels}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.command_name != "worker":  # the worker configures its own (JSON lines) logging
+        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
@@ -187,6 +199,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def log_level(flag: str | None, environ: Mapping[str, str], command: str) -> str | None:
+    """The logging level asked for (the flag, else ``ROLLOUTFLEET_LOG_LEVEL``, else INFO for a
+    worker process, whose start, waits and stop are worth a line each, and WARNING for the
+    commands people run by hand); None when what was asked is no level.
+
+    >>> log_level(None, {}, "worker"), log_level(None, {"ROLLOUTFLEET_LOG_LEVEL": "debug"}, "run")
+    ('INFO', 'DEBUG')
+    """
+    asked = (flag or environ.get("ROLLOUTFLEET_LOG_LEVEL") or ("INFO" if command == "worker" else "WARNING")).upper()
+    return asked if isinstance(logging.getLevelName(asked), int) else None
 
 
 if __name__ == "__main__":

@@ -337,9 +337,10 @@ def report_fatal(message: str) -> None:
         TERMINATION_LOG.write_text(line + "\n")
 
 
-def main(environ: Mapping[str, str] | None = None) -> int:
+def main(environ: Mapping[str, str] | None = None, log_level: str | None = None) -> int:
+    """``log_level``: as ``rolloutfleet --log-level`` resolved it; else ``ROLLOUTFLEET_LOG_LEVEL``, INFO."""
     logging.basicConfig(
-        level=os.environ.get("ROLLOUTFLEET_LOG_LEVEL", "INFO").upper(),
+        level=(log_level or os.environ.get("ROLLOUTFLEET_LOG_LEVEL") or "INFO").upper(),
         format='{"ts": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "msg": %(message)r}',
     )
     # Handlers first: a pod deleted while torch is still importing must still exit 0.
