@@ -1,7 +1,10 @@
 """RolloutFleet's worker library: sample RL experience, ship it over Redis.
 
-``rolloutfleet.spec.job`` (the RolloutJob model) imports neither torch nor gymnasium, so
-the operator can use it; everything that needs them is imported on first use::
+``__all__`` is the public API, what a learner, a notebook or a custom env / policy author
+imports; everything else is internal and may move. ``import rolloutfleet`` loads only the
+spec (the operator imports ``rolloutfleet.spec``, and the package comes with it): the other
+names are imported on first use, from the table ``_LAZY`` below, so torch, gymnasium, numpy
+and redis load only when a name that needs them is used::
 
     from rolloutfleet import EnvRunner, RolloutJob
 
@@ -17,9 +20,15 @@ from typing import TYPE_CHECKING, Any
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 if TYPE_CHECKING:
-    from rolloutfleet.data.batch import SampleBatch
+    from rolloutfleet.data import codec
+    from rolloutfleet.data.batch import SampleBatch, state_columns
+    from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
+    from rolloutfleet.inference.recurrent_model import is_stateful
     from rolloutfleet.sampling.callbacks import Callbacks
     from rolloutfleet.sampling.env_runner import EnvRunner
+    from rolloutfleet.sampling.envs import EnvContext, env_creator, env_spaces
+    from rolloutfleet.sampling.policy_mapping import EpisodeInfo
+    from rolloutfleet.sampling.runners import build_model, build_policy_models
     from rolloutfleet.transport.consumer import BatchConsumer
     from rolloutfleet.transport.global_step import GlobalStepPublisher
     from rolloutfleet.transport.publisher import BatchPublisher
@@ -28,31 +37,57 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    # Redis I/O: what a learner reads and publishes with.
     "BatchConsumer": "rolloutfleet.transport.consumer",
     "BatchPublisher": "rolloutfleet.transport.publisher",
     "GlobalStepPublisher": "rolloutfleet.transport.global_step",
     "WeightPublisher": "rolloutfleet.transport.weights",
     "WeightSubscriber": "rolloutfleet.transport.weights",
+    # Experience as data.
     "SampleBatch": "rolloutfleet.data.batch",
+    "state_columns": "rolloutfleet.data.batch",
+    # Sampling, and what custom envs and callbacks are handed.
     "EnvRunner": "rolloutfleet.sampling.env_runner",
     "Callbacks": "rolloutfleet.sampling.callbacks",
+    "EnvContext": "rolloutfleet.sampling.envs",
+    "env_creator": "rolloutfleet.sampling.envs",
+    "env_spaces": "rolloutfleet.sampling.envs",
+    "EpisodeInfo": "rolloutfleet.sampling.policy_mapping",
+    # The job's models, as the workers build them (a learner trains the same ones).
+    "build_model": "rolloutfleet.sampling.runners",
+    "build_policy_models": "rolloutfleet.sampling.runners",
+    "is_stateful": "rolloutfleet.inference.recurrent_model",
+    "MASK_KEY": "rolloutfleet.inference.obs_spaces",
+    "ObsParts": "rolloutfleet.inference.obs_spaces",
+    "obs_parts": "rolloutfleet.inference.obs_spaces",
 }
 # Public modules under their short names (``from rolloutfleet import codec``).
 _MODULES = {"codec": "rolloutfleet.data.codec"}
 
 __all__ = [
+    "MASK_KEY",
     "BatchConsumer",
     "BatchPublisher",
     "Callbacks",
+    "EnvContext",
     "EnvRunner",
+    "EpisodeInfo",
     "GlobalStepPublisher",
+    "ObsParts",
     "RolloutJob",
     "SampleBatch",
     "SpecError",
     "WeightPublisher",
     "WeightSubscriber",
     "__version__",
+    "build_model",
+    "build_policy_models",
     "codec",
+    "env_creator",
+    "env_spaces",
+    "is_stateful",
+    "obs_parts",
+    "state_columns",
 ]
 
 
@@ -65,3 +100,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

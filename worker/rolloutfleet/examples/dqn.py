@@ -34,9 +34,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rolloutfleet import RolloutJob
+from rolloutfleet import RolloutJob, build_model
 from rolloutfleet.examples.ppo import EpisodeReturns
-from rolloutfleet.sampling.runners import build_model
 
 
 @dataclass(frozen=True)
@@ -239,8 +238,7 @@ def _refusal(job: RolloutJob, action_space: spaces.Space) -> str | None:  # type
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rolloutfleet import BatchConsumer, GlobalStepPublisher, WeightPublisher
-    from rolloutfleet.sampling.envs import env_creator
+    from rolloutfleet import BatchConsumer, GlobalStepPublisher, WeightPublisher, env_creator
 
     args = _arguments(argv)
     torch.manual_seed(args.seed)

@@ -21,8 +21,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rolloutfleet.data.batch import state_columns
-from rolloutfleet.examples.ppo import PPO, PPOConfig
+from rolloutfleet import state_columns
+from rolloutfleet.examples.ppo_algorithm import PPO, PPOConfig
 
 
 def sequences(batch: Mapping[str, np.ndarray], max_len: int) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolloutfleet.sampling.policy_mapping import EpisodeInfo
+from rolloutfleet import EpisodeInfo
 
 TRAINED = "main"
 SNAPSHOT = "main_v1"

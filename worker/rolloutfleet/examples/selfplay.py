@@ -35,10 +35,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rolloutfleet import RolloutJob, SampleBatch
-from rolloutfleet.examples.ppo import PPO, PPOConfig
+from rolloutfleet import MASK_KEY, ObsParts, RolloutJob, SampleBatch, obs_parts
+from rolloutfleet.examples.ppo_algorithm import PPO, PPOConfig
 from rolloutfleet.examples.seats import SNAPSHOT, TRAINED
-from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
 
 
 def in_episode_order(batch: SampleBatch) -> SampleBatch:
@@ -145,8 +144,7 @@ def env_maker(job: RolloutJob) -> Callable[[], Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rolloutfleet import BatchConsumer, WeightPublisher
-    from rolloutfleet.sampling.runners import build_policy_models
+    from rolloutfleet import BatchConsumer, WeightPublisher, build_policy_models
 
     parser = argparse.ArgumentParser(description="Train a turn-based game's policy 'main' by self-play.")
     parser.add_argument("manifest", help="the job's RolloutJob YAML (policies main and main_v1)")

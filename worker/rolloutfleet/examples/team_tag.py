@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rolloutfleet.sampling.envs import EnvContext
+from rolloutfleet import EnvContext
 
 MOVES = np.array([[0, 0], [0, -1], [0, 1], [-1, 0], [1, 0]], np.int64)
 TAG_REWARD = 1.0
