@@ -1,9 +1,11 @@
 """Policy inference on the GPU next to the CPU: our EnvRunner's env steps/s, in one run.
 
-Two workloads, each at numEnvs 64 / 256 / 1 024 (``--envs``):
+Three workloads, each at numEnvs 64 / 256 / 1 024 (``--envs``):
 
 * **mlp** — CartPole-v1 (gymnasium's vector env) with a 256x256 tanh MLP
   (``policy.hidden: [256, 256]``);
+* **lstm** — the same env with a recurrent policy: a 256 MLP trunk, an LSTM of 256, each
+  sub-env's state carried and recorded per row (``policy.recurrent``; torch on both devices);
 * **cnn** — 4x84x84 uint8 frame stacks (``bench.frames_env``: Atari-shaped frames that cost one
   copy per step, so the policy's cost shows) with the default Nature CNN.
 
@@ -36,6 +38,11 @@ from rolloutfleet.sampling.heap import keep_freed_memory
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "mlp": {"env": "CartPole-v1", "policy": {"hidden": [256, 256]}, "rows": 12_800},
+    "lstm": {
+        "env": "CartPole-v1",
+        "policy": {"hidden": [256], "recurrent": {"cell": "lstm", "size": 256}},
+        "rows": 12_800,
+    },
     "cnn": {"env": "RolloutFleetFrames-v0", "policy": {}, "rows": 2_048},
 }
 """``rows``: about this many rows per sample() call (the fragment is rows // numEnvs, at least 2):
@@ -86,7 +93,11 @@ def pct(ratio: float) -> str:
 
 
 def section(workload: str, args: argparse.Namespace, why_no_gpu: str | None) -> None:
-    label = {"mlp": "CartPole-v1, MLP 256x256", "cnn": "4x84x84 uint8 frames, Nature CNN"}[workload]
+    label = {
+        "mlp": "CartPole-v1, MLP 256x256",
+        "lstm": "CartPole-v1, MLP 256 + LSTM 256",
+        "cnn": "4x84x84 uint8 frames, Nature CNN",
+    }[workload]
     print(f"\n{workload}: {label}, env steps/s, median of {args.repeats} x {args.seconds}s")
     print(
         f"{'envs':>5} {'ceiling':>11} {'ours cpu':>10} {'ours gpu':>10} {'cpu/ceiling':>12} {'gpu/ceiling':>12} {'gpu/cpu':>8}"

@@ -92,8 +92,8 @@ def test_workers_and_the_learner_start_from_the_same_weights_in_numpy_and_in_tor
 
 def test_numpy_and_torch_policies_act_alike_on_the_same_weights() -> None:
     obs_space, act_space = spaces.Box(-1, 1, (3,)), spaces.Box(-2, 2, (2,))
-    fast = Policy(PolicySpec(hidden=[16, 16]), obs_space, act_space, init_seed=5)
-    slow = Policy(PolicySpec(hidden=[16, 16], inference="torch"), obs_space, act_space, init_seed=7)
+    fast = Policy(PolicySpec(hidden=[16, 16], device="cpu"), obs_space, act_space, init_seed=5)
+    slow = Policy(PolicySpec(hidden=[16, 16], device="cpu", inference="torch"), obs_space, act_space, init_seed=7)
     assert (fast.inference, slow.inference) == ("numpy", "torch")
     trained = {name: value + np.float32(0.05) for name, value in slow.get_weights().items()}
     fast.set_weights(trained)
@@ -214,7 +214,8 @@ def test_masked_actions_are_legal_and_equal_in_the_numpy_and_torch_paths(explore
     masks[np.arange(256), rng.integers(0, 9, 256)] = True  # one legal move at least
     outputs = []
     for inference in ("auto", "torch"):
-        policy = Policy(PolicySpec(hidden=[16], inference=inference), CLASSIC, spaces.Discrete(9), seed=3, init_seed=4)
+        spec = PolicySpec(hidden=[16], device="cpu", inference=inference)
+        policy = Policy(spec, CLASSIC, spaces.Discrete(9), seed=3, init_seed=4)
         weights = policy.get_weights()
         weights["pi.bias"][:] = np.arange(9, dtype=np.float32)  # the model prefers high actions, legal or not
         policy.set_weights(weights)

@@ -1,4 +1,5 @@
-"""Sampling with the policy on a CUDA device: every row as the same weights give on the CPU.
+"""Sampling with the policy on a CUDA device: every row as the same weights give on the CPU
+(feed-forward MLP and CNN, recurrent LSTM and GRU).
 
 These need a GPU (CI has none: they skip there, with the reason); ``make bench`` measures the
 same jobs' speed (``bench/bench_gpu.py``).
@@ -13,6 +14,7 @@ import pytest
 
 from rolloutfleet import EnvRunner, RolloutJob, SampleBatch
 from rolloutfleet.inference.device import usable_cuda_devices
+from tests.unit.sampling.test_recurrent_sampling import collect, episodes, replay
 
 pytestmark = pytest.mark.skipif(usable_cuda_devices() == 0, reason="no usable CUDA device on this machine")
 
@@ -55,3 +57,20 @@ def test_nature_cnn_on_the_gpu_acts_on_frame_stacks() -> None:
     assert batch["obs"].shape == (16 * 8, 4, 84, 84)
     # cuDNN convolves in TF32 by default (torch.backends.cudnn.allow_tf32): ~1e-3 relative
     check_rows_against_the_cpu(gpu, cpu, batch, tol=5e-3)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_recurrent_policy_on_the_gpu_carries_each_sub_envs_state(cell: str) -> None:
+    """Every row's recorded state_in is what replaying its episode on the CPU gives, with the
+    GPU's weights: the state stays on its sub-env across steps, resets and fragments."""
+    env = {"id": "CartPole-v1", "numEnvs": 32}
+    policy = {"hidden": [64], "recurrent": {"cell": cell, "size": 32}, "stateOut": True}
+    gpu, cpu = runner(env, policy, "cuda"), runner(env, policy, "cpu")
+    assert (gpu.policy.device, gpu.policy.recurrent) == ("cuda", True)
+    batch = collect(gpu, 4)
+    cpu.policy.set_weights(gpu.policy.get_weights())
+    found = episodes(batch)
+    rows = sum(replay(cpu.policy.torch_model(), episode, atol=1e-4) for episode in found)
+    assert len(found) >= 8 and rows >= 300
+    assert any(len(np.unique(episode["call"])) > 1 for episode in found), "no episode crossed a fragment"
+    assert np.abs(batch["state_in_0"][batch["t"] > 0]).max() > 1e-3

@@ -55,22 +55,23 @@ def episodes(batch: SampleBatch, key: str = "eps_id") -> list[SampleBatch]:
     return found
 
 
-def replay(model: torch.nn.Module, episode: SampleBatch) -> int:
+def replay(model: torch.nn.Module, episode: SampleBatch, atol: float = 1e-5) -> int:
     """Step the model through the episode's observations from its initial state; assert each
-    row's state_in (state_out, model outputs) equal the replay's. Returns rows checked."""
+    row's state_in (state_out, model outputs) equal the replay's, within ``atol``. Returns rows
+    checked."""
     names = state_columns(episode)
     state = [part[None] for part in model.initial_state()]
     assert len(names) == len(state)
     with torch.no_grad():
         for i in range(len(episode)):
             for name, part in zip(names, state, strict=True):
-                np.testing.assert_allclose(episode[name][i], part[0].numpy(), atol=1e-5, err_msg=f"{name} row {i}")
+                np.testing.assert_allclose(episode[name][i], part[0].numpy(), atol=atol, err_msg=f"{name} row {i}")
             out, values, state = model(torch.as_tensor(episode["obs"][i : i + 1]), state)
-            np.testing.assert_allclose(episode["action_dist_inputs"][i], out[0].numpy(), atol=1e-5)
-            np.testing.assert_allclose(episode["vf_preds"][i], values[0].numpy(), atol=1e-5)
+            np.testing.assert_allclose(episode["action_dist_inputs"][i], out[0].numpy(), atol=atol)
+            np.testing.assert_allclose(episode["vf_preds"][i], values[0].numpy(), atol=atol)
             for k, part in enumerate(state):
                 if f"state_out_{k}" in episode:
-                    np.testing.assert_allclose(episode[f"state_out_{k}"][i], part[0].numpy(), atol=1e-5)
+                    np.testing.assert_allclose(episode[f"state_out_{k}"][i], part[0].numpy(), atol=atol)
     return len(episode)
 
 

@@ -151,7 +151,9 @@ def test_a_learner_model_reads_the_leaves_as_the_worker_did() -> None:
 
     from rolloutfleet.sampling.runners import build_model
 
-    the_job = job({"id": "Blackjack-v1", "numEnvs": 2}, {"rolloutFragmentLength": 10}, {"hidden": [16]})
+    the_job = job(
+        {"id": "Blackjack-v1", "numEnvs": 2}, {"rolloutFragmentLength": 10}, {"hidden": [16], "device": "cpu"}
+    )
     runner = EnvRunner(the_job)
     assert runner.policy.inference == "numpy"
     batch = runner.sample()

@@ -191,7 +191,8 @@ class TorchModel:
                 f"spec.policy: the model returned vf_preds of shape {tuple(values.shape)}, expected ({rows},)"
             )
         parts = [dist_inputs.detach(), values.detach().reshape(rows), *(part.detach() for part in state or [])]
-        if not self.one_copy_back:
+        if not self.one_copy_back or any(part.device != dist_inputs.device for part in parts):
+            # a custom model may return a tensor it built on the host (a constant value): copy each
             return [part.cpu().numpy() for part in parts]
         flat = [part.reshape(rows, -1).float() for part in parts]
         host = torch.cat(flat, dim=1).cpu().numpy()
