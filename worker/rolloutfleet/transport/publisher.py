@@ -38,12 +38,10 @@ from rolloutfleet.transport.batch_entry import BatchEntries, PayloadTooLarge, we
 from rolloutfleet.transport.connection import (
     DEFAULT_RECONNECT_TIMEOUT_S,
     RETRYABLE,
-    RetryLoop,
-    connect,
+    JobClient,
     explain,
     is_cluster,
     node_client,
-    where_url,
 )
 from rolloutfleet.transport.room import MemoryRoom, RedisFull, undelivered
 from rolloutfleet.transport.sharding import record_shards, shard_of
@@ -98,13 +96,22 @@ class PublisherStats:
     failover of their master right then could lose them)."""
 
 
+def _check_options(max_len: int, backpressure: str, learner_idle_s: float) -> None:
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    if backpressure not in ("block", "dropOldest"):
+        raise ValueError(f"backpressure must be 'block' or 'dropOldest', got {backpressure!r}")
+    if learner_idle_s <= 0:
+        raise ValueError(f"learner_idle_s must be > 0, got {learner_idle_s}")
+
+
 def _options(job: str | RolloutJob, namespace: str) -> tuple[str, str, RedisSpec, int]:
     if isinstance(job, RolloutJob):
         return job.namespace, job.name, job.spec.redis, job.spec.replicas
     return namespace, job, RedisSpec(), 0
 
 
-class BatchPublisher:
+class BatchPublisher(JobClient):
     """Publishes batches of job ``namespace/job`` (or of a :class:`RolloutJob`, whose
     ``spec.redis`` supplies the defaults for ``max_len``, ``backpressure``,
     ``block_timeout_s`` and ``compression``).
@@ -160,43 +167,28 @@ class BatchPublisher:
         self.backpressure: Backpressure = spec.backpressure if backpressure is None else backpressure
         self.block_timeout_s = spec.block_timeout_seconds if block_timeout_s is None else block_timeout_s
         self.compression: Compression = spec.compression if compression is None else compression
-        if self.max_len < 1:
-            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
-        if self.backpressure not in ("block", "dropOldest"):
-            raise ValueError(f"backpressure must be 'block' or 'dropOldest', got {self.backpressure!r}")
-        if learner_idle_s <= 0:
-            raise ValueError(f"learner_idle_s must be > 0, got {learner_idle_s}")
+        _check_options(self.max_len, self.backpressure, learner_idle_s)
         self.learner_idle_s = learner_idle_s
         self.max_payload_bytes = max_payload_bytes
         self.stats = PublisherStats()
         self._interrupted = threading.Event()
         # interrupt() also ends a wait for a Redis that is away (a stopping worker drops the batch).
-        self._retry = RetryLoop(reconnect_timeout_s, stop=self._interrupted, where=where_url(redis_url))
-        self.job_client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=socket_timeout_s))
+        super().__init__(
+            redis_url,
+            password,
+            reconnect_timeout_s=reconnect_timeout_s,
+            socket_timeout_s=socket_timeout_s,
+            stop=self._interrupted,
+        )
+        self.job_client = self.client
         """The client for the job's other keys (a Redis Cluster client on a cluster)."""
         requested = spec.shards if shards is None else shards
         count = self._retry.call(lambda: record_shards(self.job_client, self.keys, requested))
         self.keys = self.keys.shard(shard_of(worker_index, count), count)
-        self._retry.client = self.job_client
         self.client = self.job_client
         """The client of the stream's node: on a cluster, its master's own (so an XADD and the
         WAIT after it share a connection); re-routed after a failover."""
-        self.meter = BackpressureMeter(
-            self.client,
-            self.keys,
-            max_len=self.max_len,
-            block_timeout_s=self.block_timeout_s,
-            learner_idle_s=learner_idle_s,
-            producers=max(1, -(-max(1, replicas) // count)),  # the publishers sharing this shard
-            interrupted=self._interrupted,
-            stats=self.stats,
-            hold_script=self.job_client.register_script(HOLD_SCRIPT),
-        )
-        """The stream's load, as ``block`` backpressure judges it (also what trims it)."""
-        self.meter.full = self.backpressure == "block"  # unknown until the first round trip: check first
-        self._room = MemoryRoom(
-            self.meter, drop_oldest=self.backpressure == "dropOldest", interrupted=self._interrupted, stats=self.stats
-        )
+        self._compose(max(1, -(-max(1, replicas) // count)))  # the publishers sharing this shard
         self._replicas = 0
         self._retry.call(self._route)
         self.entries = BatchEntries(self.keys.batches, policy, self.compression, max_payload_bytes)
@@ -240,6 +232,26 @@ class BatchPublisher:
         self.stats.published += 1
         self.stats.bytes += len(fields[b"payload"])
         return entry_id
+
+    def _compose(self, producers: int) -> None:
+        """The pieces a publish goes through: the stream's meter (``block`` backpressure, and
+        what trimming needs) and the handling of a Redis out of memory."""
+        self.meter = BackpressureMeter(
+            self.client,
+            self.keys,
+            max_len=self.max_len,
+            block_timeout_s=self.block_timeout_s,
+            learner_idle_s=self.learner_idle_s,
+            producers=producers,
+            interrupted=self._interrupted,
+            stats=self.stats,
+            hold_script=self.job_client.register_script(HOLD_SCRIPT),
+        )
+        """The stream's load, as ``block`` backpressure judges it (also what trims it)."""
+        self.meter.full = self.backpressure == "block"  # unknown until the first round trip: check first
+        self._room = MemoryRoom(
+            self.meter, drop_oldest=self.backpressure == "dropOldest", interrupted=self._interrupted, stats=self.stats
+        )
 
     @property
     def producer_id(self) -> str:
@@ -344,12 +356,7 @@ class BatchPublisher:
         return self._room.trim_consumed()
 
     def close(self) -> None:
+        """Close the connections (the stream's node's and, on a cluster, the job's)."""
         self.client.close()
         if self.job_client is not self.client:
             self.job_client.close()
-
-    def __enter__(self) -> BatchPublisher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
