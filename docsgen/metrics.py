@@ -32,7 +32,7 @@ def documented(registry: CollectorRegistry, prefix: str) -> list[MetricDoc]:
     for collector in list(registry._collector_to_names):
         if isinstance(collector, MetricWrapperBase) and collector._name.startswith(prefix):
             labels = tuple(collector._labelnames)
-            docs.append(MetricDoc(collector._name, collector._type, labels, collector._documentation))
+            docs.append(MetricDoc(collector._name, str(collector._type), labels, collector._documentation))
     return sorted(docs, key=lambda d: d.name)
 
 
