@@ -35,6 +35,9 @@ def _arguments(parser: argparse.ArgumentParser) -> list[str]:
             default = ""
         text = "; ".join([*(x for x in [action.help] if x), *extra])
         rows.append(f"| {_name(action)} | {f'`{_cell(default)}`' if default != '' else ''} | {_cell(text)} |")
+    for group in parser._mutually_exclusive_groups:
+        options = ", ".join(f"`{a.option_strings[0]}`" for a in group._group_actions if a.option_strings)
+        rows += ["", f"Exactly one of {options} is required." if group.required else f"At most one of {options}."]
     return rows if len(rows) > 2 else []
 
 
