@@ -52,7 +52,13 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
 
 def render(parsers: list[argparse.ArgumentParser]) -> str:
     """The Markdown page for these top-level parsers and their subcommands."""
-    lines = ["# Command line", "", "Generated at build time from the programs' own argument parsers.", ""]
+    lines = [
+        "# Command line",
+        "",
+        "Generated at build time from the programs' own argument parsers. `rolloutfleet worker` takes",
+        "its settings from `ROLLOUTFLEET_*` environment variables: [The worker process](../guides/worker.md).",
+        "",
+    ]
     for parser in parsers:
         lines += [f"## `{parser.prog}`", "", _cell(parser.description or ""), "", *_arguments(parser), ""]
         for name, help_text, sub in _subcommands(parser):
