@@ -66,7 +66,7 @@ fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run
+bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the GPU and heavy-env tables also as JSON and matplotlib plots in out/bench
 	$(BIN)/python -m bench.bench_footprint
 	$(BIN)/python -m bench.bench_sampling
 	$(BIN)/python -m bench.bench_transport
@@ -76,6 +76,7 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, a w
 	$(BIN)/python -m bench.bench_async
 	$(BIN)/python -m bench.bench_gpu
 	$(BIN)/python -m bench.bench_operator
+	$(BIN)/python -m bench.plot_results out/bench
 
 SEED ?= 0
 chaos: install ## fault drill: fleet + learner under seeded faults (DURATION=600 s, SEED=0), then a ledger of every batch; fails unless 0 lost
