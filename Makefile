@@ -17,13 +17,13 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server promtool docs test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-install: $(STAMP) redis-server ## venv in .venv from requirements.lock, plus redis-server (Debian)
+install: $(STAMP) redis-server promtool ## venv in .venv from requirements.lock, plus redis-server and promtool (Debian)
 
 $(STAMP): requirements.lock worker/pyproject.toml hack/pip-install.sh
 	rm -rf $(VENV)
@@ -33,6 +33,10 @@ $(STAMP): requirements.lock worker/pyproject.toml hack/pip-install.sh
 redis-server: ## install Debian's redis-server when missing (tests start their own)
 	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+promtool: ## install Debian's prometheus package (for its promtool: make lint checks and tests the chart's alerts) when missing
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@promtool --version 2>&1 | head -1
 
 test: install ## unit, integration (real redis-server), e2e (real control plane, test kubelet); the node tier is make e2e-node
 	$(PYTEST) tests -q --ignore=tests/node
@@ -46,18 +50,23 @@ test-integration: install ## integration tests: a real redis-server started by t
 e2e: install ## end-to-end: real control plane (hack/cluster), test kubelet, operator, chart, real workers
 	$(PYTEST) tests/e2e -q
 
-lint: install ## ruff (lint + format check), mypy --strict, hadolint, import-linter (the layers)
+lint: install ## ruff (lint + format check), mypy --strict, hadolint, import-linter (the layers), promtool (the chart's alerts and their tests)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/hadolint $(wildcard */Dockerfile */*/Dockerfile)
 	$(BIN)/lint-imports --no-logo
+	promtool check rules charts/rolloutfleet/files/alerts.yaml
+	promtool test rules tests/promtool/alerts_test.yaml
+
+docs: install ## the docs site into .site/, strict (a broken link or anchor, or a page not in the nav, fails); reference pages generated from the CRD, the CLI and the metrics
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet  # -m: docsgen (the hooks) imports from the root
 
 fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run
+bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the GPU and heavy-env tables also as JSON and matplotlib plots in out/bench
 	$(BIN)/python -m bench.bench_footprint
 	$(BIN)/python -m bench.bench_sampling
 	$(BIN)/python -m bench.bench_transport
@@ -67,6 +76,7 @@ bench: install ## throughput figures, ours next to the ceiling and the peer, a w
 	$(BIN)/python -m bench.bench_async
 	$(BIN)/python -m bench.bench_gpu
 	$(BIN)/python -m bench.bench_operator
+	$(BIN)/python -m bench.plot_results out/bench
 
 SEED ?= 0
 chaos: install ## fault drill: fleet + learner under seeded faults (DURATION=600 s, SEED=0), then a ledger of every batch; fails unless 0 lost
@@ -149,4 +159,4 @@ lock: ## re-resolve requirements.in into requirements.lock (needs network)
 	/tmp/rolloutfleet-lock/bin/pip freeze --exclude-editable > requirements.lock
 
 clean: ## remove the venv and caches
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .site

@@ -26,12 +26,14 @@ import importlib.util
 import os
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
 from bench.bench_sampling import rate
 from bench.heavy_env import make
+from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
 from rolloutfleet.sampling.envs import EnvContext
@@ -117,6 +119,7 @@ def main() -> None:
     parser.add_argument("--burn-ms", type=float, default=2.0)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
     available = sorted(os.sched_getaffinity(0))
     print(
@@ -128,6 +131,12 @@ def main() -> None:
         f"{'cores':>5} {'envs':>5} {'sync':>8} {'async':>8} {'auto':>8} {'gym async':>10}"
         f" {'async/sync':>11} {'async/gym':>10} {'auto/best':>10}"
         + (f" {'rllib sync':>11} {'rllib async':>12} {'ours/rllib':>11}" if peer else "")
+    )
+    table = Table(
+        f"heavy env (CartPole + {args.burn_ms:g} ms CPU per step), EnvRunner MLP 64x64: env steps/s, "
+        f"median of {args.repeats} x {args.seconds:g} s",
+        "cores x envs",
+        ["sync", "async", "auto", "gym", *(["rllib sync", "rllib async"] if peer else [])],
     )
     for cores in args.cores:
         if cores > len(available):
@@ -148,7 +157,9 @@ def main() -> None:
                 ),
                 flush=True,
             )
+            table.rows.append({"cores x envs": f"{cores} x {n}", **med})
     os.sched_setaffinity(0, available)
+    write("bench_async", [table], machine(), args.out)
     if not peer:
         print("RLlib not measured: ray is not installed here (make bench-peer measures it in the same run)")
 

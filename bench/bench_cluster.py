@@ -46,7 +46,7 @@ CONSUMERS = 2
 BATCHES = {"CartPole 2048 rows": cartpole_batch, "Atari 32x84x84x4 uint8": atari_batch}
 WORKER_STEPS_PER_S = {"CartPole 2048 rows": 100_000, "Atari 32x84x84x4 uint8": 2_000}
 """Env steps/s of one worker for the capacity table (CartPole: a 64-env worker does ~530 K
-delivered, README; 100 K is a modest one. Atari: ~2 K frames/s of a CPU worker)."""
+delivered, docs/benchmarks.md; 100 K is a modest one. Atari: ~2 K frames/s of a CPU worker)."""
 
 
 def produce_ours(url: str, job: str, kind: str, shards: int, stop: Event, index: int) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -31,6 +32,7 @@ import numpy as np
 
 import bench.frames_env  # noqa: F401  # registers RolloutFleetFrames-v0
 from bench.bench_sampling import rate
+from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
 from rolloutfleet.inference.device import driver_device_count, usable_cuda_devices
@@ -92,13 +94,16 @@ def pct(ratio: float) -> str:
     return f"{ratio:.0%}" if ratio >= 0.1 else f"{ratio:.1%}"
 
 
-def section(workload: str, args: argparse.Namespace, why_no_gpu: str | None) -> None:
+def section(workload: str, args: argparse.Namespace, why_no_gpu: str | None) -> Table:
     label = {
         "mlp": "CartPole-v1, MLP 256x256",
         "lstm": "CartPole-v1, MLP 256 + LSTM 256",
         "cnn": "4x84x84 uint8 frames, Nature CNN",
     }[workload]
     print(f"\n{workload}: {label}, env steps/s, median of {args.repeats} x {args.seconds}s")
+    table = Table(
+        f"{label}: env steps/s, median of {args.repeats} x {args.seconds:g} s", "envs", ["ceiling", "cpu", "gpu"]
+    )
     print(
         f"{'envs':>5} {'ceiling':>11} {'ours cpu':>10} {'ours gpu':>10} {'cpu/ceiling':>12} {'gpu/ceiling':>12} {'gpu/cpu':>8}"
     )
@@ -116,12 +121,15 @@ def section(workload: str, args: argparse.Namespace, why_no_gpu: str | None) -> 
         cells += [f"{pct(cpu / ceiling):>12}", f"{pct(gpu / ceiling):>12}" if gpu else f"{'-':>12}"]
         cells += [f"{gpu / cpu:>7.1f}x" if gpu else f"{'-':>8}"]
         print(" ".join(cells), flush=True)
+        table.rows.append({"envs": n, "ceiling": ceiling, "cpu": cpu, "gpu": gpu})
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     parser.add_argument("--envs", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--only", choices=sorted(WORKLOADS), help="run only this workload")
     args = parser.parse_args()
@@ -131,8 +139,14 @@ def main() -> None:
     print("GPU inference bench: device cpu vs cuda, same jobs, same run")
     if why_no_gpu is not None:
         print(f"GPU column not measured: {why_no_gpu}")
-    for workload in [args.only] if args.only else list(WORKLOADS):
-        section(workload, args, why_no_gpu)
+    tables = [section(workload, args, why_no_gpu) for workload in ([args.only] if args.only else list(WORKLOADS))]
+    write("bench_gpu", tables, machine(gpu=gpu_name() if why_no_gpu is None else None), args.out)
+
+
+def gpu_name() -> str:
+    import torch
+
+    return str(torch.cuda.get_device_name(0))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.png_chart import Series, line_chart_png
+from bench.plots import Panel, Series, line_chart_png
 from bench.proc_memory import fleet_memory
 from bench.soak_analysis import (
     Growth,
@@ -102,10 +102,12 @@ def plot(
     ]
     return line_chart_png(
         [
-            (f"{title}: RSS OF EVERY PROCESS (MB)", absolute, None),
-            (f"WORKER RSS VS ITS POST-WARM-UP BASELINE (%), GOAL < {max_growth_pct:g} %", relative, max_growth_pct),
+            Panel(f"{title}: RSS of every process (MB)", absolute),
+            Panel(
+                f"Worker RSS vs its post-warm-up baseline (%), goal < {max_growth_pct:g} %", relative, max_growth_pct
+            ),
         ],
-        x_label="MINUTES",
+        x_label="minutes",
         shade_until=warmup_s / 60,
     )
 
@@ -141,7 +143,7 @@ def report(
         summary=summary_line(duration_s, growths),
     )
     (out / "rss.png").write_bytes(
-        plot(samples, growths, warmup_s, max_growth_pct, f"SOAK {format_duration(duration_s).upper()}")
+        plot(samples, growths, warmup_s, max_growth_pct, f"soak {format_duration(duration_s)}")
     )
     (out / "summary.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     print(f"\nafter a warm-up of {format_duration(warmup_s)}; windows of 5 % of the run; MB = MiB of VmRSS")

@@ -19,7 +19,8 @@ from prometheus_client import start_http_server
 from rolloutfleet_operator.config import ConfigError, OperatorConfig
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The operator's command line (also rendered into the docs' CLI reference)."""
     parser = argparse.ArgumentParser(prog="rolloutfleet-operator", description=__doc__.split("\n\n")[0])
     scope = parser.add_mutually_exclusive_group(required=True)
     scope.add_argument("--all-namespaces", action="store_true", help="watch RolloutJobs in every namespace")
@@ -28,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness-port", type=int, default=8080, help="kopf's /healthz (0: none)")
     parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus /metrics (0: none)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),

@@ -25,6 +25,7 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import API_CONCURRENCY, JOBS, PDBS, Api
 from rolloutfleet_operator.coalescing import run_coalesced
 from rolloutfleet_operator.config import OperatorConfig
@@ -186,8 +187,12 @@ async def request_reconcile(
 ) -> None:
     """Reconcile ``key`` soon, coalesced with the other triggers of that job. A restart
     due before the next tick is waited for by the rounds; later ones, by the timer."""
-    await run_coalesced(
-        runtime.job(key).rounds,
-        lambda: reconcile(key, runtime, job_index, pod_index, workload_index, pdb_index),
-        requeue_within_s=TIMER_INTERVAL_S,
-    )
+
+    async def counted_round() -> float | None:
+        try:
+            return await reconcile(key, runtime, job_index, pod_index, workload_index, pdb_index)
+        except Exception:
+            metrics.RECONCILE_ERRORS.inc()
+            raise
+
+    await run_coalesced(runtime.job(key).rounds, counted_round, requeue_within_s=TIMER_INTERVAL_S)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import contextlib
+
+from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILE_SECONDS = Histogram(
     "rolloutfleet_operator_reconcile_seconds",
@@ -12,10 +14,38 @@ RECONCILE_SECONDS = Histogram(
 PODS_CREATED = Counter("rolloutfleet_operator_pods_created_total", "Worker pods created")
 PODS_DELETED = Counter("rolloutfleet_operator_pods_deleted_total", "Worker pods deleted, by why", ["why"])
 WORKER_FAILURES = Counter(
-    "rolloutfleet_operator_worker_failures_total", "Worker pod failures counted against restart budgets"
+    "rolloutfleet_operator_worker_failures_total",
+    "Worker pod failures counted against restart budgets, by job",
+    ["namespace", "job_name"],
+)
+JOB_RESTARTS = Gauge(
+    "rolloutfleet_operator_job_restarts",
+    "Worker restarts the job has spent of its budget (status.restarts)",
+    ["namespace", "job_name"],
+)
+JOB_MAX_RESTARTS = Gauge(
+    "rolloutfleet_operator_job_max_restarts",
+    "The job's restart budget (spec.restartPolicy.maxRestarts)",
+    ["namespace", "job_name"],
+)
+RECONCILE_ERRORS = Counter(
+    "rolloutfleet_operator_reconcile_errors_total", "Reconcile rounds that raised (kopf retries them)"
 )
 WORKER_DISRUPTIONS = Counter(
     "rolloutfleet_operator_worker_disruptions_total",
     "Worker pods disrupted (evicted, preempted, on a lost node, deleted), by kind: never counted against restart budgets",
     ["kind"],
 )
+
+
+def record_budget(namespace: str, job_name: str, restarts: int, max_restarts: int) -> None:
+    """The job's restart budget and what it has spent, after each reconcile."""
+    JOB_RESTARTS.labels(namespace=namespace, job_name=job_name).set(restarts)
+    JOB_MAX_RESTARTS.labels(namespace=namespace, job_name=job_name).set(max_restarts)
+
+
+def forget_job(namespace: str, job_name: str) -> None:
+    """Drop a deleted job's series (nothing to do for a job never recorded)."""
+    for gauge in (JOB_RESTARTS, JOB_MAX_RESTARTS):
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, job_name)

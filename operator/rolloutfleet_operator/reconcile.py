@@ -46,6 +46,7 @@ async def reconcile(
     """Seconds until a restart of this job falls due (None: none pending)."""
     bodies = list(job_index.get(key, []))
     if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
+        metrics.forget_job(*key)
         return None
     body = bodies[0]
     state = runtime.job(key)
@@ -89,6 +90,7 @@ async def reconcile(
     )
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
+    metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)
     _post_plan_events(body, the_plan.events)
     for kind, count in the_plan.disruptions.items():
         if count > counted.get(kind, 0):
@@ -124,7 +126,8 @@ def _post_plan_events(body: dict[str, Any], events: Iterable[Event]) -> None:
     for event in events:
         post_event(body["metadata"], event.type, event.reason, event.message)
         if event.reason in ("WorkerFailed", "RestartBudgetExhausted"):
-            metrics.WORKER_FAILURES.inc()
+            meta = body["metadata"]
+            metrics.WORKER_FAILURES.labels(namespace=meta.get("namespace", ""), job_name=meta["name"]).inc()
 
 
 async def _delete_pods(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 from rolloutfleet_operator.rbac import CLUSTER, NAMESPACED, RULES
 from tests.cluster.kubelet import LocalKubelet
-from tests.e2e.cluster_kit import REPO, Cluster, describe_namespace, wait_for, worker_port_block
+from tests.e2e.cluster_kit import REPO, Cluster, describe_namespace, missing, wait_for, worker_port_block
 
 CHART = REPO / "charts" / "rolloutfleet"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
@@ -89,6 +90,45 @@ def test_the_chart_grants_exactly_the_operators_rules(helm: Any) -> None:
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert all(normalized(r["rules"]) == normalized(NAMESPACED) for r in roles)
     assert all("*" not in v for r in rules_of(cluster_wide, "ClusterRole") for v in (*r["verbs"], *r["resources"]))
+
+
+def test_the_alerts_and_the_dashboard_render_as_promtool_and_grafana_read_them(helm: Any, tmp_path: Path) -> None:
+    """The PrometheusRule carries files/alerts.yaml's groups with the runbook links moved to
+    runbookBaseUrl, and promtool accepts what was rendered (the API server cannot: the
+    monitoring.coreos.com CRDs are not installed here); the ConfigMap (dry-run applied by
+    the test above) holds files/dashboard.json verbatim, labelled for Grafana's sidecar."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        missing("promtool not found on PATH (make install: Debian's prometheus package)")
+    assert promtool is not None
+    base = "https://docs.example.com/rf/"
+    docs = render(
+        helm,
+        *("--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true"),
+        *(
+            "--set",
+            f"monitoring.prometheusRule.runbookBaseUrl={base}",
+            "--set",
+            "monitoring.dashboard.namespace=grafana",
+        ),
+    )
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+    source = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert [r["alert"] for r in alerts] == [r["alert"] for g in source["groups"] for r in g["rules"]]
+    assert all(r["annotations"]["runbook_url"].startswith(base + "operations/monitoring/#") for r in alerts)
+    rendered = tmp_path / "rules.yaml"
+    rendered.write_text(yaml.safe_dump(rule["spec"]))
+    check = subprocess.run([promtool, "check", "rules", str(rendered)], capture_output=True, text=True, check=False)
+    assert check.returncode == 0 and f"SUCCESS: {len(alerts)} rules found" in check.stdout, check.stdout + check.stderr
+    board = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard"))
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1" and board["metadata"]["namespace"] == "grafana"
+    assert json.loads(board["data"]["rolloutfleet.json"]) == json.loads(
+        (CHART / "files" / "dashboard.json").read_text()
+    )
+    assert not [
+        d for d in render(helm) if d["kind"] == "PrometheusRule" or d["metadata"]["name"].endswith("-dashboard")
+    ]
 
 
 @pytest.mark.parametrize(

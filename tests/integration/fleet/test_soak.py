@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import csv
 import json
-import struct
-import zlib
 
+import numpy as np
 import pytest
+from matplotlib.image import imread
 
 from bench.soak import run_soak
 from tests.integration.redis_server import redis_server_binary
@@ -47,11 +47,6 @@ def test_a_short_soak_samples_every_process_and_writes_csv_summary_and_plot(tmp_
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["summary"] == result.summary
 
-    png = (tmp_path / "rss.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", png[16:24])
-    idat_length = struct.unpack(">I", png[33:37])[0]
-    assert png[37:41] == b"IDAT"
-    pixels = zlib.decompress(png[41 : 41 + idat_length])
-    assert len(pixels) == height * (1 + 3 * width)  # every row: filter byte + RGB
-    assert len(set(pixels)) > 10  # not a blank image: lines, text, colours
+    image = imread(tmp_path / "rss.png")  # matplotlib reads back the PNG it drew
+    assert image.shape[0] > 100 and image.shape[1] > 100
+    assert len(np.unique(image[:, :, :3].reshape(-1, 3), axis=0)) > 10  # not blank: lines, text, colours

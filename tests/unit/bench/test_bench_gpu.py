@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -48,7 +50,7 @@ def test_a_cnn_policy_samples_the_frames() -> None:
 
 
 @pytest.mark.skipif(usable_cuda_devices() > 0, reason="a GPU is here: the bench measures it (slow); see make bench")
-def test_without_a_gpu_the_bench_says_why_and_measures_the_cpu() -> None:
+def test_without_a_gpu_the_bench_says_why_and_measures_the_cpu(tmp_path: Path) -> None:
     run = subprocess.run(
         [
             sys.executable,
@@ -62,6 +64,8 @@ def test_without_a_gpu_the_bench_says_why_and_measures_the_cpu() -> None:
             "1",
             "--only",
             "cnn",
+            "--out",
+            str(tmp_path),
         ],
         capture_output=True,
         text=True,
@@ -69,6 +73,8 @@ def test_without_a_gpu_the_bench_says_why_and_measures_the_cpu() -> None:
         timeout=300,
     )
     assert "GPU column not measured: no CUDA device" in run.stdout
-    row = run.stdout.strip().splitlines()[-1].split()
+    row = run.stdout.strip().splitlines()[-2].split()
     assert row[0] == "2" and float(row[2].replace(",", "")) > 0  # envs, ceiling, ours on the cpu
     assert row[3] == "-"
+    (table,) = json.loads((tmp_path / "bench_gpu.json").read_text())["tables"]
+    assert table["rows"][0]["envs"] == 2 and table["rows"][0]["cpu"] > 0 and table["rows"][0]["gpu"] is None

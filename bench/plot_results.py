@@ -1,0 +1,67 @@
+"""``python -m bench.plot_results [DIR]``: one PNG per table of every ``DIR/*.json`` that the
+benches wrote (default ``out/bench``), drawn by matplotlib: grouped bars, one group per row,
+one bar per measured column, the machine in the caption."""
+
+from __future__ import annotations
+
+import io
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from bench.results import OUT, Table, read
+
+
+def caption(where: dict[str, Any]) -> str:
+    parts = [str(where.get("cpu", "?")), f"{where.get('cores', '?')} cores"]
+    if where.get("gpu"):
+        parts.append(str(where["gpu"]))
+    parts += [f"load {where.get('load_average_1m', '?')}", str(where.get("date", ""))]
+    return ", ".join(parts)
+
+
+def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
+    from matplotlib.figure import Figure
+
+    groups = [str(row[table.x]) for row in table.rows]
+    width = 0.8 / max(len(table.series), 1)
+    figure = Figure(figsize=(max(8.0, 0.5 * len(groups) * max(len(table.series), 1) + 3), 4.5), dpi=100)
+    ax = figure.subplots()
+    for i, name in enumerate(table.series):
+        xs = [g + (i - (len(table.series) - 1) / 2) * width for g in range(len(groups))]
+        values = [row.get(name) for row in table.rows]
+        measured = [(x, float(v)) for x, v in zip(xs, values, strict=True) if isinstance(v, int | float)]
+        if measured:
+            ax.bar([x for x, _ in measured], [v for _, v in measured], width, label=name, color=f"C{i % 10}")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_xlabel(table.x)
+    ax.set_ylabel(table.unit)
+    ax.set_title(textwrap.fill(table.title, 80), loc="left", fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure.text(0.01, 0.01, caption(where), fontsize="x-small", color="0.4")
+    figure.subplots_adjust(left=0.12, right=0.82, top=0.86, bottom=0.2)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    folder = Path(args[0]) if args else OUT
+    paths = sorted(folder.glob("*.json"))
+    if not paths:
+        print(f"plot_results: no bench results (*.json) in {folder}", file=sys.stderr)
+        return 1
+    for path in paths:
+        bench, where, tables = read(path)
+        for index, table in enumerate(tables):
+            png = folder / f"{bench}-{index + 1}.png"
+            png.write_bytes(bar_chart_png(table, where))
+            print(f"plot: {png} ({table.title})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Bench results written as JSON, read back, and drawn by matplotlib: a bar per measured
+value, at a height that orders as the values do; nothing drawn for a column not measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colors
+from matplotlib.image import imread
+
+from bench import plot_results
+from bench.results import Table, machine, read, write
+
+
+def columns_of(image: np.ndarray, colour: str) -> tuple[int, int]:
+    """(topmost row, pixel count) of the pixels of ``colour``."""
+    near = np.abs(image[:, :, :3] - np.array(colors.to_rgb(colour))).max(axis=2) < 0.02
+    rows = np.flatnonzero(near.any(axis=1))
+    return int(rows.min()) if rows.size else -1, int(near.sum())
+
+
+def test_results_round_trip_with_the_machine(tmp_path: Path) -> None:
+    table = Table("t", "envs", ["cpu", "gpu"], rows=[{"envs": 8, "cpu": 10.0, "gpu": None}])
+    path = write("bench_x", [table], machine(gpu=None), out=tmp_path)
+    bench, where, tables = read(path)
+    assert bench == "bench_x" and tables == [table]
+    assert where["cores"] >= 1 and where["cpu"] and "date" in where
+    assert json.loads(path.read_text())["tables"][0]["rows"][0]["gpu"] is None
+
+
+def test_each_table_becomes_a_png_with_taller_bars_for_larger_values(tmp_path: Path) -> None:
+    rows = [{"envs": 8, "ceiling": 100.0, "cpu": 25.0, "gpu": None}, {"envs": 64, "ceiling": 80.0, "cpu": 40.0}]
+    write("bench_y", [Table("speed", "envs", ["ceiling", "cpu", "gpu"], rows=rows)], machine(), out=tmp_path)
+    assert plot_results.main([str(tmp_path)]) == 0
+    image = imread(tmp_path / "bench_y-1.png")
+    ceiling_top, ceiling_pixels = columns_of(image, "C0")
+    cpu_top, cpu_pixels = columns_of(image, "C1")
+    assert 0 <= ceiling_top < cpu_top  # the ceiling's bar (100) reaches higher than the CPU's (40)
+    assert ceiling_pixels > cpu_pixels > 0
+    assert columns_of(image, "C2")[1] < 50  # gpu: not measured, no bar (the legend has no entry either)
+
+
+def test_no_results_is_one_line_and_exit_1(tmp_path: Path, capsys) -> None:
+    assert plot_results.main([str(tmp_path)]) == 1
+    assert "no bench results" in capsys.readouterr().err
