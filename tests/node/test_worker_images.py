@@ -119,12 +119,15 @@ def test_the_cartpole_example_runs_slim_and_a_torch_job_full(node: Node) -> None
     client = redis_client(node)
     wanted = {"cartpole": 2, "cartpole-torch": 1}
     wait_for(lambda: all(len(producers(client, j)) == n for j, n in wanted.items()), 180, lambda: node.diagnostics(NS))
+    # Room on the 2-core node for the next test's job.
+    node.kubectl("-n", NS, "delete", "rj", "cartpole-torch", "--wait=true", "--timeout=60s")
 
 
 @pytest.mark.timeout(600)
 def test_a_torch_policy_forced_onto_the_slim_image_fails_once_with_one_line(node: Node) -> None:
     job = cartpole("forced-slim", {"inference": "torch"}, replicas=1, image=SLIM)
     job["spec"]["restartPolicy"] = {"maxRestarts": 5, "backoffSeconds": 1}
+    job["spec"]["resources"] = {"cpu": "250m", "memory": "1Gi"}  # torch's, once it runs the full image
     apply(node, job)
 
     def failed() -> dict[str, Any] | None:
