@@ -53,7 +53,9 @@ def sizes(ref: str) -> tuple[float, float, str]:
     inspect = ["podman", "image", "inspect", "--format", "{{.Size}}", ref]
     unpacked = int(subprocess.run(inspect, capture_output=True, text=True, check=True, env=env).stdout)
     export = [str(REPO / "hack" / "images" / "export.sh"), ref]
-    archive = subprocess.run(export, capture_output=True, text=True, check=True, env=env).stdout.strip().splitlines()[-1]
+    archive = (
+        subprocess.run(export, capture_output=True, text=True, check=True, env=env).stdout.strip().splitlines()[-1]
+    )
     return unpacked / 1e9, Path(archive).stat().st_size / 1e9, archive
 
 

@@ -34,7 +34,7 @@ def test_a_cartpole_job_gets_the_slim_image_and_an_inference_torch_job_the_full_
     read_batches(redis_server.url, "numpy", namespace, {0, 1})
     for name, image in (("numpy", DEFAULT_WORKER_SLIM_IMAGE), ("torch", DEFAULT_WORKER_IMAGE)):
         wait_for(lambda n=name, i=image: jobs.status(n).get("image") == i, 60, jobs.describe)
-    assert DEFAULT_WORKER_SLIM_IMAGE == f"{DEFAULT_WORKER_IMAGE}-slim"
+    assert f"{DEFAULT_WORKER_IMAGE}-slim" == DEFAULT_WORKER_SLIM_IMAGE
     # The API server's printer columns: the image under -o wide only.
     wide = cluster.kubectl("-n", namespace, "get", "rj", "-o", "wide").stdout.splitlines()
     assert wide[0].split()[-1] == "IMAGE"

@@ -37,7 +37,13 @@ def test_the_chart_defaults_to_the_images_make_images_tags() -> None:
         assert image["tag"] == "", f"{component}: an empty tag is the chart's appVersion, the tag make images gives"
     build = (REPO / "hack" / "images" / "build.sh").read_text()
     assert f'registry="{REGISTRY}"' in build
-    for tag in ("operator:$version", "redis:$version", "worker:$version", "worker:$version-cpu", "worker:$version-slim"):
+    for tag in (
+        "operator:$version",
+        "redis:$version",
+        "worker:$version",
+        "worker:$version-cpu",
+        "worker:$version-slim",
+    ):
         assert f'tag="$registry/{tag}"' in build, tag
 
 
