@@ -100,7 +100,7 @@ bench-peer: ## the sampling and heavy-env benches with RLlib measured in the sam
 	$(PEER_VENV)/bin/python -m bench.bench_sampling
 	$(PEER_VENV)/bin/python -m bench.bench_async
 
-images: ## the chart's default images (worker, worker -cpu where its index answers, operator, redis): docker, else podman (ENGINE= BASE= IMAGES= EXPORT=1)
+images: ## the chart's default images (worker -slim, worker, worker -cpu where its index answers, operator, redis): docker, else podman (ENGINE= BASE= IMAGES= EXPORT=1)
 	@VERSION=$(VERSION) $(if $(ENGINE),ROLLOUTFLEET_ENGINE=$(ENGINE)) $(if $(BASE),ROLLOUTFLEET_BASE=$(BASE)) \
 		$(if $(IMAGES),ROLLOUTFLEET_IMAGES="$(IMAGES)") $(if $(EXPORT),ROLLOUTFLEET_EXPORT=$(EXPORT)) hack/images/build.sh
 

@@ -10,9 +10,14 @@
 #                (the PyPI wheel is the CUDA build: ~3 GB that a CPU pod never uses)
 #   worker-cuda  the same with PyPI's torch, which bundles the CUDA runtime (the node
 #                needs only the NVIDIA driver and device plugin)
+#   worker-slim  the same without torch and OpenCV (NUMPY_ONLY below): what a job whose policies
+#                act in numpy needs (gymnasium, PettingZoo's classic games, ale-py, Redis,
+#                Prometheus); image observations need the CNN, hence torch: another image
 #   operator     the operator package and the worker's core (the spec model): no torch,
 #                no gymnasium
 # Non-dev profiles install only what the packages require, each pinned by the lock (-c).
+# worker-slim installs the packages' declared requirements (PART deps) and then the packages
+# alone (PART package), even for PART all: `pip install worker[worker]` would bring torch.
 #
 # PART (non-dev profiles; default all): the images install in two layers, so that a
 # source change does not reinstall torch:
@@ -41,10 +46,15 @@ case "$part" in
     ;;
 esac
 
+# What the slim worker leaves out of the extras it installs: torch (with its CUDA and nvidia
+# wheels) and OpenCV, needed only by image wrappers, whose observations need the CNN anyway.
+NUMPY_ONLY="torch opencv-python-headless"
+
 # The third-party requirements that the pyproject.toml of each PATH[extras] declares, one
-# per line; our own packages are left out (`package` installs them).
+# per line; our own packages and those named in $LEAVE_OUT are left out.
 declared_requirements() {
-  "$venv/bin/python" - "$@" <<'PY'
+  LEAVE_OUT="${LEAVE_OUT:-}" "$venv/bin/python" - "$@" <<'PY'
+import os
 import re
 import sys
 import tomllib
@@ -61,6 +71,7 @@ for arg in sys.argv[1:]:
     project = tomllib.loads(Path(path, "pyproject.toml").read_text())["project"]
     wanted.append((project, [e.strip() for e in extras.rstrip("]").split(",") if e.strip()]))
 ours = {canonical(project["name"]) for project, _ in wanted}
+ours |= {canonical(name) for name in os.environ["LEAVE_OUT"].split()}
 seen = set()
 for project, extras in wanted:
     requirements = list(project.get("dependencies", []))
@@ -88,11 +99,15 @@ case "$profile" in
   worker-cpu | worker-cuda)
     packages=("$root/worker[worker,multiagent,atari]")
     ;;
+  worker-slim)
+    packages=("$root/worker[worker,multiagent,atari]")
+    leave_out="$NUMPY_ONLY"
+    ;;
   operator)
     packages=("$root/worker" "$root/operator")
     ;;
   *)
-    echo "unknown profile '$profile' (dev | worker-cpu | worker-cuda | operator)" >&2
+    echo "unknown profile '$profile' (dev | worker-cpu | worker-cuda | worker-slim | operator)" >&2
     exit 2
     ;;
 esac
@@ -101,12 +116,16 @@ if [[ "$profile" == worker-cpu && "$part" != package ]]; then
   torch_pin="$(grep -E '^torch==' "$lock")" || { echo "no torch pin in $lock" >&2; exit 1; }
   "${pip[@]}" -c "$lock" --index-url "$torch_cpu_index" "$torch_pin"
 fi
+if [[ "$profile" == worker-slim && "$part" == all ]]; then
+  "$0" "$venv" "$profile" deps
+  exec "$0" "$venv" "$profile" package
+fi
 case "$part" in
   all)
     "${pip[@]}" -c "$lock" "${packages[@]}"
     ;;
   deps)
-    declared="$(declared_requirements "${packages[@]}")"
+    declared="$(LEAVE_OUT="${leave_out:-}" declared_requirements "${packages[@]}")"
     mapfile -t requirements <<<"$declared"
     "${pip[@]}" -c "$lock" "${requirements[@]}"
     ;;

@@ -4,6 +4,8 @@
 #
 #   ghcr.io/rolloutfleet/worker:VERSION       worker/Dockerfile, profile worker-cuda (the default:
 #                                             PyPI's torch, GPU nodes and CPU nodes alike)
+#   ghcr.io/rolloutfleet/worker:VERSION-slim  profile worker-slim: no torch, no CUDA, no OpenCV (jobs
+#                                             whose policies act in numpy; the operator picks it)
 #   ghcr.io/rolloutfleet/worker:VERSION-cpu   profile worker-cpu: only where PyTorch's CPU index
 #                                             (download.pytorch.org) answers; skipped otherwise
 #   ghcr.io/rolloutfleet/operator:VERSION     operator/Dockerfile
@@ -19,7 +21,7 @@
 # Environment (the Makefile maps ENGINE=, BASE=, IMAGES=, CPU=, EXPORT= to these):
 #   ROLLOUTFLEET_ENGINE  auto | docker | podman
 #   ROLLOUTFLEET_BASE    auto | registry | debian   (auto: registry if docker.io answers)
-#   ROLLOUTFLEET_IMAGES  which images, in order (default: "operator redis worker worker-cpu")
+#   ROLLOUTFLEET_IMAGES  which images, in order (default: "operator redis worker-slim worker worker-cpu")
 #   ROLLOUTFLEET_CPU     auto | yes | no            (the -cpu worker; auto: probe the CPU index)
 #   ROLLOUTFLEET_EXPORT  1: then hack/images/export.sh (OCI archives for containerd)
 #   ROLLOUTFLEET_DEBIAN_MIRROR  (http://deb.debian.org/debian), ROLLOUTFLEET_DEBIAN_SECURITY_MIRROR
@@ -34,7 +36,7 @@ cd "$images_root"
 version="$(images_version)"
 engine="$(images_engine)"
 registry="ghcr.io/rolloutfleet"
-wanted="${ROLLOUTFLEET_IMAGES:-operator redis worker worker-cpu}"
+wanted="${ROLLOUTFLEET_IMAGES:-operator redis worker-slim worker worker-cpu}"
 suite=bookworm
 mirror="${ROLLOUTFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 security="${ROLLOUTFLEET_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
@@ -47,8 +49,8 @@ total=$SECONDS
 
 for image in $wanted; do
   case "$image" in
-    worker | worker-cpu | operator | redis) ;;
-    *) say "images failed: unknown image '$image' (worker worker-cpu operator redis)" >&2; exit 1 ;;
+    worker | worker-slim | worker-cpu | operator | redis) ;;
+    *) say "images failed: unknown image '$image' (worker worker-slim worker-cpu operator redis)" >&2; exit 1 ;;
   esac
 done
 
@@ -207,6 +209,15 @@ smoke() { # smoke NAME TAG COMMAND...: a check run in image TAG, logged like a s
 }
 
 cpu_index="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+slim_check='
+import importlib.metadata as md, importlib.util as u
+import gymnasium, pettingzoo.classic, pygame, ale_py, redis, hiredis, prometheus_client, rolloutfleet.cli.main
+gymnasium.make("CartPole-v1").reset(seed=0)
+heavy = [m for m in ("torch", "cv2", "triton") if u.find_spec(m)]
+heavy += [d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].lower().startswith(("nvidia", "cuda", "torch", "opencv"))]
+assert not heavy, f"the slim image holds {heavy}"
+print("slim: no torch, no CUDA; gymnasium", gymnasium.__version__, "ale-py", ale_py.__version__)
+'
 for image in $wanted; do
   case "$image" in
     operator)
@@ -229,6 +240,14 @@ for image in $wanted; do
       smoke worker "$tag" "$engine" run "${run_opts[@]}" --user 10001:10001 "$tag" --help
       smoke worker-torch "$tag" "$engine" run "${run_opts[@]}" --user 10001:10001 --entrypoint python "$tag" \
         -c 'import torch, rolloutfleet.cli.main; print("torch", torch.__version__, "cuda build", torch.version.cuda)'
+      ;;
+    worker-slim)
+      tag="$registry/worker:$version-slim"
+      build worker-slim "$tag" 3600 -f worker/Dockerfile "${build_args_python[@]}" --build-arg PROFILE=worker-slim .
+      smoke worker-slim "$tag" "$engine" run "${run_opts[@]}" --user 10001:10001 "$tag" --help
+      # What a numpy job needs imports; torch, OpenCV and any nvidia/CUDA wheel are absent.
+      smoke worker-slim-contents "$tag" "$engine" run "${run_opts[@]}" --user 10001:10001 --entrypoint python "$tag" \
+        -c "$slim_check"
       ;;
     worker-cpu)
       case "${ROLLOUTFLEET_CPU:-auto}" in

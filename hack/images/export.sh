@@ -21,7 +21,7 @@ mkdir -p "$out"
 images=("$@")
 if ((${#images[@]} == 0)); then
   version="$(images_version)"
-  for tag in worker:"$version" worker:"$version"-cpu operator:"$version" redis:"$version"; do
+  for tag in worker:"$version"-slim worker:"$version" worker:"$version"-cpu operator:"$version" redis:"$version"; do
     image_id "ghcr.io/rolloutfleet/$tag" >/dev/null && images+=("ghcr.io/rolloutfleet/$tag")
   done
   ((${#images[@]})) || { say "export failed: no image built yet (make images)" >&2; exit 1; }

@@ -27,7 +27,7 @@ timeout_s="${NODE_UP_TIMEOUT:-120}"
 cache="${ROLLOUTFLEET_CACHE:-$HOME/.cache/rolloutfleet}"
 # The tags `make images` gives (the chart's appVersion), read the way it reads them.
 version="$(source "$node_repo_root/hack/images/lib.sh" && images_version)" || die "no image version (see above)"
-images="${NODE_IMAGES:-ghcr.io/rolloutfleet/worker:$version ghcr.io/rolloutfleet/operator:$version ghcr.io/rolloutfleet/redis:$version}"
+images="${NODE_IMAGES:-ghcr.io/rolloutfleet/worker:$version-slim ghcr.io/rolloutfleet/worker:$version ghcr.io/rolloutfleet/operator:$version ghcr.io/rolloutfleet/redis:$version}"
 
 [[ "$(id -u)" == 0 ]] || die "a real node needs root (containers, bridges, iptables)"
 cni_bin=/usr/lib/cni

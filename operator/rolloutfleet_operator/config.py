@@ -2,7 +2,8 @@
 
 | variable | meaning | default |
 | --- | --- | --- |
-| ``ROLLOUTFLEET_WORKER_IMAGE`` | image of jobs whose spec sets none | ``ghcr.io/rolloutfleet/worker:<version>`` |
+| ``ROLLOUTFLEET_WORKER_IMAGE`` | image of jobs whose spec sets none and whose policies need torch or a GPU | ``ghcr.io/rolloutfleet/worker:<version>`` |
+| ``ROLLOUTFLEET_WORKER_SLIM_IMAGE`` | image of jobs whose spec sets none and whose policies all act in numpy (:mod:`.images`); ``none``: the worker image for every job | ``ghcr.io/rolloutfleet/worker:<version>-slim`` |
 | ``ROLLOUTFLEET_WORKER_COMMAND`` | the worker container's command, a JSON list | ``["rolloutfleet", "worker"]`` |
 | ``ROLLOUTFLEET_WORKER_METRICS_PORT`` | the workers' /metrics, /healthz, /readyz port | ``9100`` |
 | ``ROLLOUTFLEET_WORKER_PORT_PER_INDEX`` | ``1``: worker *i* listens on port + *i* (test clusters whose pods share one host network) | ``0`` |
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from rolloutfleet_operator import __version__
 
 DEFAULT_WORKER_IMAGE = f"ghcr.io/rolloutfleet/worker:{__version__}"
+DEFAULT_WORKER_SLIM_IMAGE = f"{DEFAULT_WORKER_IMAGE}-slim"
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
@@ -36,6 +38,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class OperatorConfig:
     worker_image: str = DEFAULT_WORKER_IMAGE
+    worker_slim_image: str | None = DEFAULT_WORKER_SLIM_IMAGE
     worker_command: tuple[str, ...] = ("rolloutfleet", "worker")
     worker_metrics_port: int = 9100
     worker_port_per_index: bool = False
@@ -83,6 +86,8 @@ class OperatorConfig:
                 )
             return raw
 
+        slim = get("WORKER_SLIM_IMAGE")
+        slim_image = cls.worker_slim_image if slim is None else None if slim.lower() == "none" else slim
         command = cls.worker_command
         if (raw := get("WORKER_COMMAND")) is not None:
             try:
@@ -102,6 +107,7 @@ class OperatorConfig:
         }
         return cls(
             worker_command=command,
+            worker_slim_image=slim_image,
             worker_memory=memory("WORKER_MEMORY", cls.worker_memory),
             worker_torch_memory=memory("WORKER_TORCH_MEMORY", cls.worker_torch_memory),
             **{k: v for k, v in found.items() if v is not None},  # type: ignore[arg-type]

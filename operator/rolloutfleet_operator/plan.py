@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.missing_modules import is_missing_module
 from rolloutfleet.spec.restarts import RestartTracker, WorkerRestarts
 from rolloutfleet_operator.disruptions import describe, kind_of, needs_force_delete
 from rolloutfleet_operator.pods import PodView, pod_name
@@ -41,6 +42,7 @@ class WorkerRecord:
     disruptions: int = 0  # never counted against the restart budget
     last_disrupted_pod: str = ""  # uid of the disruption counted last (counted once)
     last_disruption: str = ""
+    lacks_module: str = ""  # template hash whose image lacks a module: down until the spec changes
 
     def to_status(self) -> dict[str, Any]:
         return {
@@ -54,6 +56,7 @@ class WorkerRecord:
             "disruptions": self.disruptions,
             "lastDisruptedPod": self.last_disrupted_pod,
             "lastDisruption": self.last_disruption,
+            "lacksModule": self.lacks_module,
         }
 
     @classmethod
@@ -71,6 +74,7 @@ class WorkerRecord:
             disruptions=int(data.get("disruptions") or 0),
             last_disrupted_pod=str(data.get("lastDisruptedPod") or ""),
             last_disruption=str(data.get("lastDisruption") or ""),
+            lacks_module=str(data.get("lacksModule") or ""),
         )
 
 
@@ -151,6 +155,7 @@ def plan(
         ),
         tracker=tracker,
         by_index=by_index,
+        current_hash=current_hash,
     )
     # The steps run in this order: each one sees what the ones before it decided.
     _count_disruptions(planning, vanished)
@@ -170,6 +175,7 @@ class _Planning:
     result: Plan
     tracker: RestartTracker
     by_index: dict[int, list[PodView]]  # observed pods by worker index
+    current_hash: str = ""
     deleting: set[str] = field(default_factory=set)  # names of the pods this plan deletes
     disrupted: dict[str, list[PodView]] = field(default_factory=dict)  # counted by this plan, by kind
 
@@ -195,10 +201,18 @@ class _Planning:
         self.result.disruptions[kind] = self.result.disruptions.get(kind, 0) + 1
         self.disrupted.setdefault(kind, []).append(pod)
 
-    def count_failure(
-        self, index: int, uid: str, started: float | None, finished: float | None, code: int | None, why: str
-    ) -> None:
-        """Count one failure of worker ``index`` (pod ``uid``) against the restart budget."""
+    def count_failure(self, pod: PodView, started: float | None, finished: float | None) -> None:
+        """Count one failure of worker ``pod.index`` against the restart budget; a module its image
+        lacks is no restart: the worker stays down until the spec (hence the pod template) changes."""
+        index, uid, code, why = pod.index, pod.uid, pod.exit_code, _describe_exit(pod)
+        if is_missing_module(code, pod.message):
+            self.result.records[index] = replace(
+                self.result.records.get(index, WorkerRecord()), restart_at=None, down=True, last_failed_pod=uid,
+                last_exit_code=code, last_error=pod.message, lacks_module=pod.template_hash,
+            )  # fmt: skip
+            message = f"worker {index} stays down until the spec changes: {pod.message}"
+            self.result.events.append(Event("Warning", "MissingModule", message))
+            return
         now, tracker = self.now, self.tracker
         worker = tracker.workers.setdefault(index, WorkerRestarts())
         worker.started_at = started if started is not None else (finished or now)
@@ -242,16 +256,11 @@ def _count_failed_pods(planning: _Planning) -> None:
                 continue
             record = records.get(index)
             if record is None or record.last_failed_pod != pod.uid:
-                planning.count_failure(
-                    index,
-                    pod.uid,
-                    parse_time(pod.started_at),
-                    parse_time(pod.finished_at),
-                    pod.exit_code,
-                    _describe_exit(pod),
-                )
-            # A failed pod of a spent budget is kept for `kubectl logs`.
-            if not records[index].down:
+                planning.count_failure(pod, parse_time(pod.started_at), parse_time(pod.finished_at))
+            # A failed pod of a spent budget, or of an image that lacks a module, is kept for
+            # `kubectl logs`: the latter until the spec changes.
+            record = records[index]
+            if not record.down or record.lacks_module not in ("", planning.current_hash):
                 planning.delete(pod, "failed; replacing it")
 
 
@@ -276,7 +285,7 @@ def _count_disruptions(planning: _Planning, vanished: Iterable[PodView]) -> None
         if pod.terminated and not pod.deleting and not pod.disruption:
             if not counted:  # failed, then removed before a reconcile saw it
                 started, finished = parse_time(pod.started_at), parse_time(pod.finished_at)
-                planning.count_failure(pod.index, pod.uid, started, finished, pod.exit_code, _describe_exit(pod))
+                planning.count_failure(pod, started, finished)
         else:
             planning.count_disruption(pod)
     for pods in planning.disrupted.values():
@@ -305,9 +314,10 @@ def _create_missing(planning: _Planning) -> None:
             continue  # present, or still going away (same name): wait for it
         record = result.records.get(index)
         if record is not None and record.down:
-            if not budget_left:
+            if record.lacks_module == planning.current_hash or (not record.lacks_module and not budget_left):
                 continue
-            record = replace(record, down=False, restart_at=None)  # maxRestarts was raised
+            # maxRestarts was raised, or the spec changed since the image lacked a module
+            record = replace(record, down=False, restart_at=None, lacks_module="")
             result.records[index] = record
         if record is not None and record.restart_at is not None and record.restart_at > now:
             wait = record.restart_at - now

@@ -17,6 +17,7 @@ from rolloutfleet.spec.footprint import job_needs_torch, pod_cpu, pod_cpus
 from rolloutfleet.spec.job import API_VERSION, KIND, RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
+from rolloutfleet_operator.images import worker_image
 
 GROUP = "rolloutfleet.io"
 JOB_LABEL = f"{GROUP}/job"
@@ -55,7 +56,7 @@ def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     spec["disruption"] = {k: v for k, v in spec["disruption"].items() if k not in _OPERATOR_ONLY_DISRUPTION}
     material = {
         "spec": spec,
-        "image": config.worker_image,
+        "image": worker_image(job, config),
         "command": config.worker_command,
         "port": config.worker_metrics_port,
         "grace": config.grace_seconds,
@@ -146,7 +147,7 @@ def _container(job: RolloutJob, index: int, config: OperatorConfig) -> dict[str,
     port = config.metrics_port(index)
     container: dict[str, Any] = {
         "name": "worker",
-        "image": job.spec.image or config.worker_image,
+        "image": worker_image(job, config),
         "command": list(config.worker_command),
         "env": _worker_env(job, index, config),
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],

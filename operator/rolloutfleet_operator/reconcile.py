@@ -20,6 +20,7 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import apply_pdb, create_pod, delete_pod, patch_status, post_event
 from rolloutfleet_operator.disruptions import counts_from_status
+from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
 from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
@@ -86,8 +87,9 @@ async def reconcile(
     generation = int(body["metadata"]["generation"])
     queued = (gate.waiting.reason, gate.waiting.message) if gate.waiting else None
     status = build_status(
-        name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued
-    )
+        name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued,
+        image=worker_image(job, config),
+    )  # fmt: skip
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)

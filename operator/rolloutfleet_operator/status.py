@@ -99,8 +99,9 @@ def build_status(
     beats: Mapping[int, Mapping[str, Any]] | None = None,
     namespace: str = "default",
     queued: tuple[str, str] | None = None,
+    image: str | None = None,
 ) -> dict[str, Any]:
-    """``queued``: (reason, message) while Kueue has not admitted the job."""
+    """``queued``: (reason, message) while Kueue has not admitted the job; ``image``: its workers'."""
     desired = the_plan.desired
     live = [p for p in pods if p.index < desired and not p.terminated and not p.deleting]
     ready = sum(1 for p in live if p.ready)
@@ -128,6 +129,7 @@ def build_status(
         "disruptions": {kind: the_plan.disruptions.get(kind, 0) for kind in KINDS},
         "observedGeneration": generation,
         "selector": selector(job_name),
+        "image": image,
         "workers": {str(i): r.to_status() for i, r in sorted(the_plan.records.items())},
         "envSteps": steps,
         "stepsPerSecond": rate,
@@ -146,6 +148,8 @@ def _phase(suspended: bool, the_plan: Plan, ready: int, restarts: int) -> tuple[
         return "Suspended", "Suspended", "spec.suspend is true: no worker pods"
     if down:
         last = the_plan.records[down[0]]
+        if last.lacks_module:
+            return "Failed", "MissingModule", f"worker(s) {_list(down)} down until the spec changes: {last.last_error}"
         message = f"worker(s) {_list(down)} down for good after {restarts} restarts; last error: {last.last_error}"
         return "Failed", "RestartBudgetExhausted", message
     if ready == desired:

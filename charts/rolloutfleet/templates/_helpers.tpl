@@ -59,6 +59,14 @@ app.kubernetes.io/component: redis
 {{- printf "%s:%s" .Values.worker.image.repository (default .Chart.AppVersion .Values.worker.image.tag) -}}
 {{- end -}}
 
+{{- define "rolloutfleet.worker.slimImage" -}}
+{{- if .Values.worker.slimImage.enabled -}}
+{{- printf "%s:%s" .Values.worker.slimImage.repository (default (printf "%s-slim" .Chart.AppVersion) .Values.worker.slimImage.tag) -}}
+{{- else -}}
+none
+{{- end -}}
+{{- end -}}
+
 {{- define "rolloutfleet.redis.image" -}}
 {{- printf "%s:%s" .Values.redis.image.repository (default .Chart.AppVersion .Values.redis.image.tag) -}}
 {{- end -}}

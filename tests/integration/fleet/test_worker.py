@@ -187,6 +187,41 @@ def test_an_unbuildable_env_or_policy_exits_with_one_line(
     assert field in (tmp_path / "termination").read_text()
 
 
+@pytest.mark.parametrize(
+    ("profile", "hint"),
+    [
+        ("worker-slim", "spec.image, or policy.inference: torch, selects the full worker image"),
+        ("worker-cuda", "the worker image does not hold it"),
+    ],
+)
+def test_a_policy_that_needs_torch_in_an_image_without_it_exits_with_one_line(
+    redis_url: str, tmp_path: Path, profile: str, hint: str
+) -> None:
+    """The slim image's case, here without the image: ``torch`` made unimportable (``sys.modules``)."""
+    config = WorkerConfig(job=small_job("w", 1), worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=0)
+    environ = {
+        **os.environ,
+        **config.to_environ(),
+        "ROLLOUTFLEET_SPEC": '{"env": {"id": "CartPole-v1"}, "policy": {"inference": "torch"}}',
+        "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination"),
+        "ROLLOUTFLEET_IMAGE_PROFILE": profile,
+    }
+    no_torch = "import sys; sys.modules['torch'] = None; from rolloutfleet.cli.main import main; sys.exit(main())"
+    worker = subprocess.run(
+        [sys.executable, "-c", no_torch, "--log-level=WARNING", "worker"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert worker.returncode == 3, worker.stderr
+    assert "Traceback" not in worker.stderr
+    lines = [line for line in worker.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rolloutfleet worker: missing Python module 'torch': "), lines
+    assert hint in lines[0]
+    assert (tmp_path / "termination").read_text() == lines[0].removeprefix("rolloutfleet worker: ") + "\n"
+
+
 def test_nan_from_the_env_is_counted_in_metrics_and_heartbeat_not_in_the_filter(redis_url: str, tmp_path: Path) -> None:
     from rolloutfleet.data.batch import nonfinite_rows
     from rolloutfleet.spec.job import RolloutJob

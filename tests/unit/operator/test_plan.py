@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.missing_modules import missing_module_line
 from rolloutfleet_operator.plan import WorkerRecord, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import PodView
 
@@ -125,6 +126,31 @@ def test_a_spent_budget_keeps_the_failed_pod_and_marks_the_worker_down() -> None
         current_hash=HASH,
     )
     assert raised.create == [0] and not raised.records[0].down
+
+
+def test_a_module_the_image_lacks_is_no_restart_the_worker_waits_for_a_spec_change() -> None:
+    line = missing_module_line("torch", "worker-slim", "spec.policy: ModuleNotFoundError: No module named 'torch'")
+    lacking = pod(0, phase="Failed", ready=False, uid="a", exit_code=3, message=line)
+    first = plan(job(replicas=2), [lacking, pod(1)], {}, now=10.0, current_hash=HASH)
+    record = first.records[0]
+    # Not restarted (the same image fails the same way): no restart counted, no backoff, no replacement.
+    assert record.down and record.restarts == 0 and record.restart_at is None and record.lacks_module == HASH
+    assert first.delete == [] and first.create == [] and first.down == [0]  # the pod kept for `kubectl logs`
+    assert [e.reason for e in first.events] == ["MissingModule"] and "spec.image" in first.events[0].message
+    # Later reconciles leave it down, however much budget is left; gone or not, it is not recreated.
+    for pods in ([lacking, pod(1)], [pod(1)]):
+        later = plan(job(replicas=2), pods, first.records, now=500.0, current_hash=HASH)
+        assert later.create == [] and later.delete == [] and later.down == [0] and later.events == []
+    # A spec change (spec.image, policy.inference: torch) is a new template: the kept pod goes, then
+    # the worker comes back.
+    changed = plan(job(replicas=2), [lacking, pod(1, hash_="new")], first.records, now=510.0, current_hash="new")
+    assert changed.delete == [("j-worker-0", "failed; replacing it")] and changed.create == []
+    back = plan(job(replicas=2), [pod(1, hash_="new")], changed.records, now=511.0, current_hash="new")
+    assert back.create == [0] and not back.records[0].down and back.records[0].lacks_module == ""
+    # Exit 3 for another reason (an env that fails) is an ordinary failure.
+    env_failed = pod(0, phase="Failed", ready=False, uid="b", exit_code=3, message="spec.env.id: Env X-v0 not found")
+    ordinary = plan(job(replicas=2), [env_failed, pod(1)], {}, now=10.0, current_hash=HASH)
+    assert ordinary.records[0].restarts == 1 and not ordinary.records[0].down
 
 
 REASONS = {

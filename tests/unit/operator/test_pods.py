@@ -147,7 +147,10 @@ def test_the_template_hash_ignores_what_only_steers_the_operator() -> None:
     base = template_hash(job(), config)
     assert template_hash(job(replicas=9, suspend=True, restartPolicy={"maxRestarts": 1}), config) == base
     assert template_hash(job(env={"id": "CartPole-v1", "numEnvs": 16}), config) != base
-    assert template_hash(job(), OperatorConfig(worker_image="other:2")) != base
+    # A CartPole job runs the slim image: a new slim image replaces its pods, a new full one does not.
+    assert template_hash(job(), OperatorConfig(worker_slim_image="other:2-slim")) != base
+    assert template_hash(job(), OperatorConfig(worker_image="other:2")) == base
+    assert template_hash(job(), OperatorConfig(worker_slim_image=None)) != base
 
 
 def test_ports_per_index_for_single_host_test_clusters() -> None:

@@ -228,3 +228,12 @@ def test_disruptions_are_shown_apart_from_restarts_every_kind_listed() -> None:
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert list(schema["disruptions"]["properties"]) == list(KINDS)
     assert set(WorkerRecord().to_status()) == set(schema["workers"]["additionalProperties"]["properties"])
+
+
+def test_a_worker_down_for_a_missing_module_says_so_and_the_status_names_the_image() -> None:
+    line = "missing Python module 'torch': the slim worker image (numpy policies) has no torch, CUDA or OpenCV"
+    down = Plan(desired=1, records={0: WorkerRecord(down=True, last_error=line, lacks_module="h")})
+    status = build_status("j", False, down, [], 1, 0.0, image="ghcr.io/rolloutfleet/worker:0.1.0-slim")
+    assert (status["phase"], status["reason"]) == ("Failed", "MissingModule")
+    assert status["message"] == f"worker(s) 0 down until the spec changes: {line}"
+    assert status["image"] == "ghcr.io/rolloutfleet/worker:0.1.0-slim"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rolloutfleet.spec.footprint import local_cpus, pod_cpu, pod_cpus
+from rolloutfleet.spec.footprint import env_gives_images, job_needs_torch, local_cpus, pod_cpu, pod_cpus
 from rolloutfleet.spec.job import RolloutJob
 
 
@@ -41,3 +41,21 @@ def test_pods_request_what_the_job_sets_or_one_cpu_per_async_sub_env_up_to_four(
         pod_cpus(job(1, {"numEnvs": 2, "vectorization": "async"})),
     ) == ("2", 2)
     assert pod_cpus(job(1, {}, {"cpu": "2500m"})) == 3
+
+
+@pytest.mark.parametrize(
+    ("env", "images"),
+    [
+        ({"id": "ALE/Pong-v5"}, True),  # RGB frames: the default CNN, hence torch
+        ({"id": "ALE/Pong-v5", "config": {"obs_type": "grayscale"}}, True),
+        ({"id": "ALE/Pong-ram-v5"}, False),  # 128 bytes of RAM: the MLP
+        ({"id": "ALE/Pong-v5", "config": {"obs_type": "ram"}}, False),
+        ({"id": "CartPole-v1"}, False),
+        ({"id": "CarRacing-v3", "wrappers": [{"name": "GrayscaleObservation"}]}, True),
+        ({"id": "CartPole-v1", "wrappers": [{"name": "FrameStackObservation", "args": {"stack_size": 4}}]}, False),
+    ],
+)
+def test_image_observations_that_the_spec_shows_count_as_torch(env: dict[str, Any], images: bool) -> None:
+    the_job = RolloutJob.from_dict({"metadata": {"name": "img"}, "spec": {"env": env}})
+    assert env_gives_images(the_job.spec.env) is images
+    assert job_needs_torch(the_job) is images  # the default policy needs torch only for images

@@ -26,6 +26,8 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
   ``spec.env.maxConsecutiveFailures`` times in a row: one line on stderr naming the env and
   the error (and in the pod's termination message), exit code 3, so the operator can show
   why; a stop signal while an env keeps failing ends sampling at the next failure, exit 0;
+  a module the image lacks (torch in the slim image) is such a line too, saying which image
+  has it (:mod:`rolloutfleet.spec.missing_modules`);
 * NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat);
 * a weights version that does not fit the model or holds NaN/inf: refused once (one log
   line, ``rolloutfleet_weights_refused``, heartbeat), sampling goes on with the weights held.
@@ -57,6 +59,7 @@ from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.fleet.worker_metrics import WorkerMetrics
 from rolloutfleet.spec.job import SpecError
+from rolloutfleet.spec.missing_modules import PROFILE_VARIABLE, missing_module, missing_module_line
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.connection import address, failure_line
 from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted, RedisFull
@@ -359,7 +362,16 @@ def main(environ: Mapping[str, str] | None = None, log_level: str | None = None)
         signal.signal(signal.SIGINT, worker.request_stop)
         return worker.run()
     except SpecError as exc:
-        report_fatal(str(exc))
+        module = missing_module(exc)
+        report_fatal(
+            str(exc) if module is None else missing_module_line(module, environ.get(PROFILE_VARIABLE), str(exc))
+        )
+        return EXIT_BAD_SPEC
+    except ImportError as exc:  # torch for a policy that needs it, in an image without it
+        module = missing_module(exc)
+        if module is None:
+            raise
+        report_fatal(missing_module_line(module, environ.get(PROFILE_VARIABLE)))
         return EXIT_BAD_SPEC
 
 

@@ -3,8 +3,11 @@
 A worker's default MLP on the CPU acts in numpy and never imports torch (about 70 MB of
 resident memory against about 560 MB with torch, measured by ``make bench``). torch is
 certain when a policy has an ``entryPoint``, ``recurrent`` (the LSTM/GRU model), ``inference:
-torch``, a ``cuda`` device, or ``device: auto`` in a pod given a GPU. One case only the env can tell: image observations
-(the default CNN) load torch too; such jobs should set ``resources.memory``.
+torch``, a ``cuda`` device, or ``device: auto`` in a pod given a GPU; and when the env surely
+gives images (the default CNN): an ALE game other than its RAM form, or an image wrapper
+(:data:`IMAGE_WRAPPERS`). Other image envs only the env can tell: such jobs should set
+``resources.memory`` and ``policy.inference: torch``. The operator sizes memory and picks the
+slim or the full worker image by this one rule (``rolloutfleet_operator.images``).
 
 CPUs (:func:`pod_cpu`, :func:`pod_cpus`): ``vectorization: async`` runs one env process per CPU
 of the pod, so the pod requests what the job sets in ``resources.cpu``, or, for an ``async`` job
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from rolloutfleet.spec.job import PolicySpec, RolloutJob, parse_quantity
+from rolloutfleet.spec.job import EnvSpec, PolicySpec, RolloutJob, parse_quantity
 
 ASYNC_DEFAULT_CPUS = 4
 """The CPU request of an ``async`` job that sets no ``resources.cpu``: ``min(numEnvs, this)``."""
@@ -44,8 +47,27 @@ def policy_needs_torch(policy: PolicySpec, gpus: int) -> bool:
     )
 
 
+IMAGE_WRAPPERS = frozenset({"AtariPreprocessing", "ResizeObservation", "GrayscaleObservation"})
+"""Wrappers of ``spec.env.wrappers`` that exist for image observations (and resize with OpenCV)."""
+
+
+def env_gives_images(env: EnvSpec) -> bool:
+    """Whether the env surely hands the policy images: an ALE game (``ALE/Pong-v5``) unless it is
+    the RAM form (``-ram`` ids, ``obs_type: ram``), or an image wrapper.
+
+    >>> env_gives_images(EnvSpec(id="ALE/Pong-v5")), env_gives_images(EnvSpec(id="ALE/Pong-ram-v5"))
+    (True, False)
+    """
+    if any(wrapper.name in IMAGE_WRAPPERS for wrapper in env.wrappers):
+        return True
+    env_id = env.id or ""
+    return env_id.startswith("ALE/") and "-ram" not in env_id and env.config.get("obs_type") != "ram"
+
+
 def job_needs_torch(job: RolloutJob) -> bool:
     """Whether any of the job's policies surely loads torch in its workers."""
+    if env_gives_images(job.spec.env):
+        return True
     return any(policy_needs_torch(policy, job.spec.resources.gpu) for policy in job_policies(job))
 
 

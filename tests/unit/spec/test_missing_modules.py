@@ -1,0 +1,37 @@
+"""The line a worker ends with when its image lacks a module, and how the operator reads it back."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from rolloutfleet.spec.entry_points import load_entry_point
+from rolloutfleet.spec.job import SpecError
+from rolloutfleet.spec.missing_modules import PREFIX, is_missing_module, missing_module, missing_module_line
+
+
+def test_the_missing_module_is_found_behind_the_one_line_errors_of_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An entry point whose module imports torch, in an image without torch: load_entry_point
+    # turns the ImportError into a SpecError `from None`, which keeps it as the context.
+    monkeypatch.setitem(importlib.sys.modules, "torch", None)  # type: ignore[attr-defined]
+    with pytest.raises(SpecError) as caught:
+        load_entry_point("torch.nn:Linear", "spec.policy.entryPoint")
+    assert missing_module(caught.value) == "torch"
+    assert missing_module(SpecError("spec.env.id: Environment `NoSuchEnv` doesn't exist")) is None
+
+
+def test_one_line_that_says_which_module_and_which_image_has_it() -> None:
+    slim = missing_module_line("torch", "worker-slim", "spec.policy.entryPoint: cannot import module 'mypkg'")
+    assert slim.startswith(f"{PREFIX}'torch': the slim worker image")
+    assert "spec.image, or policy.inference: torch, selects the full worker image" in slim
+    assert slim.endswith("(spec.policy.entryPoint: cannot import module 'mypkg')") and "\n" not in slim
+    full = missing_module_line("envpool", "worker-cuda")
+    assert full == f"{PREFIX}'envpool': the worker image does not hold it; spec.image can name one that does"
+
+
+def test_the_operator_tells_it_from_other_exits() -> None:
+    line = missing_module_line("torch", "worker-slim")
+    assert is_missing_module(3, line)
+    assert not is_missing_module(1, line)  # not the worker's own one-line exit
+    assert not is_missing_module(3, "spec.env.id: Environment `NoSuchEnv` doesn't exist")
