@@ -14,7 +14,10 @@ from rolloutfleet.spec.missing_modules import PREFIX, is_missing_module, missing
 def test_the_missing_module_is_found_behind_the_one_line_errors_of_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     # An entry point whose module imports torch, in an image without torch: load_entry_point
     # turns the ImportError into a SpecError `from None`, which keeps it as the context.
-    monkeypatch.setitem(importlib.sys.modules, "torch", None)  # type: ignore[attr-defined]
+    modules = importlib.sys.modules  # type: ignore[attr-defined]
+    for name in [name for name in modules if name.startswith("torch.")]:
+        monkeypatch.delitem(modules, name)  # a test before this one may have imported torch.nn
+    monkeypatch.setitem(modules, "torch", None)
     with pytest.raises(SpecError) as caught:
         load_entry_point("torch.nn:Linear", "spec.policy.entryPoint")
     assert missing_module(caught.value) == "torch"
