@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
 from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
@@ -21,10 +22,6 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 def _sample(args: argparse.Namespace) -> int:
     from rolloutfleet.cli.paths import output_problem
 
-    if args.steps < 1:
-        return _bad("sample", f"--steps must be >= 1, got {args.steps}")
-    if args.num_workers is not None and args.num_workers < 1:
-        return _bad("sample", f"--num-workers must be >= 1, got {args.num_workers}")
     if not 0 <= args.worker_index < (args.num_workers or args.worker_index + 1):
         return _bad("sample", f"--worker-index must be within 0 and --num-workers - 1, got {args.worker_index}")
     job = RolloutJob.from_file(args.manifest)
@@ -114,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
+    parser = OneLineParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
     parser.add_argument(
         "--log-level",
         help="python logging level (default: $ROLLOUTFLEET_LOG_LEVEL, else INFO for `worker`, WARNING for the rest)",
@@ -182,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command_name != "run":
             build_parser().error("`-- COMMAND` is only for `rolloutfleet run`")
         args.command = command
+    if (problem := flag_problem(args) or command_problem(command)) is not None:
+        return _bad(args.command_name, problem)
     asked = args.log_level or os.environ.get("ROLLOUTFLEET_LOG_LEVEL")
     args.log_level = log_level(args.log_level, os.environ, args.command_name)
     if args.log_level is None:

@@ -27,6 +27,8 @@ from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
+from rolloutfleet.spec.model_base import type_message
+from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
 
@@ -435,6 +437,14 @@ class ResourcesSpec(_Model):
     """Memory request and limit of each worker; the worker refuses a model and fragment that need more."""
     gpu: int = Field(default=0, ge=0)
 
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _int_or_string(cls, value: Any) -> Any:
+        # The CRD's int-or-string: `cpu: 2` is the quantity "2" (a float is neither, as there).
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     @field_validator("cpu", "memory")
     @classmethod
     def _quantity(cls, value: str | None) -> str | None:
@@ -467,6 +477,16 @@ class RolloutJobSpec(_Model):
     """``metadata.labels`` / ``metadata.annotations`` of the worker pods (:mod:`rolloutfleet.spec.disruption`)."""
     disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
     """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.disruption`)."""
+
+    @field_validator("tolerations")
+    @classmethod
+    def _typed_tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return check_tolerations(value)
+
+    @field_validator("env_vars")
+    @classmethod
+    def _named_env_vars(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return check_env_vars(value)
 
     @model_validator(mode="after")
     def _single_agent_env_options(self) -> RolloutJobSpec:
@@ -561,16 +581,19 @@ class RolloutJob(_Model):
 def _describe(exc: ValidationError) -> str:
     problems = []
     for error in exc.errors():
-        location = ".".join(_camel(part) for part in error["loc"]).replace(".[", "[")
+        location = ".".join(_camel(part) for part in error["loc"])
         cause = error.get("ctx", {}).get("error")
         if isinstance(cause, _SubfieldError):
             location = f"{location}.{cause.path}" if location else cause.path
+        location = location.replace(".[", "[")
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "literal_error":
             message = "must be one of " + error["ctx"]["expected"]
             message += f" (got {error['input']!r})"
         elif error["type"] == "extra_forbidden":
             message = "unknown field (check the spelling against the RolloutJob reference)"
+        elif (typed := type_message(error["type"], error.get("input"))) is not None:
+            message = typed
         problems.append(f"{location or 'manifest'}: {message}")
     return "; ".join(problems)
 

@@ -27,7 +27,12 @@ def backoff_delay(policy: RestartPolicySpec, consecutive_failures: int) -> float
     """Seconds to wait before the restart following ``consecutive_failures`` failures (>= 1)."""
     if consecutive_failures < 1:
         return 0.0
-    return float(min(policy.backoff_limit_seconds, policy.backoff_seconds * 2 ** (consecutive_failures - 1)))
+    limit, base = policy.backoff_limit_seconds, policy.backoff_seconds
+    # Doubling past 2**1023 cannot be a float (OverflowError): by then any finite limit is reached.
+    exponent = consecutive_failures - 1
+    if base == 0 or exponent <= 1023 and base * 2.0**exponent <= limit:
+        return float(base * 2.0**exponent) if base else 0.0
+    return float(limit)
 
 
 @dataclass
