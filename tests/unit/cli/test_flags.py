@@ -43,10 +43,38 @@ def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["sample", CARTPOLE, "--steps", "ten", "--output", "x.npz"], "--steps"),
         (["consume", "--redis", "redis://127.0.0.1:1/0", "--job", "j", "--count", "0", "--output", "x"], "--count"),
         (["consume", "--redis", "redis://127.0.0.1:1/0", "--job", "", "--count", "1", "--output", "x"], "--job"),
-        (["consume", "--redis", "redis://127.0.0.1:1/0", "--job", "j", "--count", "1", "--output", "x",
-          "--timeout", "-1"], "--timeout"),  # fmt: skip
-        (["consume", "--redis", "redis://127.0.0.1:1/0", "--job", "j", "--count", "1", "--output", "x",
-          "--namespace", ""], "--namespace"),  # fmt: skip
+        (
+            [
+                "consume",
+                "--redis",
+                "redis://127.0.0.1:1/0",
+                "--job",
+                "j",
+                "--count",
+                "1",
+                "--output",
+                "x",
+                "--timeout",
+                "-1",
+            ],
+            "--timeout",
+        ),
+        (
+            [
+                "consume",
+                "--redis",
+                "redis://127.0.0.1:1/0",
+                "--job",
+                "j",
+                "--count",
+                "1",
+                "--output",
+                "x",
+                "--namespace",
+                "",
+            ],
+            "--namespace",
+        ),
         (["streams", "--redis", "redis://127.0.0.1:1/0", "--timeout", "0"], "--timeout"),
         (["sample", CARTPOLE, "--steps", "10"], "--output"),  # required
         (["run", CARTPOLE, "--bogus"], "--bogus"),

@@ -12,6 +12,7 @@ test ``tests/e2e/test_crd_types.py`` checks the same cases on the real API serve
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import re
 from pathlib import Path
@@ -155,13 +156,12 @@ def manifest_with(path: str, value: Any) -> dict[str, Any]:
         spec["multiAgent"]["policyMapping"]["rules"][0].pop("prefix")  # one of the two
     parts = _parts(path)
     node: Any = spec
-    for part, following in zip(parts, parts[1:], strict=False):
+    for index, (part, following) in enumerate(itertools.pairwise(parts)):
         if isinstance(part, int):
             while len(node) <= part:
-                node.append(copy.deepcopy(ITEMS.get(str(last), {})))
+                node.append(copy.deepcopy(ITEMS.get(str(parts[index - 1]), {})))
         elif part not in node:
             node[part] = [] if isinstance(following, int) else copy.deepcopy(OBJECTS.get(part, {}))
-        last = part
         node = node[part]
     if isinstance(parts[-1], int):
         del node[parts[-1] :]
@@ -191,19 +191,21 @@ def crd_accepts(schema: dict[str, Any], value: Any, required: bool) -> bool:
     if value is None:
         return bool(schema.get("nullable")) or not required  # pruned: defaulted, or left out
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    integral = is_int or isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    integral = is_int or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
     if schema.get("x-kubernetes-int-or-string"):
         return integral or isinstance(value, str)
     kind = schema["type"]
-    if kind == "integer" and not integral or kind == "number" and not (is_int or isinstance(value, float)):
+    if (kind == "integer" and not integral) or (kind == "number" and not (is_int or isinstance(value, float))):
         return False
-    if kind == "boolean" and not isinstance(value, bool) or kind == "string" and not isinstance(value, str):
+    if (kind == "boolean" and not isinstance(value, bool)) or (kind == "string" and not isinstance(value, str)):
         return False
     if isinstance(value, float) and not math.isfinite(value):
         return False  # JSON has no inf or NaN
     if "enum" in schema and value not in schema["enum"]:
         return False
-    if "minimum" in schema and (value < schema["minimum"] or schema.get("exclusiveMinimum") and value == schema["minimum"]):
+    if "minimum" in schema and (
+        value < schema["minimum"] or (schema.get("exclusiveMinimum") and value == schema["minimum"])
+    ):
         return False
     return not ("maximum" in schema and value > schema["maximum"])
 
@@ -223,7 +225,9 @@ def wrong_typed(valid: Any) -> list[Any]:
 
 
 @pytest.mark.parametrize(("path", "schema", "required"), LEAVES, ids=[leaf[0] for leaf in LEAVES])
-def test_every_typed_field_has_a_valid_value_the_model_accepts(path: str, schema: dict[str, Any], required: bool) -> None:
+def test_every_typed_field_has_a_valid_value_the_model_accepts(
+    path: str, schema: dict[str, Any], required: bool
+) -> None:
     value = valid_value(path, schema)
     assert crd_accepts(schema, value, required), f"spec.{path}: {value!r} is not valid for the CRD"
     RolloutJob.from_dict(manifest_with(path, value))
@@ -243,7 +247,9 @@ def _any_json() -> st.SearchStrategy[Any]:
         st.floats(allow_nan=False, allow_infinity=False, width=64),
         st.sampled_from(["8", "true", "off", "1.0", "", "yes", "null"]),
     )
-    return st.one_of(scalars, st.lists(scalars, max_size=2), st.dictionaries(st.sampled_from(["a", "v"]), scalars, max_size=1))
+    return st.one_of(
+        scalars, st.lists(scalars, max_size=2), st.dictionaries(st.sampled_from(["a", "v"]), scalars, max_size=1)
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -254,7 +260,12 @@ def test_any_json_value_gets_the_crd_s_verdict(leaf: tuple[str, dict[str, Any], 
     path, schema, required = leaf
     if isinstance(value, str) and (schema.get("type") == "string" or schema.get("x-kubernetes-int-or-string")):
         return
-    if schema.get("x-kubernetes-int-or-string") and isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+    if (
+        schema.get("x-kubernetes-int-or-string")
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value < 0
+    ):
         return  # a negative count or quantity is a value rule (the CEL rules and the model's), not a type
     same_verdict(path, schema, required, value)
 

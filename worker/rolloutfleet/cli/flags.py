@@ -44,7 +44,7 @@ def flag_problem(args: argparse.Namespace) -> str | None:
         if value is None:
             continue
         bad = math.isnan(value) or (value < lowest if inclusive else value <= lowest)
-        if bad or name in _FINITE and math.isinf(value):
+        if bad or (name in _FINITE and math.isinf(value)):
             bound = f"{'>=' if inclusive else '>'} {lowest:g}" + (" and finite" if name in _FINITE else "")
             return f"{flag} must be {bound}, got {value:g}"
     for name, flag in _TEXT.items():

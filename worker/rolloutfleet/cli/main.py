@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
@@ -24,10 +23,11 @@ def _sample(args: argparse.Namespace) -> int:
 
     if not 0 <= args.worker_index < (args.num_workers or args.worker_index + 1):
         return _bad("sample", f"--worker-index must be within 0 and --num-workers - 1, got {args.worker_index}")
+    from rolloutfleet.cli.npz_output import npz_path
+
     job = RolloutJob.from_file(args.manifest)
-    if (problem := output_problem(Path(args.output))) is not None:
+    if (problem := output_problem(npz_path(args.output))) is not None:
         return _bad("sample", f"--output: {problem}")
-    import numpy as np
 
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
@@ -60,14 +60,13 @@ def _sample(args: argparse.Namespace) -> int:
         result = SampleBatch.concat(batches)
         arrays = dict(result.items())
         rows = f"{len(result)} rows"
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
-    save = np.savez_compressed if args.compress else np.savez
+    from rolloutfleet.cli.npz_output import OutputError, write_npz
+
     try:
-        save(output, **arrays)  # type: ignore[arg-type]
-    except OSError as exc:
-        print(f"rolloutfleet sample: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
+        output = write_npz(args.output, arrays, compress=args.compress)
+    except OutputError as exc:
+        print(f"rolloutfleet sample: {exc}", file=sys.stderr)
         return 1
     print(
         f"wrote {rows} ({metrics['num_episodes']} episodes ended, "

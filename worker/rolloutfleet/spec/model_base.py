@@ -118,8 +118,8 @@ class SpecModel(BaseModel):
         if value is None and not field.is_required() and not _takes(field.annotation, type(None)):
             # The API server prunes a null it cannot store, then applies the default.
             return field.get_default(call_default_factory=True)
-        if isinstance(value, dict) and get_origin(field.annotation) is dict:
-            # So is a null map value (``nodeSelector: {disk: null}``), unless the values may be null.
-            if not _takes(get_args(field.annotation)[1], type(None)) and get_args(field.annotation)[1] is not Any:
-                value = {key: entry for key, entry in value.items() if entry is not None}
+        entries = get_args(field.annotation)[1] if get_origin(field.annotation) is dict else Any
+        if isinstance(value, dict) and entries is not Any and not _takes(entries, type(None)):
+            # So is a null map value (``nodeSelector: {disk: null}``).
+            value = {key: entry for key, entry in value.items() if entry is not None}
         return integral_floats(value, field.annotation)

@@ -28,11 +28,12 @@ def backoff_delay(policy: RestartPolicySpec, consecutive_failures: int) -> float
     if consecutive_failures < 1:
         return 0.0
     limit, base = policy.backoff_limit_seconds, policy.backoff_seconds
-    # Doubling past 2**1023 cannot be a float (OverflowError): by then any finite limit is reached.
     exponent = consecutive_failures - 1
-    if base == 0 or exponent <= 1023 and base * 2.0**exponent <= limit:
-        return float(base * 2.0**exponent) if base else 0.0
-    return float(limit)
+    if base == 0:
+        return 0.0
+    if exponent > 1023:  # 2.0**1024 is no float (OverflowError); any finite limit was reached long before
+        return float(limit)
+    return float(min(limit, base * 2.0**exponent))  # a product past the largest float is inf: the limit
 
 
 @dataclass
