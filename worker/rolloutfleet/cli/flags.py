@@ -7,6 +7,7 @@ import argparse
 import math
 import shutil
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 # attribute -> (flag, lowest value, whether the lowest is allowed); None values are "not given".
@@ -51,6 +52,9 @@ def flag_problem(args: argparse.Namespace) -> str | None:
         value = getattr(args, name, None)
         if value is not None and not str(value).strip():
             return f"{flag} must not be empty"
+    output = getattr(args, "output", None)
+    if output is not None and (str(output).endswith("/") or Path(output).name in ("", ".", "..")):
+        return f"--output must name a file, got {output!r}"
     return None
 
 

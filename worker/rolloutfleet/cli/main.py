@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument(
         "--steps", type=int, required=True, help="env steps to collect (rows; multi-agent: env steps, all agents)"
     )
-    sample.add_argument("--output", required=True, help="the .npz file to write")
+    sample.add_argument("--output", required=True, help="the .npz file to write (.npz is appended when missing)")
     sample.add_argument("--worker-index", type=int, default=0)
     sample.add_argument("--num-workers", type=int, default=None)
     sample.add_argument("--compress", action="store_true", help="write a compressed .npz")

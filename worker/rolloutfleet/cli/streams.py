@@ -58,7 +58,7 @@ def add_consume_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--policy", default=None, help="a multi-agent job's policy id: read that policy's stream")
     parser.add_argument("--count", type=int, required=True, help="batches (stream entries) to read")
-    parser.add_argument("--output", required=True, type=Path, help="the .npz file to write")
+    parser.add_argument("--output", required=True, help="the .npz file to write (.npz is appended when missing)")
     parser.add_argument(
         "--group",
         default=None,

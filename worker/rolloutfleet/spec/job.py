@@ -31,6 +31,7 @@ from rolloutfleet.spec.model_base import type_message
 from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
+from rolloutfleet.spec.yaml_errors import yaml_problem
 
 API_VERSION = "rolloutfleet.io/v1alpha1"
 KIND = "RolloutJob"
@@ -564,7 +565,7 @@ class RolloutJob(_Model):
         try:
             documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
         except yaml.YAMLError as exc:
-            raise SpecError(f"{path}: not valid YAML: {exc}") from None
+            raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
         jobs = [doc for doc in documents if isinstance(doc, Mapping) and doc.get("kind", KIND) == KIND]
         if len(jobs) != 1:
             raise SpecError(f"{path}: expected exactly one RolloutJob document, found {len(jobs)}")
@@ -595,8 +596,12 @@ def _describe(exc: ValidationError) -> str:
         elif (typed := type_message(error["type"], error.get("input"))) is not None:
             message = typed
         problems.append(f"{location or 'manifest'}: {message}")
-    return "; ".join(problems)
+    return "; ".join(problems).replace("\n", "\\n").replace("\r", "\\r")  # one line, whatever was given
 
 
 def _camel(part: int | str) -> str:
-    return f"[{part}]" if isinstance(part, int) else to_camel(part) if "_" in part else part
+    if isinstance(part, int):
+        return f"[{part}]"
+    if not part.isprintable() or not part.strip() or "." in part:
+        return f"[{part!r}]"  # a key a user cannot see or that reads as a path
+    return to_camel(part) if "_" in part else part
