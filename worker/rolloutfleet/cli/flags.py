@@ -21,6 +21,7 @@ _NUMBERS: dict[str, tuple[str, float, bool]] = {
     "count": ("--count", 1, True),
     "timeout": ("--timeout", 0, False),
 }
+_SECONDS = {"duration", "redis_timeout", "timeout"}
 _FINITE = {"redis_timeout", "timeout"}
 """Waits that must end (``--duration inf`` is a fleet that runs until stopped)."""
 _TEXT = {"output": "--output", "job": "--job", "namespace": "--namespace", "redis": "--redis", "manifest": "MANIFEST"}
@@ -38,16 +39,17 @@ def flag_problem(args: argparse.Namespace) -> str | None:
     """The first flag of ``args`` that cannot work, in one line; None when all can.
 
     >>> flag_problem(argparse.Namespace(duration=-1.0))
-    '--duration must be > 0, got -1'
+    '--duration must be > 0 s, got -1'
     """
     for name, (flag, lowest, inclusive) in _NUMBERS.items():
         value: Any = getattr(args, name, None)
         if value is None:
             continue
-        bad = math.isnan(value) or (value < lowest if inclusive else value <= lowest)
-        if bad or (name in _FINITE and math.isinf(value)):
-            bound = f"{'>=' if inclusive else '>'} {lowest:g}" + (" and finite" if name in _FINITE else "")
-            return f"{flag} must be {bound}, got {value:g}"
+        unit = " s" if name in _SECONDS else ""
+        if math.isnan(value) or (value < lowest if inclusive else value <= lowest):
+            return f"{flag} must be {'>=' if inclusive else '>'} {lowest:g}{unit}, got {value:g}"
+        if name in _FINITE and math.isinf(value):
+            return f"{flag} must be a finite number of seconds, got {value:g}"
     for name, flag in _TEXT.items():
         value = getattr(args, name, None)
         if value is not None and not str(value).strip():
@@ -62,7 +64,7 @@ def command_problem(command: list[str]) -> str | None:
     """Why ``command`` (``run -- COMMAND``) cannot be started, or None.
 
     >>> command_problem(["no-such-command-here"])
-    "-- no-such-command-here: command not found (not on PATH, or not an executable file)"
+    '-- no-such-command-here: command not found (not on PATH, or not an executable file)'
     """
     if command and shutil.which(command[0]) is None:
         return f"-- {command[0]}: command not found (not on PATH, or not an executable file)"

@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
@@ -26,7 +27,8 @@ def _sample(args: argparse.Namespace) -> int:
     from rolloutfleet.cli.npz_output import npz_path
 
     job = RolloutJob.from_file(args.manifest)
-    if (problem := output_problem(npz_path(args.output))) is not None:
+    # A directory given is a mistake, not "<dir>.npz" (numpy's name for it).
+    if (problem := output_problem(Path(args.output)) or output_problem(npz_path(args.output))) is not None:
         return _bad("sample", f"--output: {problem}")
 
     from rolloutfleet.data.batch import SampleBatch

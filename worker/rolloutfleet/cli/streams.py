@@ -108,8 +108,8 @@ def run_consume(args: argparse.Namespace) -> int:
     from rolloutfleet.cli.npz_output import npz_path
     from rolloutfleet.cli.paths import output_problem
 
-    args.output = npz_path(args.output)  # what numpy would write: the path reported
-    if (problem := output_problem(args.output)) is not None:
+    given, args.output = Path(args.output), npz_path(args.output)  # what numpy would write: the path reported
+    if (problem := output_problem(given) or output_problem(args.output)) is not None:
         print(f"rolloutfleet consume: --output: {problem}", file=sys.stderr)
         return 2
     if (code := unreachable("consume", args.redis, args.timeout)) is not None:
