@@ -24,10 +24,10 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from pydantic.alias_generators import to_camel
 
 from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
+from rolloutfleet.spec.error_lines import describe_errors
 from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
-from rolloutfleet.spec.model_base import type_message
 from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
@@ -552,7 +552,7 @@ class RolloutJob(_Model):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise SpecError(_describe(exc)) from None
+            raise SpecError(describe_errors(exc)) from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> RolloutJob:
@@ -577,31 +577,3 @@ class RolloutJob(_Model):
     def to_dict(self) -> dict[str, Any]:
         """The manifest as Kubernetes would store it (camelCase keys, defaults filled in)."""
         return self.model_dump(mode="json", by_alias=True)
-
-
-def _describe(exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors():
-        location = ".".join(_camel(part) for part in error["loc"])
-        cause = error.get("ctx", {}).get("error")
-        if isinstance(cause, _SubfieldError):
-            location = f"{location}.{cause.path}" if location else cause.path
-        location = location.replace(".[", "[")
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "literal_error":
-            message = "must be one of " + error["ctx"]["expected"]
-            message += f" (got {error['input']!r})"
-        elif error["type"] == "extra_forbidden":
-            message = "unknown field (check the spelling against the RolloutJob reference)"
-        elif (typed := type_message(error["type"], error.get("input"))) is not None:
-            message = typed
-        problems.append(f"{location or 'manifest'}: {message}")
-    return "; ".join(problems).replace("\n", "\\n").replace("\r", "\\r")  # one line, whatever was given
-
-
-def _camel(part: int | str) -> str:
-    if isinstance(part, int):
-        return f"[{part}]"
-    if not part.isprintable() or not part.strip() or "." in part:
-        return f"[{part!r}]"  # a key a user cannot see or that reads as a path
-    return to_camel(part) if "_" in part else part
