@@ -76,6 +76,23 @@ def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
             "--namespace",
         ),
         (["streams", "--redis", "redis://127.0.0.1:1/0", "--timeout", "0"], "--timeout"),
+        (
+            [
+                "consume",
+                "--redis",
+                "redis://127.0.0.1:1/0",
+                "--job",
+                "j",
+                "--count",
+                "1",
+                "--output",
+                "x",
+                "--group",
+                " ",
+            ],
+            "--group",
+        ),
+        (["sample", CARTPOLE, "--steps", "10", "--output", "."], "--output"),
         (["sample", CARTPOLE, "--steps", "10"], "--output"),  # required
         (["run", CARTPOLE, "--bogus"], "--bogus"),
     ],

@@ -24,7 +24,16 @@ _NUMBERS: dict[str, tuple[str, float, bool]] = {
 _SECONDS = {"duration", "redis_timeout", "timeout"}
 _FINITE = {"redis_timeout", "timeout"}
 """Waits that must end (``--duration inf`` is a fleet that runs until stopped)."""
-_TEXT = {"output": "--output", "job": "--job", "namespace": "--namespace", "redis": "--redis", "manifest": "MANIFEST"}
+_TEXT = {
+    "output": "--output",
+    "job": "--job",
+    "namespace": "--namespace",
+    "redis": "--redis",
+    "group": "--group",
+    "consumer": "--consumer",
+    "policy": "--policy",
+    "manifest": "MANIFEST",
+}
 
 
 class OneLineParser(argparse.ArgumentParser):
