@@ -16,6 +16,7 @@ import itertools
 import math
 import re
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -300,6 +301,13 @@ def test_what_the_api_server_stores_is_what_the_model_reads() -> None:
     assert RolloutJob.from_dict(manifest_with("replicas", None)).spec.replicas == 1  # pruned, defaulted
     assert RolloutJob.from_dict(manifest_with("policy.hidden", [64.0, 32])).spec.policy.hidden == [64, 32]
     assert RolloutJob.from_dict(manifest_with("resources.cpu", 2)).spec.resources.cpu == "2"
+
+
+def test_a_mapping_view_and_tuples_are_read_as_json_is() -> None:
+    """Strict validation takes dicts only: a Mapping that is not one (kopf's views) is copied."""
+    view = MappingProxyType({"env": MappingProxyType({"id": "CartPole-v1"}), "policy": {"hidden": (8, 8)}})
+    job = RolloutJob.from_dict({"metadata": {"name": "view"}, "spec": view})
+    assert job.spec.env.id == "CartPole-v1" and job.spec.policy.hidden == [8, 8]
 
 
 def test_helpers() -> None:

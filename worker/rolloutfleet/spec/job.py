@@ -28,6 +28,7 @@ from rolloutfleet.spec.error_lines import describe_errors
 from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
+from rolloutfleet.spec.model_base import plain_json
 from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
@@ -550,7 +551,7 @@ class RolloutJob(_Model):
         if not isinstance(data, Mapping):
             raise SpecError(f"a RolloutJob manifest must be a mapping, got {type(data).__name__}")
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(plain_json(data))
         except ValidationError as exc:
             raise SpecError(describe_errors(exc)) from None
 

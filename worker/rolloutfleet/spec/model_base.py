@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import types
+from collections.abc import Mapping
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
@@ -34,6 +35,20 @@ def _takes(annotation: Any, kind: type) -> bool:
     if get_origin(annotation) in (Union, types.UnionType):
         return any(_takes(arg, kind) for arg in get_args(annotation))
     return False
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` with every mapping a dict and every tuple a list, as a JSON document has them
+    (strict validation takes dicts only; kopf hands the spec over as a mapping view).
+
+    >>> plain_json((1, {"a": (2,)}))
+    [1, {'a': [2]}]
+    """
+    if isinstance(value, Mapping):
+        return {key: plain_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_json(item) for item in value]
+    return value
 
 
 def integral_floats(value: Any, annotation: Any) -> Any:
