@@ -58,6 +58,14 @@ CASES: list[tuple[str, str]] = [
     ("extraEnv", "[{name: null, value: x}]"),
     ("extraEnv", "[{name: 5, value: x}]"),
     ("multiAgent", "{policies: {a: {}}, policyMapping: {entryPoint: 'p.m:f'}, policiesToTrain: [null]}"),
+    ("env.numEnvs", "1e3"),
+    ("redis.blockTimeoutSeconds", "1e1"),
+    ("redis.blockTimeoutSeconds", "1.5e1"),
+    ("env.numEnvs", "0x10"),
+    ("env.numEnvs", "1_0"),
+    ("policy.explore", "yes"),
+    ("policy.explore", "True"),
+    ("image", "1.10"),
 ]
 
 

@@ -26,13 +26,13 @@ from pydantic.alias_generators import to_camel
 from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.error_lines import describe_errors
 from rolloutfleet.spec.exploration import ExplorationSpec
+from rolloutfleet.spec.manifest_yaml import load_documents, yaml_problem
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 from rolloutfleet.spec.model_base import plain_json
 from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
-from rolloutfleet.spec.yaml_errors import yaml_problem
 
 API_VERSION = "rolloutfleet.io/v1alpha1"
 KIND = "RolloutJob"
@@ -564,7 +564,7 @@ class RolloutJob(_Model):
         except OSError as exc:
             raise SpecError(f"{path}: cannot read manifest: {exc.strerror}") from None
         try:
-            documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+            documents = [doc for doc in load_documents(text) if doc is not None]
         except yaml.YAMLError as exc:
             raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
         jobs = [doc for doc in documents if isinstance(doc, Mapping) and doc.get("kind", KIND) == KIND]
