@@ -71,3 +71,17 @@ def test_a_full_disk_acknowledges_only_the_batches_on_disk(
     while len(rest) < 8 - len(saved):
         rest += learner.read(count=8, timeout=5)
     assert len(rest) == 8 - len(saved)
+
+
+def test_a_full_disk_while_only_looking_is_one_line_and_takes_nothing(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publisher = BatchPublisher(redis_url, "files")
+    for value in range(4):
+        publisher.publish({"obs": np.random.default_rng(value).random((1000, 3))})
+    with disk_kit.tiny_disk(tmp_path) as disk:
+        assert consume(redis_url, disk / "look.npz", "--count", "4") == 1
+        line = one_line(capsys.readouterr().err)
+        assert line.startswith(f"rolloutfleet consume: cannot write {disk / 'look.npz'}: No space left on device")
+        assert list(disk.iterdir()) == []
+    assert redis.Redis.from_url(redis_url).xlen(KEYS.batches) == 4  # looking takes nothing away
