@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -308,6 +309,9 @@ def test_a_mapping_view_and_tuples_are_read_as_json_is() -> None:
     view = MappingProxyType({"env": MappingProxyType({"id": "CartPole-v1"}), "policy": {"hidden": (8, 8)}})
     job = RolloutJob.from_dict({"metadata": {"name": "view"}, "spec": view})
     assert job.spec.env.id == "CartPole-v1" and job.spec.policy.hidden == [8, 8]
+    spec = {"env": {"id": "CartPole-v1", "numEnvs": np.int64(4)}, "sampling": {"clipRewards": np.float32(1.5)}}
+    job = RolloutJob.from_dict({"metadata": {"name": "numpy"}, "spec": spec})
+    assert job.spec.env.num_envs == 4 and job.spec.sampling.clip_rewards == 1.5
 
 
 def test_helpers() -> None:

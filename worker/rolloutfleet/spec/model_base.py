@@ -38,8 +38,9 @@ def _takes(annotation: Any, kind: type) -> bool:
 
 
 def plain_json(value: Any) -> Any:
-    """``value`` with every mapping a dict and every tuple a list, as a JSON document has them
-    (strict validation takes dicts only; kopf hands the spec over as a mapping view).
+    """``value`` with every mapping a dict, every tuple a list and every numpy scalar a number,
+    as a JSON document has them (strict validation takes dicts only; kopf hands the spec over
+    as a mapping view).
 
     >>> plain_json((1, {"a": (2,)}))
     [1, {'a': [2]}]
@@ -48,6 +49,8 @@ def plain_json(value: Any) -> Any:
         return {key: plain_json(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [plain_json(item) for item in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # np.int64(4) is the number 4
+        return value.item()
     return value
 
 
