@@ -122,3 +122,20 @@ def test_a_bad_log_level_is_one_line_naming_it(capsys: pytest.CaptureFixture[str
         "rolloutfleet: log level 'loud' (--log-level or ROLLOUTFLEET_LOG_LEVEL) is not one of "
         "DEBUG, INFO, WARNING, ERROR, CRITICAL"
     )
+
+
+def test_sample_reports_the_file_it_wrote(tmp_path: Path) -> None:
+    result = run("sample", "examples/cartpole.yaml", "--steps", "50", "--output", str(tmp_path / "noext"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith(f"to {tmp_path / 'noext.npz'}"), result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["noext.npz"]
+
+
+def test_sample_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path: Path) -> None:
+    from tests import disk_kit
+
+    with disk_kit.tiny_disk(tmp_path, size="16k") as disk:
+        result = run("sample", "examples/cartpole.yaml", "--steps", "2000", "--output", str(disk / "big.npz"))
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip() == f"rolloutfleet sample: cannot write {disk / 'big.npz'}: No space left on device"
+        assert list(disk.iterdir()) == []

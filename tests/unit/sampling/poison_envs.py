@@ -98,3 +98,24 @@ def make_wrong_shape_env(ctx: Any) -> WrongShapeEnv:
 def make_failing_reset_at_build(ctx: Any) -> gym.Env[np.ndarray, np.int64]:
     """An entry point whose env cannot be built (its constructor raises)."""
     raise RuntimeError("the simulator's licence server is unreachable")
+
+
+class NotAnObservationEnv(FailingEnv):
+    """Returns ``config.value`` (default ``"hello"``) instead of an observation from
+    ``config.when``: ``reset`` or ``step``."""
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__({**ctx, "fail_env": -1})
+        self.when = str(ctx.get("when", "reset"))
+        self.value = ctx.get("value", "hello")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        return (self.value if self.when == "reset" else np.zeros(2, np.float32)), {}
+
+    def step(self, action: np.int64) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        return (self.value if self.when == "step" else np.zeros(2, np.float32)), 1.0, False, False, {}
+
+
+def make_not_an_observation_env(ctx: Any) -> NotAnObservationEnv:
+    return NotAnObservationEnv(ctx)

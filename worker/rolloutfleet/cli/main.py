@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
 from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
@@ -21,16 +22,14 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 def _sample(args: argparse.Namespace) -> int:
     from rolloutfleet.cli.paths import output_problem
 
-    if args.steps < 1:
-        return _bad("sample", f"--steps must be >= 1, got {args.steps}")
-    if args.num_workers is not None and args.num_workers < 1:
-        return _bad("sample", f"--num-workers must be >= 1, got {args.num_workers}")
     if not 0 <= args.worker_index < (args.num_workers or args.worker_index + 1):
         return _bad("sample", f"--worker-index must be within 0 and --num-workers - 1, got {args.worker_index}")
+    from rolloutfleet.cli.npz_output import npz_path
+
     job = RolloutJob.from_file(args.manifest)
-    if (problem := output_problem(Path(args.output))) is not None:
+    # A directory given is a mistake, not "<dir>.npz" (numpy's name for it).
+    if (problem := output_problem(Path(args.output)) or output_problem(npz_path(args.output))) is not None:
         return _bad("sample", f"--output: {problem}")
-    import numpy as np
 
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
@@ -63,14 +62,13 @@ def _sample(args: argparse.Namespace) -> int:
         result = SampleBatch.concat(batches)
         arrays = dict(result.items())
         rows = f"{len(result)} rows"
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
-    save = np.savez_compressed if args.compress else np.savez
+    from rolloutfleet.cli.npz_output import OutputError, write_npz
+
     try:
-        save(output, **arrays)  # type: ignore[arg-type]
-    except OSError as exc:
-        print(f"rolloutfleet sample: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        # Plain arrays only: numpy alone reads it back, with allow_pickle=False.
+        output = write_npz(args.output, arrays, compress=args.compress)
+    except OutputError as exc:
+        print(f"rolloutfleet sample: {exc}", file=sys.stderr)
         return 1
     print(
         f"wrote {rows} ({metrics['num_episodes']} episodes ended, "
@@ -114,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
+    parser = OneLineParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
     parser.add_argument(
         "--log-level",
         help="python logging level (default: $ROLLOUTFLEET_LOG_LEVEL, else INFO for `worker`, WARNING for the rest)",
@@ -126,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument(
         "--steps", type=int, required=True, help="env steps to collect (rows; multi-agent: env steps, all agents)"
     )
-    sample.add_argument("--output", required=True, help="the .npz file to write")
+    sample.add_argument("--output", required=True, help="the .npz file to write (.npz is appended when missing)")
     sample.add_argument("--worker-index", type=int, default=0)
     sample.add_argument("--num-workers", type=int, default=None)
     sample.add_argument("--compress", action="store_true", help="write a compressed .npz")
@@ -182,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command_name != "run":
             build_parser().error("`-- COMMAND` is only for `rolloutfleet run`")
         args.command = command
+    if (problem := flag_problem(args) or command_problem(command)) is not None:
+        return _bad(args.command_name, problem)
     asked = args.log_level or os.environ.get("ROLLOUTFLEET_LOG_LEVEL")
     args.log_level = log_level(args.log_level, os.environ, args.command_name)
     if args.log_level is None:

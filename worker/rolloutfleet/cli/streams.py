@@ -58,7 +58,7 @@ def add_consume_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--policy", default=None, help="a multi-agent job's policy id: read that policy's stream")
     parser.add_argument("--count", type=int, required=True, help="batches (stream entries) to read")
-    parser.add_argument("--output", required=True, type=Path, help="the .npz file to write")
+    parser.add_argument("--output", required=True, help="the .npz file to write (.npz is appended when missing)")
     parser.add_argument(
         "--group",
         default=None,
@@ -105,9 +105,11 @@ def run_consume(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         print(f"rolloutfleet consume: --timeout must be > 0 s, got {args.timeout:g}", file=sys.stderr)
         return 2
+    from rolloutfleet.cli.npz_output import npz_path
     from rolloutfleet.cli.paths import output_problem
 
-    if (problem := output_problem(Path(args.output))) is not None:
+    given, args.output = Path(args.output), npz_path(args.output)  # what numpy would write: the path reported
+    if (problem := output_problem(given) or output_problem(args.output)) is not None:
         print(f"rolloutfleet consume: --output: {problem}", file=sys.stderr)
         return 2
     if (code := unreachable("consume", args.redis, args.timeout)) is not None:
@@ -131,8 +133,7 @@ def _worker_index(metadata: Any) -> int:
 
 
 def _look(args: argparse.Namespace) -> int:
-    import numpy as np
-
+    from rolloutfleet.cli.npz_output import OutputError, write_npz
     from rolloutfleet.transport.entries import Message, concat_messages, schema_mismatch, schema_of
     from rolloutfleet.transport.reader import BatchReader
 
@@ -166,7 +167,11 @@ def _look(args: argparse.Namespace) -> int:
                     unfit.append(f"{message.id} ({reason})")
         skipped = reader.stats.decode_failures
     columns = concat_messages(messages, extra={"worker_index": _worker_index})
-    np.savez(args.output, **columns)  # type: ignore[arg-type]
+    try:
+        write_npz(args.output, columns)
+    except OutputError as exc:
+        print(f"rolloutfleet consume: {exc}; nothing saved (nothing was acknowledged)", file=sys.stderr)
+        return 1
     note = f"; {skipped} undecodable entries skipped" if skipped else ""
     if unfit:
         note += f"; skipped, unlike the first batch: {', '.join(unfit[:3])}" + (" ..." if len(unfit) > 3 else "")
@@ -180,6 +185,7 @@ def _consume(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from rolloutfleet.cli.npz_output import OutputError, write_npz
     from rolloutfleet.transport.consumer import BatchConsumer
     from rolloutfleet.transport.entries import Message, concat_messages, schema_mismatch, schema_of
 
@@ -219,7 +225,7 @@ def _consume(args: argparse.Namespace) -> int:
                 if not messages:
                     shutil.rmtree(spool, ignore_errors=True)
                 return 1
-            kept = []
+            kept: list[Message] = []
             for message in got:
                 schema = schema or schema_of(message.batch)
                 reason = schema_mismatch(message.batch, schema)
@@ -229,7 +235,16 @@ def _consume(args: argparse.Namespace) -> int:
                     unfit.append(f"{message.id} ({reason})")
                     continue
                 part = concat_messages([message], extra={"worker_index": _worker_index})
-                np.savez(spool / f"{len(messages):08d}.npz", **part)  # type: ignore[arg-type]
+                try:
+                    write_npz(spool / f"{len(messages):08d}.npz", part)
+                except OutputError as exc:
+                    consumer.ack(kept)  # those are on disk; this one and the rest stay pending
+                    saved = f"the {len(messages)} batches saved before are in {spool}" if messages else "nothing saved"
+                    print(f"rolloutfleet consume: {exc}; {saved}; the rest stay pending for group {args.group!r}",
+                          file=sys.stderr)  # fmt: skip
+                    if not messages:
+                        shutil.rmtree(spool, ignore_errors=True)
+                    return 1
                 messages.append(message)
                 kept.append(message)
             # Acknowledged once on disk, so the workers never wait for what this command holds.
@@ -239,9 +254,9 @@ def _consume(args: argparse.Namespace) -> int:
     parts = [dict(np.load(path, allow_pickle=False)) for path in sorted(spool.glob("*.npz"))]
     columns = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
     try:
-        np.savez(output, **columns)  # type: ignore[arg-type]
-    except OSError as exc:
-        print(f"rolloutfleet consume: cannot write {output} ({exc}); the batches are saved in {spool}", file=sys.stderr)
+        write_npz(output, columns)
+    except OutputError as exc:
+        print(f"rolloutfleet consume: {exc}; the batches are saved in {spool}", file=sys.stderr)
         return 1
     shutil.rmtree(spool, ignore_errors=True)
     note = f", acknowledged as group {args.group!r}"

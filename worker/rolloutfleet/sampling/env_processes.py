@@ -46,6 +46,7 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from rolloutfleet.sampling.obs_check import obs_problem
 from rolloutfleet.spec.job import SpecError
 
 CPUS_VARIABLE = "ROLLOUTFLEET_CPUS"
@@ -252,6 +253,12 @@ def _copy(obs: Any) -> Any:
     return obs
 
 
+def _check(space: gym.Space[Any], obs: Any, call: str) -> None:
+    """What is not an observation of ``space`` fails the step, saying what came back."""
+    if (problem := obs_problem(space, obs)) is not None:
+        raise ValueError(f"{call} returned {problem}")
+
+
 def _serve(
     conn: Connection,
     parents_end: Connection,
@@ -285,9 +292,11 @@ def _serve(
                 for k, env in enumerate(envs):
                     index = lo + k
                     obs, rewards[k], terminateds[k], truncateds[k], _ = env.step(data[k])
+                    _check(space, obs, "step")
                     if terminateds[k] or truncateds[k]:
                         finals.append((k, obs))
                         obs, _ = env.reset()
+                        _check(space, obs, "reset")
                     write_to_shared_memory(space, index, obs, shm)
                 conn.send(("ok", (rewards, terminateds, truncateds, finals)))
             elif command == "reset":
@@ -295,6 +304,7 @@ def _serve(
                 for k, env in enumerate(envs):
                     index = lo + k
                     obs, _ = env.reset(seed=seeds[k], options=options)
+                    _check(space, obs, "reset")
                     write_to_shared_memory(space, index, obs, shm)
                 conn.send(("ok", None))
             else:  # close

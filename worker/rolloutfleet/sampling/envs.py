@@ -50,6 +50,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from rolloutfleet.inference.obs_spaces import MASK_KEY
 from rolloutfleet.sampling.env_processes import ProcessVectorEnv, usable_cpus
+from rolloutfleet.sampling.obs_check import obs_problem
 from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError, parse_quantity
@@ -204,10 +205,13 @@ def _bare_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callabl
     return create_registered
 
 
-def env_spaces(spec: EnvSpec, worker_index: int, num_workers: int) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
+def env_spaces(
+    spec: EnvSpec, worker_index: int, num_workers: int, reset: bool = False
+) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
     """A sub-env's observation and action spaces: EnvPool's from its spec (building a pool
     takes seconds), an env's own vector env's (ale-py's preprocesses and stacks frames), else
-    those of one sub-env, built and closed."""
+    those of one sub-env, built and closed; with ``reset``, after checking that its first
+    observation is one of its space (:class:`EnvFailed` when not)."""
     mode = choose_vectorization(spec)
     if mode == "envpool":
         from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv
@@ -222,6 +226,10 @@ def env_spaces(spec: EnvSpec, worker_index: int, num_workers: int) -> tuple[spac
             vec.close()
     env = env_creator(spec, worker_index, num_workers)(0)
     try:
+        if reset:
+            obs, _ = reset_or_fail(env.reset, env_name(spec), "sub-env 0", seed=0)
+            if (problem := obs_problem(env.observation_space, obs)) is not None:
+                raise EnvFailed(f"{env_name(spec)}: reset returned {problem}")
         return env.observation_space, env.action_space
     finally:
         env.close()
@@ -447,9 +455,8 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         for index, env in enumerate(self.envs[1:], start=1):
             if env.observation_space != first.observation_space or env.action_space != first.action_space:
                 raise SpecError(f"spec.env: sub-env {index} has different spaces than sub-env 0")
-        space = first.observation_space
-        # Checked per step: an observation of another shape fails its sub-env (not the vector step).
-        self._obs_shape = space.shape if isinstance(space, spaces.Box) else None
+        # Checked per step: what is not an observation of it fails its sub-env (not the vector step).
+        self._space = first.observation_space
         self.observation_space = batch_space(first.observation_space, num_envs)
         self.action_space = batch_space(first.action_space, num_envs)
         self._obs: Any = create_empty_array(first.observation_space, num_envs)
@@ -462,13 +469,8 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         seeds = seed if isinstance(seed, list) else [None if seed is None else seed + i for i in range(self.num_envs)]
         self._seeds = list(seeds)
         observations = []
-        name = self.failures.name
         for i, (env, env_seed) in enumerate(zip(self.envs, seeds, strict=True)):
-            obs, _ = reset_or_fail(env.reset, name, f"sub-env {i}", seed=env_seed, options=options)
-            if self._obs_shape is not None and np.shape(obs) != self._obs_shape:
-                raise EnvFailed(f"{name}: sub-env {i} reset returned an observation of shape {np.shape(obs)}, "
-                                f"expected {self._obs_shape}")  # fmt: skip
-            observations.append(obs)
+            observations.append(self._reset(env, i, seed=env_seed, options=options))
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
         return _copy(self._obs), {}
 
@@ -480,13 +482,13 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         failed = np.zeros(n, np.bool_)
         final_obs: list[Any] = [None] * n
         observations = []
-        failures, shape = self.failures, self._obs_shape
+        failures, space = self.failures, self._space
         for i, env in enumerate(self.envs):
             try:
                 obs, reward, terminated, truncated, _ = env.step(actions[i])
                 rewards[i], terminateds[i], truncateds[i] = reward, terminated, truncated
-                if shape is not None and np.shape(obs) != shape:
-                    raise ValueError(f"step returned an observation of shape {np.shape(obs)}, expected {shape}")
+                if (problem := obs_problem(space, obs)) is not None:
+                    raise ValueError(f"step returned {problem}")
             except Exception as exc:  # noqa: BLE001 - counted: recreated, or the end of the worker
                 rewards[i], terminateds[i], truncateds[i] = 0.0, False, False
                 failures.failed(i, exc)
@@ -499,7 +501,7 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
                 failures.succeeded(i)
             if terminated or truncated:
                 final_obs[i] = obs
-                obs, _ = reset_or_fail(env.reset, failures.name, f"sub-env {i}")
+                obs = self._reset(env, i)
             observations.append(obs)
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
         info: dict[str, Any] = {}
@@ -524,7 +526,13 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
             raise EnvFailed(f"{name}: recreating sub-env {index} failed: {describe(exc)}") from None
         seed = self._seeds[index]
         seed = None if seed is None else seed + 7919 * self.restarts
-        obs, _ = reset_or_fail(env.reset, name, f"sub-env {index}", seed=seed)
+        return self._reset(env, index, seed=seed)
+
+    def _reset(self, env: gym.Env[Any, Any], index: int, **kwargs: Any) -> Any:
+        """The sub-env's first observation; :class:`EnvFailed` when reset raises or returns none."""
+        obs, _ = reset_or_fail(env.reset, self.failures.name, f"sub-env {index}", **kwargs)
+        if (problem := obs_problem(self._space, obs)) is not None:
+            raise EnvFailed(f"{self.failures.name}: sub-env {index} reset returned {problem}")
         return obs
 
     def close_extras(self, **kwargs: Any) -> None:

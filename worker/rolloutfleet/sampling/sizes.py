@@ -157,7 +157,7 @@ def problems(job: RolloutJob, size: SizeEstimate) -> list[str]:
 def _spaces(job: RolloutJob) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
     """A sub-env's spaces; a failure is a SpecError naming the field (as the runner says it)."""
     with env_build_errors(job.spec.env):
-        return env_spaces(job.spec.env, worker_index=0, num_workers=max(job.spec.replicas, 1))
+        return env_spaces(job.spec.env, worker_index=0, num_workers=max(job.spec.replicas, 1), reset=True)
 
 
 def space_problems(job: RolloutJob, obs_space: spaces.Space[Any], act_space: spaces.Space[Any]) -> list[str]:

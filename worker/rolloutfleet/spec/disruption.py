@@ -59,6 +59,10 @@ class DisruptionSpec(SpecModel):
     @field_validator("max_unavailable", mode="before")
     @classmethod
     def _count_or_percent(cls, value: Any) -> Any:
+        if value is None:
+            return cls.model_fields["max_unavailable"].default  # a null is pruned (the default applies)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # the API server stores 2.0 as 2
         count = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         if not count and not (isinstance(value, str) and _PERCENT.match(value)):
             raise ValueError(f"must be a count >= 0 or a percentage from '0%' to '100%', got {value!r}")

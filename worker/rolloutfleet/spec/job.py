@@ -24,9 +24,13 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from pydantic.alias_generators import to_camel
 
 from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
+from rolloutfleet.spec.error_lines import describe_errors
 from rolloutfleet.spec.exploration import ExplorationSpec
+from rolloutfleet.spec.manifest_yaml import load_documents, yaml_problem
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
+from rolloutfleet.spec.model_base import plain_json
+from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
 
@@ -435,6 +439,14 @@ class ResourcesSpec(_Model):
     """Memory request and limit of each worker; the worker refuses a model and fragment that need more."""
     gpu: int = Field(default=0, ge=0)
 
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _int_or_string(cls, value: Any) -> Any:
+        # The CRD's int-or-string: `cpu: 2` is the quantity "2" (a float is neither, as there).
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     @field_validator("cpu", "memory")
     @classmethod
     def _quantity(cls, value: str | None) -> str | None:
@@ -467,6 +479,16 @@ class RolloutJobSpec(_Model):
     """``metadata.labels`` / ``metadata.annotations`` of the worker pods (:mod:`rolloutfleet.spec.disruption`)."""
     disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
     """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.disruption`)."""
+
+    @field_validator("tolerations")
+    @classmethod
+    def _typed_tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return check_tolerations(value)
+
+    @field_validator("env_vars")
+    @classmethod
+    def _named_env_vars(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return check_env_vars(value)
 
     @model_validator(mode="after")
     def _single_agent_env_options(self) -> RolloutJobSpec:
@@ -529,9 +551,9 @@ class RolloutJob(_Model):
         if not isinstance(data, Mapping):
             raise SpecError(f"a RolloutJob manifest must be a mapping, got {type(data).__name__}")
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(plain_json(data))
         except ValidationError as exc:
-            raise SpecError(_describe(exc)) from None
+            raise SpecError(describe_errors(exc)) from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> RolloutJob:
@@ -542,9 +564,9 @@ class RolloutJob(_Model):
         except OSError as exc:
             raise SpecError(f"{path}: cannot read manifest: {exc.strerror}") from None
         try:
-            documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+            documents = [doc for doc in load_documents(text) if doc is not None]
         except yaml.YAMLError as exc:
-            raise SpecError(f"{path}: not valid YAML: {exc}") from None
+            raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
         jobs = [doc for doc in documents if isinstance(doc, Mapping) and doc.get("kind", KIND) == KIND]
         if len(jobs) != 1:
             raise SpecError(f"{path}: expected exactly one RolloutJob document, found {len(jobs)}")
@@ -556,24 +578,3 @@ class RolloutJob(_Model):
     def to_dict(self) -> dict[str, Any]:
         """The manifest as Kubernetes would store it (camelCase keys, defaults filled in)."""
         return self.model_dump(mode="json", by_alias=True)
-
-
-def _describe(exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors():
-        location = ".".join(_camel(part) for part in error["loc"]).replace(".[", "[")
-        cause = error.get("ctx", {}).get("error")
-        if isinstance(cause, _SubfieldError):
-            location = f"{location}.{cause.path}" if location else cause.path
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "literal_error":
-            message = "must be one of " + error["ctx"]["expected"]
-            message += f" (got {error['input']!r})"
-        elif error["type"] == "extra_forbidden":
-            message = "unknown field (check the spelling against the RolloutJob reference)"
-        problems.append(f"{location or 'manifest'}: {message}")
-    return "; ".join(problems)
-
-
-def _camel(part: int | str) -> str:
-    return f"[{part}]" if isinstance(part, int) else to_camel(part) if "_" in part else part

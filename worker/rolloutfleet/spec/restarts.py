@@ -27,7 +27,13 @@ def backoff_delay(policy: RestartPolicySpec, consecutive_failures: int) -> float
     """Seconds to wait before the restart following ``consecutive_failures`` failures (>= 1)."""
     if consecutive_failures < 1:
         return 0.0
-    return float(min(policy.backoff_limit_seconds, policy.backoff_seconds * 2 ** (consecutive_failures - 1)))
+    limit, base = policy.backoff_limit_seconds, policy.backoff_seconds
+    exponent = consecutive_failures - 1
+    if base == 0:
+        return 0.0
+    if exponent > 1023:  # 2.0**1024 is no float (OverflowError); any finite limit was reached long before
+        return float(limit)
+    return float(min(limit, base * 2.0**exponent))  # a product past the largest float is inf: the limit
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.manifest_yaml import ManifestLoader, yaml_problem
 
 PREFIX = "ROLLOUTFLEET_"
 
@@ -120,9 +121,11 @@ def _load_job(environ: Mapping[str, str], name: str, namespace: str) -> RolloutJ
         source = PREFIX + "SPEC_FILE"
         path = Path(environ[source])
         try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+            data = yaml.load(path.read_text(), Loader=ManifestLoader)
+        except OSError as exc:
             raise SpecError(f"{source}: cannot read {path}: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{source}: cannot read {path}: {yaml_problem(exc)}") from None
     else:
         raise SpecError(f"{PREFIX}SPEC: not set (nor {PREFIX}SPEC_FILE): the worker needs the job's spec")
     if not isinstance(data, dict):

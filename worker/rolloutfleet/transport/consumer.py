@@ -86,6 +86,7 @@ from rolloutfleet.transport.entries import (
     schema_mismatch,
     schema_of,
 )
+from rolloutfleet.transport.learner_args import count_arg, seconds_arg
 from rolloutfleet.transport.sharding import read_shards
 from rolloutfleet.transport.stream_status import as_text, read_stream_status, weights_version
 
@@ -213,10 +214,13 @@ class BatchConsumer:
         self.policy = policy
         self.group = group
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
-        if reclaim_idle_s <= 0:
-            raise ValueError(f"reclaim_idle_s must be > 0, got {reclaim_idle_s}")
-        if max_deliveries < 1:
-            raise ValueError(f"max_deliveries must be >= 1, got {max_deliveries}")
+        seconds_arg("reclaim_idle_s", reclaim_idle_s, zero=False)
+        count_arg("max_deliveries", max_deliveries, 1)
+        count_arg("read_count", read_count, 1)
+        seconds_arg("block_s", block_s, zero=False, finite=True)
+        seconds_arg("reconnect_timeout_s", reconnect_timeout_s)
+        if max_policy_lag is not None:
+            count_arg("max_policy_lag", max_policy_lag, 0)
         self.reclaim_idle_s = reclaim_idle_s
         self.max_deliveries = max_deliveries
         self.max_policy_lag = max_policy_lag
@@ -534,7 +538,12 @@ class BatchConsumer:
     # -- public API -------------------------------------------------------------------
 
     def read(self, count: int | None = None, timeout: float | None = None) -> list[Message]:
-        """Up to ``count`` messages, waiting at most ``timeout`` seconds for the first."""
+        """Up to ``count`` messages (default ``read_count``), waiting at most ``timeout`` seconds
+        for the first (None: until one comes; 0: not at all). ``ValueError`` names a bad argument."""
+        if count is not None:
+            count_arg("count", count, 1)
+        if timeout is not None:
+            seconds_arg("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
@@ -580,14 +589,26 @@ class BatchConsumer:
         column -> tensor on ``device`` (through pinned memory if ``pin_memory``), or
         ``None`` when ``timeout`` passes first. A ``weights_seq_no`` column is added from
         the metadata when the batch lacks one. Acks the previous ``get``'s messages.
+
+        ``min_steps=0``: no minimum, no wait: the rows that are there now (one read that does
+        not block), possibly none (an empty batch). ``timeout=0``: one read that does not
+        block; the batch if ``min_steps`` rows are there, else ``None`` (the rows are kept
+        for the next call). ``timeout=None`` waits as long as it takes. A negative or
+        non-numeric ``min_steps`` or ``timeout`` raises ``ValueError`` naming it.
         """
+        count_arg("min_steps", min_steps, 0)
+        if timeout is not None:
+            seconds_arg("timeout", timeout)
         self.commit()
         deadline = None if timeout is None else time.monotonic() + timeout
-        while sum(len(m.batch) for m in self._carry) < min_steps:
+        polled = False  # a call short of rows reads at least once, whatever its timeout
+        while (min_steps == 0 and not polled) or sum(len(m.batch) for m in self._carry) < min_steps:
             remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
-            if remaining <= 0:
+            if remaining <= 0 and polled:
                 return None
-            fetched = self._fetch(self.read_count, int(max(remaining, 0.001) * 1000))
+            wait = 0.001 if min_steps == 0 else max(remaining, 0.001)
+            fetched = self._fetch(self.read_count, int(wait * 1000))
+            polled = True
             if self._schema is not None:
                 self._carry += self._set_aside(fetched)
             else:  # the first batch: judged with everything read so far, the majority decides

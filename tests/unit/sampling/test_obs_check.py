@@ -1,0 +1,84 @@
+"""An env output that is not an observation of its space (a string from ``reset``) ends
+sampling with one line naming the env and what it returned (the worker's exit 3), and
+``rolloutfleet validate`` finds it when it builds its sub-env."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from rolloutfleet import EnvRunner, RolloutJob
+from rolloutfleet.sampling.envs import EnvFailed
+from rolloutfleet.sampling.obs_check import obs_problem
+from rolloutfleet.sampling.sizes import check_sizes
+from rolloutfleet.spec.job import SpecError
+
+BAD = "tests.unit.sampling.poison_envs:make_not_an_observation_env"
+NAME = f"spec.env.entryPoint '{BAD}'"
+BOX = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def job(config: dict[str, Any], vectorization: str = "sync") -> RolloutJob:
+    return RolloutJob.from_dict(
+        {
+            "metadata": {"name": "notobs"},
+            "spec": {
+                "env": {"entryPoint": BAD, "numEnvs": 2, "vectorization": vectorization, "config": config},
+                "sampling": {"rolloutFragmentLength": 10, "seed": 0},
+            },
+        }
+    )
+
+
+def test_obs_problem() -> None:
+    assert obs_problem(BOX, np.zeros(2, np.float64)) is None  # castable: float64 -> float32
+    assert obs_problem(BOX, [0.5, 1]) is None
+    assert obs_problem(BOX, "hello") == "'hello' (str), not an observation of Box(-1.0, 1.0, (2,), float32)"
+    assert "of shape (3,), expected (2,)" in str(obs_problem(BOX, np.zeros(3)))
+    assert "['a', 'b'] (list)" in str(obs_problem(BOX, ["a", "b"]))
+    assert obs_problem(BOX, None) is not None and obs_problem(BOX, {"x": 1}) is not None
+    assert obs_problem(spaces.Discrete(3), 2) is None and obs_problem(spaces.Discrete(3), "2") is not None
+    mixed = spaces.Dict({"a": BOX, "b": spaces.Discrete(2)})
+    assert obs_problem(mixed, {"a": np.zeros(2), "b": 1}) is None
+    assert "'b'" in str(obs_problem(mixed, {"a": np.zeros(2), "b": "x"}))
+    assert "'b'" in str(obs_problem(mixed, {"a": np.zeros(2)}))
+    assert obs_problem(spaces.Tuple((BOX,)), (np.zeros(2),)) is None
+    assert obs_problem(spaces.Tuple((BOX,)), (np.zeros(2), 1)) is not None
+
+
+def test_a_string_from_reset_is_one_line_naming_the_env_and_what_it_returned() -> None:
+    runner = EnvRunner(job({"when": "reset"}))
+    with pytest.raises(EnvFailed) as failed:
+        runner.sample()
+    assert str(failed.value) == (
+        f"{NAME}: sub-env 0 reset returned 'hello' (str), not an observation of Box(-1.0, 1.0, (2,), float32)"
+    )
+    assert isinstance(failed.value, SpecError)  # the worker's exit-3 path
+
+
+def test_strings_of_the_right_shape_from_step_end_sampling_naming_them() -> None:
+    runner = EnvRunner(job({"when": "step", "value": ["1", "x"]}))
+    with pytest.raises(EnvFailed) as failed:
+        runner.sample()
+    message = str(failed.value)
+    assert message.startswith(f"{NAME}: sub-env 0 failed 3 times in a row") and "['1', 'x'] (list)" in message
+    assert "\n" not in message
+
+
+def test_async_env_processes_say_the_same() -> None:
+    runner = EnvRunner(job({"when": "step"}, vectorization="async"))
+    with pytest.raises(EnvFailed) as failed:
+        runner.sample()
+    assert "'hello' (str), not an observation of Box" in str(failed.value)
+
+
+def test_validate_builds_its_sub_env_and_finds_it() -> None:
+    with pytest.raises(SpecError) as failed:
+        check_sizes(job({"when": "reset"}))
+    assert str(failed.value) == (
+        f"{NAME}: reset returned 'hello' (str), not an observation of Box(-1.0, 1.0, (2,), float32)"
+    )
+    check_sizes(job({"when": "step"}))  # validate resets its sub-env; it does not step it

@@ -1,0 +1,57 @@
+"""Is what an env returned an observation of its space? A string from ``reset``, a list of
+words, a dict where a Box was declared: said in one line naming what came back, before it
+reaches a buffer of the space's dtype (where it would be a traceback, or garbage).
+
+Pure (numpy and gymnasium spaces only). Text, Graph and other leaves are not checked here
+(:func:`rolloutfleet.inference.obs_spaces.obs_parts` refuses them up front).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+_NUMERIC = "biuf"  # bool, signed, unsigned, float
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{text if len(text) <= 60 else text[:57] + '...'} ({type(value).__name__})"
+
+
+def obs_problem(space: spaces.Space[Any], obs: Any) -> str | None:
+    """Why ``obs`` is not an observation of ``space`` (one line), or None.
+
+    >>> obs_problem(spaces.Box(0, 1, (2,)), "hello")
+    "'hello' (str), not an observation of Box(0.0, 1.0, (2,), float32)"
+    """
+    if isinstance(space, spaces.Dict):
+        if not isinstance(obs, Mapping):
+            return f"{_shown(obs)}, not an observation of {space}"
+        for key, sub in space.spaces.items():
+            if key not in obs:
+                return f"an observation without {key!r} (the space has {', '.join(map(repr, space.spaces))})"
+            if (problem := obs_problem(sub, obs[key])) is not None:
+                return f"[{key!r}]: {problem}"
+        return None
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(obs, Sequence) or isinstance(obs, str) or len(obs) != len(space.spaces):
+            return f"{_shown(obs)}, not an observation of {space}"
+        for index, (sub, part) in enumerate(zip(space.spaces, obs, strict=True)):
+            if (problem := obs_problem(sub, part)) is not None:
+                return f"[{index}]: {problem}"
+        return None
+    if not isinstance(space, spaces.Box | spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
+        return None
+    try:
+        array = np.asarray(obs)
+    except (ValueError, TypeError):  # ragged
+        return f"{_shown(obs)}, not an observation of {space}"
+    if array.dtype.kind not in _NUMERIC:
+        return f"{_shown(obs)}, not an observation of {space}"
+    if array.shape != space.shape:
+        return f"an observation of shape {array.shape}, expected {space.shape}"
+    return None
