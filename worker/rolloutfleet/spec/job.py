@@ -28,6 +28,7 @@ from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
+from rolloutfleet.spec.redis_url import parse_redis_url
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
 
 API_VERSION = "rolloutfleet.io/v1alpha1"
@@ -411,9 +412,8 @@ class RedisSpec(_Model):
     @field_validator("url")
     @classmethod
     def _scheme(cls, value: str) -> str:
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"must start with redis://, rediss:// or unix://, got {value!r}")
-        if re.match(r"^rediss?://[^@/]*:[^@/]+@", value):
+        parsed = parse_redis_url(value)  # BadRedisURL: one line without the credentials
+        if parsed.password is not None:
             raise ValueError("must not contain a password; use passwordSecret")
         return value
 
@@ -544,7 +544,7 @@ class RolloutJob(_Model):
         try:
             documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
         except yaml.YAMLError as exc:
-            raise SpecError(f"{path}: not valid YAML: {exc}") from None
+            raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
         jobs = [doc for doc in documents if isinstance(doc, Mapping) and doc.get("kind", KIND) == KIND]
         if len(jobs) != 1:
             raise SpecError(f"{path}: expected exactly one RolloutJob document, found {len(jobs)}")
@@ -556,6 +556,16 @@ class RolloutJob(_Model):
     def to_dict(self) -> dict[str, Any]:
         """The manifest as Kubernetes would store it (camelCase keys, defaults filled in)."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong with a YAML text, and where, in one line; never the line itself (it may
+    hold a secret, such as a password pasted into a URL)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return f"{exc.problem or exc.context or 'cannot parse'}{where}"
+    return type(exc).__name__
 
 
 def _describe(exc: ValidationError) -> str:
