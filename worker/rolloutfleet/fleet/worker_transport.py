@@ -182,9 +182,12 @@ class WorkerTransport:
         for publisher in self.publishers.values():
             publisher.interrupt()
 
-    def heartbeat(self, stats: Mapping[str, float | int], waiting_since: float | None = None) -> None:
+    def heartbeat(
+        self, stats: Mapping[str, float | int], waiting_since: float | None = None, stuck: str | None = None
+    ) -> None:
         """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`);
-        ``waiting_since``: unix time it began to wait for a learner, while it does."""
+        ``waiting_since``: unix time it began to wait for a learner, while it does; ``stuck``: an
+        env call's line, from the watchdog (:mod:`rolloutfleet.fleet.env_watchdog`)."""
         write_heartbeat(
             self.client,
             self.keys,
@@ -192,6 +195,7 @@ class WorkerTransport:
             stats,
             refused=self.refused_weights(),
             waiting_since=waiting_since,
+            stuck=stuck,
         )
 
     def close(self) -> None:

@@ -123,6 +123,10 @@ class EnvSpec(_Model):
     max_consecutive_failures: int = Field(default=3, ge=1, le=1000)
     """A sub-env (the vector env, for ``vector``/``async``) failing this many times in a row
     without a successful step ends the worker: exit 3, one line naming the env and the error."""
+    call_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
+    """An env constructor, ``reset`` or ``step`` still running after this long ends the worker:
+    logged once, counted, exit 3 with one line naming the sub-env and the call
+    (:mod:`rolloutfleet.fleet.env_watchdog`)."""
 
     @field_validator("entry_point")
     @classmethod
