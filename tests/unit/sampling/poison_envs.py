@@ -104,7 +104,7 @@ class HangingEnv(FailingEnv):
     """Sub-env ``hang_env`` never returns from its ``hang`` call (``constructor``, ``reset`` or
     ``step``, the latter after ``after`` good steps): a simulator that deadlocked. It sleeps, in
     Python (``spin``: loops, holding the GIL between switches), after writing its process id to
-    the file ``mark`` so a test knows the hang has begun."""
+    the file ``mark`` so a test knows the hang has begun. ``slow``: every step sleeps this long."""
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -114,6 +114,7 @@ class HangingEnv(FailingEnv):
         self.after = int(ctx.get("after", 0))
         self.mark = str(ctx.get("mark", ""))
         self.spin = bool(ctx.get("spin", False))
+        self.slow = float(ctx.get("slow", 0.0))
         self.steps = 0
         if self.broken and self.hang == "constructor":
             self._hang()
@@ -137,6 +138,7 @@ class HangingEnv(FailingEnv):
         self.steps += 1
         if self.broken and self.hang == "step" and self.steps > self.after:
             self._hang()
+        time.sleep(self.slow)
         return super().step(action)
 
 
