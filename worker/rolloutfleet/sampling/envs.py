@@ -213,7 +213,8 @@ def env_spaces(spec: EnvSpec, worker_index: int, num_workers: int) -> tuple[spac
     if mode == "envpool":
         from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv
 
-        pool = EnvPoolVectorEnv(spec)
+        with ENV_CALL.calling("constructor"):
+            pool = EnvPoolVectorEnv(spec)
         return pool.single_observation_space, pool.single_action_space
     if mode == "vector":
         vec = make_vector_env(spec.model_copy(update={"num_envs": 1}), worker_index, num_workers)

@@ -109,7 +109,7 @@ def parse_redis_url(url: str) -> RedisURL:
         )
     query, username, password = _options(match["query"] or "", username, password, scheme, hostpart)
     host = match["host"] or "localhost"
-    db = int(path) if path else _db_option(query)
+    db = _db_option(query, int(path or 0))  # as the client: the option wins over the path
     return RedisURL(scheme, host, int(port_text) if port_text else 6379, db, "", query, username, password)
 
 
@@ -169,8 +169,8 @@ def _options(
     )
 
 
-def _db_option(query: str) -> int:
-    value = dict(urllib.parse.parse_qsl(query)).get("db", "0")
+def _db_option(query: str, default: int = 0) -> int:
+    value = dict(urllib.parse.parse_qsl(query)).get("db", str(default))
     if not value.isdigit():
         raise BadRedisURL(f"the db option of the Redis URL is not a database number: {value!r}")
     return int(value)
