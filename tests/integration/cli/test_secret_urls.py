@@ -10,6 +10,7 @@ as 'a'`` (a piece of the password) in a traceback; ``validate`` of a manifest wh
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.spec.worker_config import WorkerConfig
@@ -161,6 +163,10 @@ def test_a_worker_publishes_with_a_password_of_every_special_character(own_redis
         got = consumer.read(count=1, timeout=120)
         assert len(got) == 1 and got[0].metadata.worker_index == 0
         consumer.close()
+        # What Redis shows of its clients (names, commands) holds no password either.
+        admin = redis.Redis(port=own_redis.port, password=password)
+        assert_hidden(password, json.dumps(admin.client_list(), default=str))
+        admin.close()
     finally:
         process.send_signal(signal.SIGTERM)
         code, out, err = finish(process)
