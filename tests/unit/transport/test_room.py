@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rolloutfleet.transport.room import consumed_bound, stream_id, undelivered
+from rolloutfleet.transport.backpressure import consumed_bound, stream_id
+from rolloutfleet.transport.room import undelivered
 
 
 def group(name: str, last: str, lag: int | None = 0) -> dict[str, object]:

@@ -39,8 +39,8 @@ import redis
 from rolloutfleet.data.batch import DEFAULT_POLICY
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.weights_check import WeightsRefused
-from rolloutfleet.spec.learners import StreamLoad
 from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.backpressure import StreamLoad
 from rolloutfleet.transport.connection import RETRYABLE
 from rolloutfleet.transport.declared_columns import declare, published_schema
 from rolloutfleet.transport.filter_sync import FilterSync

@@ -33,7 +33,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -381,3 +381,37 @@ def check_reachable(url: str, password: str | None = None, timeout_s: float | No
         wait_for_redis(client, timeout_s, parsed.address)
     finally:
         client.close()
+
+
+class JobClient:
+    """What every client of a job's keys shares: the connection (a cluster client on a Redis
+    Cluster), opened through a :class:`RetryLoop` that later calls use too, closed once, and
+    the context-manager protocol.
+
+    ``stop``: see :class:`RetryLoop` (a publisher's interrupt ends its waits).
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        password: str | None,
+        *,
+        reconnect_timeout_s: float,
+        socket_timeout_s: float = 30.0,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self._retry = RetryLoop(reconnect_timeout_s, stop=stop, where=where_url(redis_url))
+        self.client: redis.Redis = self._retry.call(
+            lambda: connect(redis_url, password, socket_timeout=socket_timeout_s)
+        )
+        self._retry.client = self.client
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

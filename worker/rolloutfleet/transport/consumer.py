@@ -72,8 +72,8 @@ import redis
 from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.learners import LEARNERS_TTL_MS, READING_SCRIPT
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
+from rolloutfleet.transport.backpressure import LEARNERS_TTL_MS, READING_SCRIPT
 from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
 from rolloutfleet.transport.declared_columns import SchemaReference, read_declared
 from rolloutfleet.transport.entries import (
@@ -324,7 +324,7 @@ class BatchConsumer:
                     return [(index, entry_id, fields) for entry_id, fields in entries]
         if now >= self._next_reading:
             # Said on reads with entries or without: the fleet's backpressure waits only
-            # for groups seen reading (rolloutfleet.spec.learners), and a learner that has
+            # for groups seen reading (rolloutfleet.transport.backpressure), and a learner that has
             # caught up must not look gone. Twice a second is precise enough.
             self._next_reading = now + 0.5
             self._stamp()
@@ -339,7 +339,7 @@ class BatchConsumer:
         return found
 
     def _stamp(self) -> None:
-        """Mark this group as reading on every shard (:mod:`rolloutfleet.spec.learners`)."""
+        """Mark this group as reading on every shard (:mod:`rolloutfleet.transport.backpressure`)."""
 
         def stamp(shard: _Shard) -> None:
             self._reading(keys=[shard.keys.learners], args=[self.group, LEARNERS_TTL_MS])

@@ -21,7 +21,7 @@ import redis
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import RetryLoop, connect, where_url
+from rolloutfleet.transport.connection import JobClient
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def parse_global_step(raw: Any, key: str) -> int | None:
     return step
 
 
-class GlobalStepPublisher:
+class GlobalStepPublisher(JobClient):
     """Learner side: :meth:`set_global_step` publishes the step the job's schedules follow."""
 
     def __init__(
@@ -54,9 +54,7 @@ class GlobalStepPublisher:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
         self.keys = job_keys(namespace, job)
-        self._retry = RetryLoop(reconnect_timeout_s, where=where_url(redis_url))
-        self.client = self._retry.call(lambda: connect(redis_url, password))
-        self._retry.client = self.client
+        super().__init__(redis_url, password, reconnect_timeout_s=reconnect_timeout_s)
 
     def set_global_step(self, step: int) -> None:
         """Make ``step`` (an integer >= 0, e.g. the env steps trained on; numpy and torch integers
@@ -68,15 +66,6 @@ class GlobalStepPublisher:
         if isinstance(step, bool) or value < 0:
             raise ValueError(f"global step must be an integer >= 0, got {step!r}")
         self._retry.call(lambda: self.client.set(self.keys.global_step, value))
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> GlobalStepPublisher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class GlobalStepReader:

@@ -26,7 +26,7 @@ import redis
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys, parse_shard
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.entries import Message, decode_entry
 from rolloutfleet.transport.sharding import read_shards
 
@@ -41,7 +41,7 @@ class ReaderStats:
     """Entries skipped because they could not be decoded."""
 
 
-class BatchReader:
+class BatchReader(JobClient):
     """Reads batches of job ``namespace/job`` (one policy's of a multi-agent job) without a
     consumer group; see the module doc."""
 
@@ -65,9 +65,7 @@ class BatchReader:
         self.positions: dict[str, str] = {}
         """Stream -> the id of the last entry read there: the next read returns what follows it."""
         # A BLOCK's silence plus a margin, well within the reconnect deadline (retries fit in it).
-        self._retry = RetryLoop(reconnect_timeout_s, where=where_url(redis_url))
-        self.client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=block_s + 10.0))
-        self._retry.client = self.client
+        super().__init__(redis_url, password, reconnect_timeout_s=reconnect_timeout_s, socket_timeout_s=block_s + 10.0)
         self.shards = self._retry.call(lambda: keys.all_shards(read_shards(self.client, keys)))
         self.keys = self.shards[0]
         self.positions = {shard.batches: "0-0" for shard in self.shards}
@@ -141,12 +139,3 @@ class BatchReader:
         except redis.ResponseError:  # no stream yet
             return []
         return [g["name"].decode() if isinstance(g["name"], bytes) else str(g["name"]) for g in groups]
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> BatchReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

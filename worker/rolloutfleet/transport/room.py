@@ -3,45 +3,31 @@
 Redis then refuses every command that may take memory (XADD, and with it the trimming an
 XADD would have done; anything queued in a MULTI) but still runs those that free it
 (XTRIM, XDEL, XACK) and reads. So a publisher whose XADD was refused trims what the
-learners have consumed and tries again (:class:`rolloutfleet.transport.publisher.BatchPublisher`)::
-
-    trimmed = trim_consumed(client, "rolloutfleet:{default/cartpole}:batches", ["learner"])  # doctest: +SKIP
-
-Pure of policy: which groups are learners' is the caller's to say
-(:mod:`rolloutfleet.spec.learners`).
+learner groups have consumed (:mod:`rolloutfleet.transport.backpressure` says which groups
+those are) and tries again, waiting for the learners while nothing consumed is left, for at
+most ``block_timeout_s`` (:class:`MemoryRoom`); ``dropOldest`` drops the oldest entries too.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import Any
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import redis
 
+from rolloutfleet.transport.backpressure import (
+    BackpressureMeter,
+    BackpressureTimeout,
+    PublishInterrupted,
+    StreamLoad,
+    consumed_bound,
+)
 
-def consumed_bound(groups: Any, pending: Sequence[Any], learners: Sequence[str]) -> tuple[int, int] | None:
-    """The first stream id some learner group has not consumed, from an XINFO GROUPS reply
-    and each learner group's XPENDING summary (in the order of ``learners``): every entry
-    before it was delivered to and acknowledged by every one of them. None when a learner
-    group is missing from ``groups`` (gone meanwhile) or there is none.
-
-    >>> consumed_bound([{"name": b"learner", "last-delivered-id": b"7-0"}], [{"pending": 0}], ["learner"])
-    (7, 1)
-    >>> consumed_bound([{"name": "a", "last-delivered-id": "9-0"}], [{"pending": 2, "min": "5-3"}], ["a"])
-    (5, 3)
-    """
-    last_delivered = {_text(g["name"]): _text(g["last-delivered-id"]) for g in groups}
-    bounds = []
-    for name, summary in zip(learners, pending, strict=True):
-        if name not in last_delivered:
-            return None
-        if int(summary["pending"]):
-            bounds.append(stream_id(summary["min"]))  # kept: still in a learner's hands
-        else:
-            ms, seq = stream_id(last_delivered[name])
-            bounds.append((ms, seq + 1))
-    return min(bounds, default=None)
+log = logging.getLogger(__name__)
 
 
 def trim_consumed(client: redis.Redis, key: str, learners: Sequence[str]) -> int:
@@ -96,11 +82,109 @@ def full_message(client: redis.Redis, key: str, waited: float, timeout: float, r
     )
 
 
-def stream_id(value: bytes | str) -> tuple[int, int]:
-    """``"<ms>-<seq>"`` as a pair of numbers (ordered as Redis orders ids)."""
-    ms, _, seq = _text(value).partition("-")
-    return int(ms), int(seq or 0)
-
-
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisFull(BackpressureTimeout):
+    """Redis stayed out of memory (``maxmemory``, ``noeviction``) for ``block_timeout_s``
+    though everything the learner groups had consumed was trimmed."""
+
+
+class RoomStats(Protocol):
+    """What making room counted (:class:`~rolloutfleet.transport.publisher.PublisherStats` holds these)."""
+
+    oom_waits: int
+    oom_wait_seconds: float
+    trimmed: int
+    dropped: int
+
+
+class MemoryRoom:
+    """A publisher's writes to one stream while Redis may be out of memory: trim what the
+    learners consumed and try again; wait while nothing is left to trim (``dropOldest``:
+    drop the oldest entries); raise :class:`RedisFull` after ``block_timeout_s``."""
+
+    def __init__(
+        self,
+        meter: BackpressureMeter,
+        *,
+        drop_oldest: bool,
+        interrupted: threading.Event,
+        stats: RoomStats,
+    ) -> None:
+        self.meter, self.drop_oldest, self._interrupted, self._stats = meter, drop_oldest, interrupted, stats
+
+    def add(self, add_once: Callable[[], str]) -> str:
+        """``add_once()`` (an XADD); while Redis refuses it for memory, make room and wait."""
+        started: float | None = None
+        delay = 0.01
+        timeout = self.meter.block_timeout_s
+        while True:
+            try:
+                entry_id = add_once()
+            except redis.exceptions.OutOfMemoryError:
+                if started is None:
+                    started = time.monotonic()
+                    self._stats.oom_waits += 1
+                    log.warning(
+                        "redis refuses writes to %s: out of memory (maxmemory); trimming what the learners "
+                        "consumed and waiting for room",
+                        self.meter.keys.batches,
+                    )
+                if self._make_room():
+                    continue  # something was freed: try at once
+                waited = time.monotonic() - started
+                if self._interrupted.is_set():
+                    self._stats.oom_wait_seconds += waited
+                    raise PublishInterrupted(
+                        f"gave up waiting for room in {self.meter.keys.batches} (Redis out of memory): interrupted"
+                    ) from None
+                if waited >= timeout:
+                    self._stats.oom_wait_seconds += waited
+                    raise RedisFull(self._message(waited), stream=self.meter.keys.batches, waited_s=waited) from None
+                self._interrupted.wait(min(delay, timeout - waited))
+                delay = min(delay * 2, 0.5)
+                continue
+            if started is not None:
+                self._stats.oom_wait_seconds += time.monotonic() - started
+            return entry_id
+
+    def trim_consumed(self) -> int:
+        """Remove the entries every learner group has consumed; how many. Groups that are not
+        learners' (:mod:`rolloutfleet.transport.backpressure`) are not waited for."""
+        load = self.meter.load()
+        learners = [name for name in self.meter.groups if name not in load.ignored]
+        if load.group is None:
+            return 0  # no learner reads: nothing is consumed
+        trimmed = trim_consumed(self.meter.client, self.meter.keys.batches, learners)
+        self._stats.trimmed += trimmed
+        if trimmed:
+            log.info("trimmed %d consumed entries of %s to free memory", trimmed, self.meter.keys.batches)
+        return trimmed
+
+    def _make_room(self) -> bool:
+        """Redis refused an XADD for memory: free what may be freed; whether anything was."""
+        if self.trim_consumed():
+            return True
+        if not self.drop_oldest:
+            return False
+        # dropOldest never waits for learners: the oldest entries go, unread ones counted.
+        trimmed, unread = drop_oldest(self.meter.client, self.meter.keys.batches)
+        self._stats.dropped += unread
+        return trimmed > 0
+
+    def _message(self, waited: float) -> str:
+        try:
+            load = self.meter.load()
+        except redis.RedisError:
+            load = StreamLoad(0, None)
+        reason = (
+            f"learner group {load.group!r} has {load.unconsumed} unconsumed entries and nothing it consumed is left to "
+            "trim: is the learner keeping up?"
+            if load.group is not None
+            else f"no consumer group has read within {self.meter.learner_idle_s:g} s, so nothing is consumed to trim: "
+            "is the learner running?"
+        )
+        meter = self.meter
+        return full_message(meter.client, meter.keys.batches, waited, meter.block_timeout_s, reason)

@@ -5,55 +5,12 @@
     1
     >>> subscriber = WeightSubscriber("redis://127.0.0.1:6379/0", "cartpole")  # doctest: +SKIP
     >>> update = subscriber.poll()              # None until a newer version exists  # doctest: +SKIP
-    >>> runner.set_weights("default", update.weights, update.seq_no)           # doctest: +SKIP
 
-How a version is published, so that a reader never sees a mix of two versions:
-
-1. ``INCR weights:counter`` hands out the sequence number (monotonic, even with two
-   publishers);
-2. the weights, encoded with :func:`rolloutfleet.data.codec.encode_tensors` (no pickle), are
-   written as immutable chunks ``weights:<seq>:<i>`` of at most ``chunk_bytes`` (Redis
-   refuses values above ``proto-max-bulk-len``, 512 MB by default; and small chunks keep
-   the server responsive), each with a provisional expiry in case the publisher dies here;
-3. one Lua script, atomically: unless a newer version is already current, point
-   ``weights:version`` at ``"<seq> <chunks> <bytes>"``, make the new chunks permanent,
-   and let the replaced version's chunks expire after ``grace_s`` (readers still
-   downloading it finish; a reader that loses the race just polls again).
-
-A poll is one GET of the small version key; the chunks are fetched only when it names a
-newer version.
-
-**Versions never go back, even when Redis loses its state** (restarted without
-persistence, flushed): the counter would start again at 1, and workers holding version 5
-would ignore versions 1 to 5 of the learner, sampling with old weights. Instead:
-
-* a :class:`WeightPublisher` continues above the higher of the version it published last
-  and the version workers report they hold (step 1 is a script that moves the counter
-  past them); a publisher that had to do so logs a warning and
-  counts it (:attr:`WeightPublisher.resets`);
-* a :class:`WeightSubscriber` that finds the version key gone, or naming a version older
-  than the one it holds, keeps its weights, logs a warning, counts it once per reset
-  (:attr:`WeightSubscriber.resets`) and reports the version it holds under
-  ``weights:held``, so the learner's next version is newer than every worker's: the
-  workers load it as usual. Workers poll before every fragment and a learner publishes
-  after reading fragments, so the report is there before the learner's next version.
-
-**A version is checked before it is used** (:mod:`rolloutfleet.data.weights_check`):
-
-* a worker refuses a version whose names, shapes or dtypes do not fit its model, that
-  holds NaN/inf, or that cannot be decoded: it keeps the weights it holds, logs one line,
-  counts it (:attr:`WeightSubscriber.refusals`) and reports it in its heartbeat; a refused
-  version is not downloaded again (:meth:`WeightSubscriber.refuse`);
-* the workers record their model's names, shapes and dtypes (``weights:model``), and a
-  :class:`WeightPublisher` checks a version against them before publishing it
-  (``validate=False`` to skip; with no worker started yet only the values are checked), so
-  ``publish`` raises :class:`~rolloutfleet.data.weights_check.WeightsRefused` (a
-  ``ValueError``, one line) and nothing is published.
-
-Multi-agent jobs: ``policy="red"`` on both sides publishes and polls that policy's weights
-under its own keys (``weights:red:version``...), with a sequence of its own::
-
-    WeightPublisher(url, job, policy="red").publish(red_model)    # doctest: +SKIP
+A version is written as immutable chunks, then made current by one Lua script, so a reader
+never sees a mix of two versions; versions never go back, even when Redis loses its state;
+a version is checked (:mod:`rolloutfleet.data.weights_check`) before a worker loads it and
+before a learner publishes it. ``policy=`` selects a multi-agent policy's own keys. The
+protocol step by step, and why: docs/transport.md ("Weights").
 """
 
 from __future__ import annotations
@@ -71,7 +28,7 @@ from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, en
 from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient, connect
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +122,7 @@ def _parse_version(raw: Any) -> tuple[int, int, int] | None:
     return seq, chunks, size
 
 
-class WeightPublisher:
+class WeightPublisher(JobClient):
     """Learner side: :meth:`publish` a new version of the weights of job ``namespace/job``.
 
     >>> WeightPublisher(url, "cartpole").publish({"pi.weight": torch.zeros(2, 4)})  # doctest: +SKIP
@@ -205,9 +162,9 @@ class WeightPublisher:
         self.chunk_bytes = chunk_bytes
         self.grace_s = grace_s
         self.compression: Compression = compression
-        self._retry = RetryLoop(reconnect_timeout_s, where=where_url(redis_url))
-        self.client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=socket_timeout_s))
-        self._retry.client = self.client
+        super().__init__(
+            redis_url, password, reconnect_timeout_s=reconnect_timeout_s, socket_timeout_s=socket_timeout_s
+        )
         self._script = self.client.register_script(_PUBLISH_LUA)
         self._next_seq = self.client.register_script(_NEXT_SEQ_LUA)
         self.seq_no = 0
@@ -269,15 +226,6 @@ class WeightPublisher:
                 self.keys.weights_counter, int(seq), int(floor), source.decode() if isinstance(source, bytes) else source,
             )  # fmt: skip
         return int(seq)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> WeightPublisher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _decode(parts: list[bytes], size: int) -> dict[str, np.ndarray]:

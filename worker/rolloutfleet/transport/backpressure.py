@@ -1,0 +1,339 @@
+"""``block`` backpressure, the rule and its Redis side in one place: which consumer groups
+are learners' (a group is one while it reads: a :class:`~rolloutfleet.transport.consumer.BatchConsumer`
+stamps the job's ``learners`` hash with Redis's clock on every read, and XINFO CONSUMERS
+``idle`` covers learners reading with their own code), how loaded a stream is (entries the
+slowest learner group has not finished), the wait for room, and the record of who holds
+the fleet back that ``rolloutfleet streams`` shows. A group seen reading by neither signal
+within ``learner_idle_s`` holds no one back; while no group is a learner's, the whole
+stream counts. The why, with the numbers: docs/transport.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis
+
+from rolloutfleet.spec.redis_keys import JobKeys
+
+DEFAULT_LEARNER_IDLE_S = 120.0
+"""Longer than a learner's usual pause between reads (its training step). Workers take
+another from ``$ROLLOUTFLEET_LEARNER_IDLE_SECONDS``."""
+LEARNERS_TTL_MS = 24 * 3600 * 1000
+"""The ``learners`` hash goes away a day after the last read of any of the job's groups."""
+
+READING_SCRIPT = """
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], ARGV[1], now[1] .. string.format('%03d', math.floor(now[2] / 1000)))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+"""KEYS[1]: the job's ``learners`` hash; ARGV: the group, the hash's TTL in ms."""
+
+
+@dataclass(frozen=True)
+class StreamLoad:
+    """What ``block`` backpressure judges a stream by."""
+
+    unconsumed: int
+    """Entries the slowest learner group has not finished (the whole stream while no group is a learner's)."""
+    group: str | None
+    """That group; None when no group is a learner's."""
+    ignored: tuple[str, ...] = ()
+    """Groups left out: not seen reading within ``learner_idle_s``."""
+
+
+def stream_load(
+    length: int, groups: Any, idle_ms: Mapping[str, int | None], learner_idle_s: float, last_id: str | None = None
+) -> StreamLoad:
+    """The load of a stream of ``length`` entries from its XINFO GROUPS reply and, per
+    group, how long ago it was last seen reading (None: never). ``last_id``: the stream's
+    last entry; a group delivered up to it has nothing undelivered, whatever its ``lag``
+    says (Redis's entries-read counter can stay behind after restarts)."""
+    if isinstance(groups, Exception) or not groups:
+        return StreamLoad(length, None)
+    worst, holder, ignored = 0, None, []
+    for group in groups:
+        name = _text(group["name"])
+        idle = idle_ms.get(name)
+        if idle is None or idle > learner_idle_s * 1000:
+            ignored.append(name)
+            continue
+        lag = group.get("lag")
+        # lag is NULL when Redis cannot tell (entries deleted past the group's position):
+        # count the whole stream, the safe side for both policies.
+        undelivered = length if lag is None else min(int(lag), length)
+        if last_id is not None and _text(group.get("last-delivered-id", "")) == last_id:
+            undelivered = 0
+        load = min(undelivered + int(group.get("pending", 0)), length)
+        if holder is None or load > worst:
+            worst, holder = load, name
+    if holder is None:
+        return StreamLoad(length, None, tuple(ignored))
+    return StreamLoad(worst, holder, tuple(ignored))
+
+
+def group_idle_ms(names: Sequence[str], consumers: Sequence[Any], reading: Any, now: Any) -> dict[str, int | None]:
+    """Per group: milliseconds since it was last seen reading, from its XINFO CONSUMERS
+    reply (``consumers``, in the order of ``names``), the ``learners`` hash (``reading``)
+    and Redis's TIME reply (``now``); None: never seen."""
+    now_ms = int(now[0]) * 1000 + int(now[1]) // 1000 if isinstance(now, list | tuple) else None
+    declared = {} if isinstance(reading, Exception) or not reading else {_text(k): _text(v) for k, v in reading.items()}
+    idle: dict[str, int | None] = {}
+    for name, reply in zip(names, consumers, strict=True):
+        seen = [int(c["idle"]) for c in reply] if isinstance(reply, list) else []
+        stamp = declared.get(name, "")
+        if now_ms is not None and stamp.isdigit():
+            seen.append(max(0, now_ms - int(stamp)))
+        idle[name] = min(seen, default=None)
+    return idle
+
+
+class BackpressureTimeout(TimeoutError):
+    """The stream stayed full (``block`` backpressure) for longer than ``block_timeout_s``.
+
+    ``learner_absent``: no consumer group was a learner's (none read within
+    ``learner_idle_s``), so the fleet waits for a learner to come rather than for one to
+    catch up; ``group``: otherwise the learner group holding the fleet back (None for
+    :class:`RedisFull`, and when no learner reads); ``stream``, ``waited_s``: where, how long.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str = "",
+        group: str | None = None,
+        learner_absent: bool = False,
+        waited_s: float = 0.0,
+    ) -> None:
+        super().__init__(message)
+        self.stream, self.group, self.learner_absent, self.waited_s = stream, group, learner_absent, waited_s
+
+
+HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
+HOLD_RECORD_TTL_MS = 3000
+# "since" is Redis's clock (no host's): when the holder began to hold. A fresh record dates
+# from the start of the wait that writes it; a change of holder, from now; refreshes by
+# other waiting workers keep it.
+HOLD_SCRIPT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local holder = redis.call('HGET', KEYS[1], 'group')
+if not holder then
+    redis.call('HSET', KEYS[1], 'since', string.format('%.0f', now_ms - tonumber(ARGV[2])))
+elseif holder ~= ARGV[1] then
+    redis.call('HSET', KEYS[1], 'since', string.format('%.0f', now_ms))
+end
+redis.call('HSET', KEYS[1], 'group', ARGV[1], 'unconsumed', ARGV[3], 'max_len', ARGV[4], 'ignored', ARGV[5],
+           'learner_idle_s', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+return 1
+"""
+
+
+class PublishInterrupted(RuntimeError):
+    """:meth:`BatchPublisher.interrupt` was called while ``publish`` waited for room."""
+
+
+class WaitStats(Protocol):
+    """What waiting for room cost (:class:`~rolloutfleet.transport.publisher.PublisherStats` holds these)."""
+
+    blocked: int
+    """Publishes that had to wait for room."""
+    blocked_seconds: float
+    block_timeouts: int
+
+
+class BackpressureMeter:
+    """One stream's ``block`` backpressure: measures the load (riding in an XADD's round
+    trip, or alone), decides whether the *next* publish waits, and waits.
+
+    ``client`` is the stream's node (a publisher re-routes it after a failover);
+    ``producers``: publishers sharing the stream, to space the measurements.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: JobKeys,
+        *,
+        max_len: int,
+        block_timeout_s: float,
+        learner_idle_s: float,
+        producers: int,
+        interrupted: threading.Event,
+        stats: WaitStats,
+        hold_script: Callable[..., Any],
+    ) -> None:
+        self.client, self.keys, self.max_len = client, keys, max_len
+        self.block_timeout_s, self.learner_idle_s, self.producers = block_timeout_s, learner_idle_s, producers
+        self._interrupted, self._stats, self._hold_script = interrupted, stats, hold_script
+        self.groups: list[str] = []
+        """The stream's groups at the last measurement."""
+        self.trim_before: str | None = None
+        """Entries before this id are consumed by every learner group (last measurement)."""
+        self.full = True
+        """Whether the next publish waits first (unknown until the first measurement: yes)."""
+        self._until_check = 0
+        self.on_wait: Callable[[str, StreamLoad, float], None] | None = None
+        """Called about once a second while waiting, with the stream, its load and the seconds waited."""
+
+    def measures_next(self) -> bool:
+        """Whether the next XADD carries a measurement. Far from full, a bare XADD: measuring
+        costs a third of a publish and matters only near the limit."""
+        if self._until_check > 0:
+            self._until_check -= 1
+            return False
+        return True
+
+    def queue_measure(self, pipe: Any) -> None:
+        """Queue the measurement on ``pipe``: consumers and pending summaries of the groups
+        seen last time ride in the same round trip; a new group costs one more."""
+        pipe.xlen(self.keys.batches)
+        pipe.xinfo_groups(self.keys.batches)
+        pipe.hgetall(self.keys.learners)
+        pipe.time()
+        pipe.xrevrange(self.keys.batches, count=1)  # the last entry: a group past it has nothing undelivered
+        for name in self.groups:
+            pipe.xinfo_consumers(self.keys.batches, name)
+            pipe.xpending(self.keys.batches, name)
+
+    def measured(self, replies: list[Any]) -> StreamLoad:
+        """The load from :meth:`queue_measure`'s replies; decides the next publishes: wait
+        when full, and skip measurements while even every producer publishing that many
+        times could not fill more than half of the stream (at most 16, to notice a stalled
+        learner)."""
+        load = self._load(replies)
+        self.full = load.unconsumed >= self.max_len
+        self._until_check = min(16, (self.max_len // 2 - load.unconsumed) // self.producers)
+        return load
+
+    def load(self) -> StreamLoad:
+        """The stream's load now, in one round trip (two when the groups changed)."""
+        pipe = self.client.pipeline(transaction=False)
+        self.queue_measure(pipe)
+        return self._load(pipe.execute(raise_on_error=False))
+
+    def _load(self, replies: list[Any]) -> StreamLoad:
+        length, groups, reading, now, last, *per_group = replies
+        if isinstance(length, Exception):
+            raise length
+        names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
+        if names != self.groups:
+            self.groups = names
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.xinfo_consumers(self.keys.batches, name)
+                pipe.xpending(self.keys.batches, name)
+            per_group = pipe.execute(raise_on_error=False) if names else []
+        consumers, pending = per_group[0::2], per_group[1::2]
+        idle = group_idle_ms(names, consumers, reading, now)
+        last_id = _text(last[0][0]) if isinstance(last, list) and last else None
+        load = stream_load(int(length), groups, idle, self.learner_idle_s, last_id)
+        learners = [(name, summary) for name, summary in zip(names, pending, strict=True) if name not in load.ignored]
+        bound = None
+        if load.group is not None and not any(isinstance(summary, Exception) for _, summary in learners):
+            bound = consumed_bound(groups, [summary for _, summary in learners], [name for name, _ in learners])
+        # Unknown (no learner group, a group gone meanwhile): no trimming until it is known.
+        self.trim_before = None if bound is None else f"{bound[0]}-{bound[1]}"
+        return load
+
+    def wait_for_room(self) -> None:
+        """Wait until the slowest learner group leaves room, polling every few ms; raises
+        :class:`BackpressureTimeout` after ``block_timeout_s``, :class:`PublishInterrupted`
+        once interrupted."""
+        started = time.monotonic()
+        delay, waited = 0.001, False
+        next_record = started + HOLD_RECORD_AFTER_S
+        while (load := self.load()).unconsumed >= self.max_len:
+            if self._interrupted.is_set():
+                raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
+            waited_s = time.monotonic() - started
+            if waited_s >= self.block_timeout_s:
+                self._stats.blocked_seconds += waited_s
+                self._stats.block_timeouts += 1
+                raise self._timeout(load, waited_s)
+            if time.monotonic() >= next_record:
+                next_record = time.monotonic() + HOLD_RECORD_AFTER_S
+                self._record_hold(load, time.monotonic() - started)
+                if self.on_wait is not None:
+                    self.on_wait(self.keys.batches, load, time.monotonic() - started)
+            waited = True
+            self._interrupted.wait(min(delay, max(0.0, self.block_timeout_s - waited_s)))
+            delay = min(delay * 2, 0.05)
+        if waited:
+            self._stats.blocked += 1
+            self._stats.blocked_seconds += time.monotonic() - started
+        self.full = False
+
+    def _timeout(self, load: StreamLoad, waited_s: float) -> BackpressureTimeout:
+        reason = (
+            f"learner group {load.group!r} is not keeping up"
+            if load.group is not None
+            else f"no consumer group has read within {self.learner_idle_s:g} s: is the learner running?"
+        )
+        return BackpressureTimeout(
+            f"stream {self.keys.batches} has held {load.unconsumed} unconsumed entries (maxLen {self.max_len}) "
+            f"for {waited_s:.1f} s (blockTimeoutSeconds {self.block_timeout_s:g}): {reason}",
+            stream=self.keys.batches,
+            group=load.group,
+            learner_absent=load.group is None,
+            waited_s=waited_s,
+        )
+
+    def _record_hold(self, load: StreamLoad, waited_s: float) -> None:
+        """Say who holds the fleet back, for ``rolloutfleet streams``; the record expires once
+        no waiting worker refreshes it. Skipped while Redis refuses writes (out of memory)."""
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+            self._hold_script(
+                keys=[self.keys.backpressure],
+                args=[
+                    load.group or "",
+                    int(waited_s * 1000),
+                    load.unconsumed,
+                    self.max_len,
+                    ",".join(load.ignored),
+                    f"{self.learner_idle_s:g}",
+                    HOLD_RECORD_TTL_MS,
+                ],
+            )
+
+
+def consumed_bound(groups: Any, pending: Sequence[Any], learners: Sequence[str]) -> tuple[int, int] | None:
+    """The first stream id some learner group has not consumed, from an XINFO GROUPS reply
+    and each learner group's XPENDING summary (in the order of ``learners``): every entry
+    before it was delivered to and acknowledged by every one of them. None when a learner
+    group is missing from ``groups`` (gone meanwhile) or there is none.
+
+    >>> consumed_bound([{"name": b"learner", "last-delivered-id": b"7-0"}], [{"pending": 0}], ["learner"])
+    (7, 1)
+    >>> consumed_bound([{"name": "a", "last-delivered-id": "9-0"}], [{"pending": 2, "min": "5-3"}], ["a"])
+    (5, 3)
+    """
+    last_delivered = {_text(g["name"]): _text(g["last-delivered-id"]) for g in groups}
+    bounds = []
+    for name, summary in zip(learners, pending, strict=True):
+        if name not in last_delivered:
+            return None
+        if int(summary["pending"]):
+            bounds.append(stream_id(summary["min"]))  # kept: still in a learner's hands
+        else:
+            ms, seq = stream_id(last_delivered[name])
+            bounds.append((ms, seq + 1))
+    return min(bounds, default=None)
+
+
+def stream_id(value: bytes | str) -> tuple[int, int]:
+    """``"<ms>-<seq>"`` as a pair of numbers (ordered as Redis orders ids)."""
+    ms, _, seq = _text(value).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
