@@ -146,6 +146,14 @@ def test_the_values_schema_rejects_bad_values(helm: Any, setting: str, named: st
     assert result.returncode != 0 and named in result.stderr, result.stderr
 
 
+def test_an_external_url_with_a_password_is_rejected_without_showing_it(helm: Any) -> None:
+    url = "redis://:Pw9/Qx7#Rz5@redis.example.com:6379/0"
+    result = helm("template", "rf", str(CHART), "--set", "redis.enabled=false,redis.auth.existingSecret=s",
+                  "--set-string", f"redis.externalUrl={url}", check=False)  # fmt: skip
+    assert result.returncode != 0 and "externalUrl" in result.stderr, result.stderr
+    assert not any(piece in result.stderr + result.stdout for piece in ("Pw9", "Qx7", "Rz5"))
+
+
 def test_install_run_the_operator_as_the_chart_does_upgrade_uninstall(
     cluster: Cluster,
     crds: None,

@@ -43,6 +43,9 @@ MISTAKES: list[tuple[str, Any, str, str]] = [
     ("spec.replicas", -1, "spec.replicas", "spec.replicas"),
     ("spec.typo", 1, "spec.typo", "spec.typo"),
     ("spec.redis.url", "redis://user:secret@redis:6379/0", "spec.redis.url", "spec.redis.url"),
+    ("spec.redis.url", "redis://:a/b#c@redis:6379/0", "spec.redis.url", "spec.redis.url"),  # the last @ ends it
+    ("spec.redis.url", "redis://redis:6379/0?password=x", "spec.redis.url", "spec.redis.url"),
+    ("spec.env.callTimeoutSeconds", 0, "spec.env.callTimeoutSeconds", "spec.env.callTimeoutSeconds"),
     ("spec.redis.backpressure", "dropNewest", "spec.redis.backpressure", "spec.redis.backpressure"),
     ("spec.redis.maxLen", 0, "spec.redis.maxLen", "spec.redis.maxLen"),
     ("spec.policy.device", "tpu", "spec.policy.device", "spec.policy.device"),

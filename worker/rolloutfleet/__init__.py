@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from rolloutfleet.sampling.envs import EnvContext, env_creator, env_spaces
     from rolloutfleet.sampling.policy_mapping import EpisodeInfo
     from rolloutfleet.sampling.runners import build_model, build_policy_models
+    from rolloutfleet.spec.redis_url import redacted_url
     from rolloutfleet.transport.consumer import BatchConsumer
     from rolloutfleet.transport.global_step import GlobalStepPublisher
     from rolloutfleet.transport.publisher import BatchPublisher
@@ -43,6 +44,7 @@ _LAZY = {
     "GlobalStepPublisher": "rolloutfleet.transport.global_step",
     "WeightPublisher": "rolloutfleet.transport.weights",
     "WeightSubscriber": "rolloutfleet.transport.weights",
+    "redacted_url": "rolloutfleet.spec.redis_url",  # a Redis URL as it may be printed
     # Experience as data.
     "SampleBatch": "rolloutfleet.data.batch",
     "state_columns": "rolloutfleet.data.batch",
@@ -87,6 +89,7 @@ __all__ = [
     "env_spaces",
     "is_stateful",
     "obs_parts",
+    "redacted_url",
     "state_columns",
 ]
 

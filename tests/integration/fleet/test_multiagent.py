@@ -22,6 +22,8 @@ from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.declared_columns import read_declared
+from rolloutfleet.transport.entries import schema_of
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.integration.fleet_helpers import read_until
 
@@ -60,6 +62,9 @@ def test_each_trained_policy_goes_to_its_own_stream_and_round_trips(redis_url: s
     assert message.metadata.env_steps == batch.env_steps() == 40
     for name, column in batch["red"].items():
         np.testing.assert_array_equal(message.batch[name], column)
+    # What the worker declared for red's stream is what a learner decodes (agent_id included).
+    assert read_declared(client, job_keys("default", "tag", "red")) == schema_of(message.batch)
+    assert "agent_id" in message.batch and not client.exists(job_keys("default", "tag", "blue").columns)
     got = red.get(min_steps=1, timeout=0.1)
     assert got is None  # nothing else was published
     worker.close()

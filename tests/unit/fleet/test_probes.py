@@ -50,3 +50,17 @@ def test_the_endpoints_answer_what_the_state_says() -> None:
         assert answer(port, "/nothing")[0] == 404
     finally:
         server.shutdown()
+
+
+def test_a_worker_failed_for_good_is_unhealthy_and_unready_with_the_line() -> None:
+    probes = Probes()
+    probes.set_ready(True)
+    probes.beat()
+    probes.failed = "spec.env.id 'X-v0': sub-env 2 step has not returned after 300 s"
+    assert probes.health() == (False, probes.failed) and not probes.live
+    assert probes.readiness() == (False, probes.failed)
+    server = serve(probes, CollectorRegistry(), 0, host="127.0.0.1")
+    try:
+        assert answer(server.server_port, "/healthz") == (503, probes.failed + "\n")
+    finally:
+        server.shutdown()

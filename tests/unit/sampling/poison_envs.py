@@ -119,3 +119,49 @@ class NotAnObservationEnv(FailingEnv):
 
 def make_not_an_observation_env(ctx: Any) -> NotAnObservationEnv:
     return NotAnObservationEnv(ctx)
+
+
+class HangingEnv(FailingEnv):
+    """Sub-env ``hang_env`` never returns from its ``hang`` call (``constructor``, ``reset`` or
+    ``step``, the latter after ``after`` good steps): a simulator that deadlocked. It sleeps, in
+    Python (``spin``: loops, holding the GIL between switches), after writing its process id to
+    the file ``mark`` so a test knows the hang has begun. ``slow``: every step sleeps this long."""
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self.fail = "none"
+        self.broken = getattr(ctx, "vector_index", 0) == int(ctx.get("hang_env", 0))
+        self.hang = str(ctx.get("hang", "step"))
+        self.after = int(ctx.get("after", 0))
+        self.mark = str(ctx.get("mark", ""))
+        self.spin = bool(ctx.get("spin", False))
+        self.slow = float(ctx.get("slow", 0.0))
+        self.steps = 0
+        if self.broken and self.hang == "constructor":
+            self._hang()
+
+    def _hang(self) -> None:
+        if self.mark:
+            with open(self.mark, "w") as file:
+                file.write(str(os.getpid()))
+        while True:
+            if self.spin:
+                sum(range(10_000))
+            else:
+                time.sleep(3600)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        if self.broken and self.hang == "reset":
+            self._hang()
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        if self.broken and self.hang == "step" and self.steps > self.after:
+            self._hang()
+        time.sleep(self.slow)
+        return super().step(action)
+
+
+def make_hanging_env(ctx: Any) -> HangingEnv:
+    return HangingEnv(ctx)

@@ -176,6 +176,9 @@ def test_the_spec_imports_neither_torch_nor_gymnasium() -> None:
           "policyMapping": {"rules": [{"prefix": "", "policy": "a"}]}}}, "spec.multiAgent.policies.a.hidden"),
         ({"env": {"id": "CartPole-v1"}, "resources": {"memory": "lots"}}, "spec.resources.memory"),
         ({"env": {"id": "CartPole-v1", "maxConsecutiveFailures": 0}}, "spec.env.maxConsecutiveFailures"),
+        ({"env": {"id": "CartPole-v1", "callTimeoutSeconds": 0}}, "spec.env.callTimeoutSeconds"),
+        ({"env": {"id": "CartPole-v1", "callTimeoutSeconds": -5}}, "spec.env.callTimeoutSeconds"),
+        ({"env": {"id": "CartPole-v1", "callTimeoutSeconds": 86401}}, "spec.env.callTimeoutSeconds"),
     ],
 )  # fmt: skip
 def test_absurd_sizes_are_refused_naming_the_field(spec: dict[str, Any], field: str) -> None:
@@ -215,3 +218,9 @@ def test_a_multiagent_policy_both_recurrent_and_custom_is_refused_naming_it(
     assert str(refused.value).startswith("spec.multiAgent.policies.b.recurrent: wraps the default model"), str(
         refused.value
     )
+
+
+def test_env_calls_get_a_generous_timeout_by_default() -> None:
+    job = RolloutJob.from_dict({"metadata": {"name": "x"}, "spec": {"env": {"id": "CartPole-v1"}}})
+    assert job.spec.env.call_timeout_seconds == 300
+    assert job.to_dict()["spec"]["env"]["callTimeoutSeconds"] == 300

@@ -85,3 +85,10 @@ def test_a_refused_weights_version_travels_in_the_beat_per_policy() -> None:
     assert beats[0]["weights_refused"] == {"default": (3, "'pi.weight' holds 2 NaN/inf values")}
     assert "weights_refused" not in beats[1] and "weights_refused" not in json.loads(raw[b"1"])
     assert beats[2] == {"env_steps": 1.0}
+
+
+def test_a_stuck_env_call_travels_in_the_last_beat() -> None:
+    line = "spec.env.id 'X-v0': sub-env 1 step has not returned after 301 s (spec.env.callTimeoutSeconds is 300)"
+    got = parse_heartbeats({b"0": beat({"num_env_steps_sampled_lifetime": 40}, now=5.0, stuck=line).encode()})[0]
+    assert got["env_call_stuck"] == line and got["env_steps"] == 40.0
+    assert "env_call_stuck" not in parse_heartbeats({b"0": beat({}, now=5.0).encode()})[0]

@@ -117,6 +117,7 @@ def _nonfinite(beat: Mapping[str, float]) -> str:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
+    from rolloutfleet.spec.redis_url import redacted_url
     from rolloutfleet.transport.heartbeat import read_heartbeats
 
     job = RolloutJob.from_file(args.manifest)
@@ -135,7 +136,8 @@ def run_fleet(args: argparse.Namespace) -> int:
         stop.install()
         fleet.start()
         console.print(
-            f"fleet: {len(fleet.workers)} workers of {job.name}, redis {fleet.redis_url}, logs in {fleet.log_dir}"
+            f"fleet: {len(fleet.workers)} workers of {job.name}, redis {redacted_url(fleet.redis_url)}, "
+            f"logs in {fleet.log_dir}"
         )
         if command:
             env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}

@@ -238,7 +238,7 @@ def _refusal(job: RolloutJob, action_space: spaces.Space) -> str | None:  # type
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rolloutfleet import BatchConsumer, GlobalStepPublisher, WeightPublisher, env_creator
+    from rolloutfleet import BatchConsumer, GlobalStepPublisher, WeightPublisher, env_creator, redacted_url
 
     args = _arguments(argv)
     torch.manual_seed(args.seed)
@@ -260,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     fleet = ReturnsByEpsilon()
     steps, evaluation = 0, float("nan")
     next_eval, started = args.eval_every, time.monotonic()
-    print(f"dqn: learning {job.name} from {args.redis}; target greedy return {args.target_return}", flush=True)
+    print(
+        f"dqn: learning {job.name} from {redacted_url(args.redis)}; target greedy return {args.target_return}",
+        flush=True,
+    )
     while (elapsed := time.monotonic() - started) < args.time_limit:
         batch = consumer.get(min_steps=1, timeout=60.0)
         if batch is None or len(batch) == 0:

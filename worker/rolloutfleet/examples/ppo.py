@@ -57,7 +57,7 @@ class EpisodeReturns:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rolloutfleet import BatchConsumer, WeightPublisher
+    from rolloutfleet import BatchConsumer, WeightPublisher, redacted_url
 
     parser = argparse.ArgumentParser(description="Train PPO on a RolloutFleet job's experience.")
     parser.add_argument("manifest", help="the job's RolloutJob YAML")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     returns = EpisodeReturns()
     steps, started = 0, time.monotonic()
     print(
-        f"ppo: learning {job.name} from {args.redis}; target mean return {args.target_return} over 20 episodes",
+        f"ppo: learning {job.name} from {redacted_url(args.redis)}; target mean return {args.target_return} over 20 episodes",
         flush=True,
     )
     while steps < args.max_env_steps:

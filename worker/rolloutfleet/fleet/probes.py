@@ -24,6 +24,8 @@ class Probes:
         self.reason = "starting"
         self.stall_seconds = stall_seconds
         self._beat = time.monotonic()
+        self.failed: str | None = None
+        """Why the worker is unhealthy for good (an env call that never returned), else None."""
 
     def beat(self) -> None:
         """The loop is alive (call at least every ``stall_seconds``)."""
@@ -34,10 +36,18 @@ class Probes:
 
     @property
     def live(self) -> bool:
-        return time.monotonic() - self._beat < self.stall_seconds
+        return self.failed is None and time.monotonic() - self._beat < self.stall_seconds
+
+    def health(self) -> tuple[bool, str]:
+        """(live, why not), as ``/healthz`` answers."""
+        if self.failed is not None:
+            return False, self.failed
+        return self.live, "sampling loop stalled"
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, why not): a stalled loop is not ready, whatever was set last."""
+        if self.failed is not None:
+            return False, self.failed
         if not self.live:
             return False, f"sampling loop stalled (no progress for {self.stall_seconds:g} s)"
         return self.ready, self.reason
@@ -51,8 +61,8 @@ def serve(probes: Probes, registry: CollectorRegistry, port: int, host: str = "0
             if self.path.startswith("/metrics"):
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif self.path.startswith("/healthz"):
-                ok = probes.live
-                self._send(200 if ok else 503, b"ok\n" if ok else b"sampling loop stalled\n")
+                ok, why = probes.health()
+                self._send(200 if ok else 503, b"ok\n" if ok else f"{why}\n".encode())
             elif self.path.startswith("/readyz"):
                 ok, reason = probes.readiness()
                 self._send(200 if ok else 503, b"ok\n" if ok else f"not ready: {reason}\n".encode())

@@ -28,6 +28,9 @@ filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
   why; a stop signal while an env keeps failing ends sampling at the next failure, exit 0;
   a module the image lacks (torch in the slim image) is such a line too, saying which image
   has it (:mod:`rolloutfleet.spec.missing_modules`);
+* an env constructor, ``reset`` or ``step`` still running after ``spec.env.callTimeoutSeconds``:
+  one line naming the sub-env and the call, counted, unhealthy, exit code 3; a stop signal
+  during such a call ends the worker within seconds (:mod:`rolloutfleet.fleet.env_watchdog`);
 * NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat);
 * a weights version that does not fit the model or holds NaN/inf: refused once (one log
   line, ``rolloutfleet_weights_refused``, heartbeat), sampling goes on with the weights held.
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from rolloutfleet.fleet.worker_transport import WorkerTransport
     from rolloutfleet.transport.backpressure import StreamLoad
 
+from rolloutfleet.fleet.env_watchdog import EnvWatchdog, Verdict, leave
 from rolloutfleet.fleet.learner_wait import LearnerWait
 from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
@@ -92,10 +96,13 @@ class Worker:
         self.learner_wait = LearnerWait()
         self._stats: Mapping[str, float | int] = {}  # the last fragment's, for heartbeats while waiting
         self._waiting_beat: tuple[float, float | None] = (0.0, None)  # (monotonic time, since) of the last
+        self.watchdog: EnvWatchdog | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
         self.stopping = True
+        if self.watchdog is not None:
+            self.watchdog.request_stop()  # an env call that hangs must not outlast the grace period
         if self._interrupt_envs is not None:
             self._interrupt_envs()  # an env failing over and over is not recreated again
         if self.transport is not None:
@@ -118,6 +125,7 @@ class Worker:
             raise SpecError(f"probes and metrics port {config.metrics_port}: {exc.strerror or exc}") from None
         log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
                  config.job.name, server.server_port)  # fmt: skip
+        watchdog = self._watch_env_calls()
         size = check_sizes(config.job)  # before the model and the first fragment are allocated
         if size is not None:
             log.info("sizes: %s", size.describe())
@@ -135,6 +143,7 @@ class Worker:
         if isinstance(made, int):  # stopped while Redis was away, or gave up (said in one line)
             runner.close()
             server.shutdown()
+            watchdog.close()
             return made
         transport = self.transport = made
         self.probes.set_ready(True)  # env, policy and Redis are up: it can sample and publish
@@ -214,9 +223,34 @@ class Worker:
         transport.close()
         runner.close()
         server.shutdown()
+        watchdog.close()
         if code == 0:
             log.info("stopped cleanly")
         return code
+
+    def _watch_env_calls(self) -> EnvWatchdog:
+        """Start the env-call watchdog (:mod:`rolloutfleet.fleet.env_watchdog`)."""
+        from rolloutfleet.sampling.envs import env_name
+
+        spec = self.config.job.spec.env
+        watchdog = self.watchdog = EnvWatchdog(env_name(spec), spec.call_timeout_seconds)
+        if self.stopping:
+            watchdog.request_stop()
+        watchdog.start(self._env_call_verdict)
+        return watchdog
+
+    def _env_call_verdict(self, verdict: Verdict) -> None:
+        """On the watchdog's thread: an env call hung past the timeout (counted, unhealthy, in a
+        last heartbeat, then exit 3), or outlasted a stop (exit 0). The process ends here."""
+        from rolloutfleet.sampling.env_processes import kill_env_processes
+
+        transport, last_beat = self.transport, None
+        if verdict.stuck:
+            self.metrics.env_call_timeouts.inc()
+            self.probes.failed = verdict.line
+            if transport is not None:
+                last_beat = lambda: transport.heartbeat(self._stats, stuck=verdict.line)  # noqa: E731
+        leave(verdict, report_fatal, kill_env_processes, last_beat)
 
     def _no_room(self, exc: BackpressureTimeout) -> None:
         """A publish gave up waiting for room after ``blockTimeoutSeconds``: Redis answered, so

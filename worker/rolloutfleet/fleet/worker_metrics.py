@@ -43,6 +43,10 @@ class WorkerMetrics:
             "rolloutfleet_filter_quarantined_observations", "NaN/inf observations kept out of the filter statistics"
         )
         self.redis_errors = counter("rolloutfleet_redis_errors", "Failed Redis operations (retried)")
+        self.env_call_timeouts = counter(
+            "rolloutfleet_env_call_timeouts",
+            "Env constructor, reset or step calls still running after spec.env.callTimeoutSeconds (the worker exits 3)",
+        )
         self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
         self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
         self.weights_seq_no = gauge("rolloutfleet_weights_seq_no", "Version of the weights being sampled with")

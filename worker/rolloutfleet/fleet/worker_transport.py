@@ -22,6 +22,9 @@ A weights version that does not fit the runner's model, holds NaN/inf or cannot 
 is refused (:meth:`load_weights`): the runner keeps its weights, the subscriber logs and
 counts it once, and the heartbeat reports it until a newer version is loaded.
 
+Before its first batch of each stream, a worker declares the batches' columns
+(:mod:`rolloutfleet.transport.declared_columns`): what a learner judges batches against.
+
 Heartbeats are written through :mod:`rolloutfleet.transport.heartbeat`, which is also where
 readers (the operator, ``rolloutfleet fleet``) find them without importing this module.
 """
@@ -39,6 +42,7 @@ from rolloutfleet.data.weights_check import WeightsRefused
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.backpressure import StreamLoad
 from rolloutfleet.transport.connection import RETRYABLE
+from rolloutfleet.transport.declared_columns import declare, published_schema
 from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.global_step import GlobalStepReader
 from rolloutfleet.transport.heartbeat import write_heartbeat
@@ -92,6 +96,7 @@ class WorkerTransport:
         self.client = self.publisher.job_client  # the job's keys: weights, filters, heartbeats
         self._sent: tuple[object, set[str]] = (None, set())  # (the batch being published, policies done)
         self._filter_syncs: dict[str, FilterSync] = {}
+        self._declared: set[str] = set()  # policies whose batch columns this worker declared
         # Exploration schedules follow the learner's global step: read only by jobs that have one.
         specs = [job.spec.policy] if multi is None else [o.apply(job.spec.policy) for o in multi.policies.values()]
         scheduled = any(spec.exploration.follows_global_step for spec in specs)
@@ -147,6 +152,11 @@ class WorkerTransport:
             part = parts.get(policy)
             if policy in done or part is None or len(part) == 0:
                 continue
+            if policy not in self._declared:  # before the first batch: a learner judges it against this
+                redis_policy = self._redis_policy[policy]
+                keys = job_keys(self.keys.namespace, self.keys.job, redis_policy)
+                declare(self.client, keys, published_schema(part, batch.agent_ids, redis_policy))
+                self._declared.add(policy)
             publisher.publish(
                 part, worker_index=self.worker_index, env_steps=batch.env_steps(), agent_ids=batch.agent_ids
             )
@@ -182,9 +192,12 @@ class WorkerTransport:
         for publisher in self.publishers.values():
             publisher.interrupt()
 
-    def heartbeat(self, stats: Mapping[str, float | int], waiting_since: float | None = None) -> None:
+    def heartbeat(
+        self, stats: Mapping[str, float | int], waiting_since: float | None = None, stuck: str | None = None
+    ) -> None:
         """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`);
-        ``waiting_since``: unix time it began to wait for a learner, while it does."""
+        ``waiting_since``: unix time it began to wait for a learner, while it does; ``stuck``: an
+        env call's line, from the watchdog (:mod:`rolloutfleet.fleet.env_watchdog`)."""
         write_heartbeat(
             self.client,
             self.keys,
@@ -192,6 +205,7 @@ class WorkerTransport:
             stats,
             refused=self.refused_weights(),
             waiting_since=waiting_since,
+            stuck=stuck,
         )
 
     def close(self) -> None:

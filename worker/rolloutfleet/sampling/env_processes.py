@@ -29,6 +29,7 @@ import math
 import multiprocessing as mp
 import os
 import signal
+import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -46,6 +47,7 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from rolloutfleet.sampling.env_calls import ENV_CALL
 from rolloutfleet.sampling.obs_check import obs_problem
 from rolloutfleet.spec.job import SpecError
 
@@ -134,6 +136,8 @@ class ProcessVectorEnv(VectorEnv[Any, Any, Any]):
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._broken = False
+        # The sub-env each process is calling now, written by the process: what a watchdog names.
+        self._current = ctx.RawArray("l", [lo for lo, _ in self.bounds])  # type: ignore[attr-defined]
         wrapped = _Creator(create)
         try:
             for p, (lo, hi) in enumerate(self.bounds):
@@ -141,15 +145,25 @@ class ProcessVectorEnv(VectorEnv[Any, Any, Any]):
                 proc = ctx.Process(  # type: ignore[attr-defined]
                     target=_serve,
                     name=f"rolloutfleet-envs-{p}",
-                    args=(theirs, ours, wrapped, lo, hi, self._shm, self.single_observation_space, os.getpid()),
+                    args=(
+                        theirs,
+                        ours,
+                        wrapped,
+                        (lo, hi, p),
+                        self._shm,
+                        self.single_observation_space,
+                        os.getpid(),
+                        self._current,
+                    ),
                     daemon=True,
                 )
                 proc.start()
                 theirs.close()  # ours alone: recv() sees EOF when the process dies
                 self._conns.append(ours)
                 self._procs.append(proc)
+            _LIVE.add(self)
             for p in range(len(self.bounds)):
-                self._receive(p)  # each process built its sub-envs (or said why not)
+                self._receive(p, "constructor")  # each process built its sub-envs (or said why not)
         except BaseException:
             self.close_extras()
             raise
@@ -169,7 +183,7 @@ class ProcessVectorEnv(VectorEnv[Any, Any, Any]):
         for conn, (lo, hi) in zip(self._send_all(), self.bounds, strict=True):
             conn.send(("reset", (seeds[lo:hi], options)))
         for p in range(self.processes):
-            self._receive(p)
+            self._receive(p, "reset")
         return _copy(self._obs), {}
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -182,7 +196,7 @@ class ProcessVectorEnv(VectorEnv[Any, Any, Any]):
         truncateds = np.empty(n, np.bool_)
         final_obs: list[Any] = [None] * n
         for p, (lo, hi) in enumerate(self.bounds):
-            rewards[lo:hi], terminateds[lo:hi], truncateds[lo:hi], finals = self._receive(p)
+            rewards[lo:hi], terminateds[lo:hi], truncateds[lo:hi], finals = self._receive(p, "step")
             for k, obs in finals:
                 final_obs[lo + k] = obs
         info: dict[str, Any] = {}
@@ -197,10 +211,12 @@ class ProcessVectorEnv(VectorEnv[Any, Any, Any]):
             raise EnvProcessError("an env process failed earlier; the vector env must be rebuilt")
         return self._conns
 
-    def _receive(self, p: int) -> Any:
+    def _receive(self, p: int, call: str) -> Any:
+        """Process ``p``'s answer to ``call``, stamped (:data:`ENV_CALL`) with the sub-env it is in."""
         lo, hi = self.bounds[p]
         try:
-            status, payload = self._conns[p].recv()
+            with ENV_CALL.calling(call, lambda: int(self._current[p])):
+                status, payload = self._conns[p].recv()
         except (EOFError, OSError):
             self._broken = True
             self._procs[p].join(timeout=1.0)
@@ -224,6 +240,19 @@ class ProcessVectorEnv(VectorEnv[Any, Any, Any]):
         for conn in self._conns:
             conn.close()
         self._conns, self._procs = [], []
+        _LIVE.discard(self)
+
+
+_LIVE: weakref.WeakSet[ProcessVectorEnv] = weakref.WeakSet()
+
+
+def kill_env_processes() -> None:
+    """SIGKILL every env process of this worker: a worker leaving without closing its vector
+    env (an env call hung) leaves none behind, stuck in a step and never reading its pipe."""
+    for env in list(_LIVE):
+        for proc in env._procs:
+            with contextlib.suppress(Exception):  # gone already
+                proc.kill()
 
 
 class _Creator:
@@ -263,19 +292,22 @@ def _serve(
     conn: Connection,
     parents_end: Connection,
     create: Callable[[int], gym.Env[Any, Any]],
-    lo: int,
-    hi: int,
+    share: tuple[int, int, int],
     shm: Any,
     space: gym.Space[Any],
     parent_pid: int,
+    current: Any,
 ) -> None:
-    """An env process: build sub-envs ``lo..hi-1``, then reset or step them when told."""
+    """An env process (number ``p`` of ``share``): build sub-envs ``lo..hi-1``, then reset or
+    step them when told, writing the sub-env it calls into ``current[p]``."""
+    lo, hi, p = share
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle, then it closes us
     parents_end.close()
     envs: list[gym.Env[Any, Any]] = []
     index = lo
     try:
         for index in range(lo, hi):
+            current[p] = index
             envs.append(create(index))
         conn.send(("ok", None))
         while True:
@@ -290,7 +322,7 @@ def _serve(
                 truncateds = np.empty(n, np.bool_)
                 finals = []
                 for k, env in enumerate(envs):
-                    index = lo + k
+                    current[p] = index = lo + k
                     obs, rewards[k], terminateds[k], truncateds[k], _ = env.step(data[k])
                     _check(space, obs, "step")
                     if terminateds[k] or truncateds[k]:
@@ -302,7 +334,7 @@ def _serve(
             elif command == "reset":
                 seeds, options = data
                 for k, env in enumerate(envs):
-                    index = lo + k
+                    current[p] = index = lo + k
                     obs, _ = env.reset(seed=seeds[k], options=options)
                     _check(space, obs, "reset")
                     write_to_shared_memory(space, index, obs, shm)

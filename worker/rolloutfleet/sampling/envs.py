@@ -49,6 +49,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from rolloutfleet.inference.obs_spaces import MASK_KEY
+from rolloutfleet.sampling.env_calls import ENV_CALL, watched_creator
 from rolloutfleet.sampling.env_processes import ProcessVectorEnv, usable_cpus
 from rolloutfleet.sampling.obs_check import obs_problem
 from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
@@ -172,13 +173,13 @@ def env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[
     """A function building sub-env ``vector_index`` of this worker (inside ``spec.wrappers``)."""
     create = _bare_creator(spec, worker_index, num_workers)
     if not spec.wrappers:
-        return create
+        return watched_creator(create)
     wrappers = list(spec.wrappers)
 
     def create_wrapped(vector_index: int) -> gym.Env[Any, Any]:
         return apply_wrappers(create(vector_index), wrappers)
 
-    return create_wrapped
+    return watched_creator(create_wrapped)
 
 
 def _bare_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callable[[int], gym.Env[Any, Any]]:
@@ -216,7 +217,8 @@ def env_spaces(
     if mode == "envpool":
         from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv
 
-        pool = EnvPoolVectorEnv(spec)
+        with ENV_CALL.calling("constructor"):
+            pool = EnvPoolVectorEnv(spec)
         return pool.single_observation_space, pool.single_action_space
     if mode == "vector":
         vec = make_vector_env(spec.model_copy(update={"num_envs": 1}), worker_index, num_workers)
@@ -311,17 +313,20 @@ def measure_step_seconds(create: Callable[[int], gym.Env[Any, Any]], steps: int 
     try:
         space = env.action_space
         space.seed(0)
-        obs, _ = env.reset(seed=0)
+        with ENV_CALL.calling("reset", 0):
+            obs, _ = env.reset(seed=0)
         times: list[float] = []
         deadline = time.perf_counter() + MEASURE_BUDGET_S
         for _ in range(steps):
             action = _legal_sample(space, obs)
             began = time.perf_counter()
-            obs, _, terminated, truncated, _ = env.step(action)
+            with ENV_CALL.calling("step", 0):
+                obs, _, terminated, truncated, _ = env.step(action)
             now = time.perf_counter()
             times.append(now - began)
             if terminated or truncated:
-                obs, _ = env.reset()
+                with ENV_CALL.calling("reset", 0):
+                    obs, _ = env.reset()
             if now > deadline:
                 break
         return statistics.median(times)
@@ -384,7 +389,7 @@ def make_vector_env(
     if choice is None:
         choice = plan_vectorization(spec, worker_index, num_workers)
     mode = choice.mode
-    with env_build_errors(spec):
+    with env_build_errors(spec), ENV_CALL.calling("constructor"):  # sync and async name the sub-env
         if mode == "vector":
             assert spec.id is not None
             if not has_vector_entry_point(spec.id):
@@ -417,8 +422,13 @@ class ResetGuard(VectorWrapper):
     ) -> tuple[Any, dict[str, Any]]:
         if self._seed_bits is not None and isinstance(seed, int):
             seed %= 2**self._seed_bits
-        result = reset_or_fail(self.env.reset, self._name, "the vector env", seed=seed, options=options)
+        with ENV_CALL.calling("reset"):
+            result = reset_or_fail(self.env.reset, self._name, "the vector env", seed=seed, options=options)
         return cast("tuple[Any, dict[str, Any]]", result)
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        with ENV_CALL.calling("step"):  # async names the sub-env
+            return self.env.step(actions)
 
 
 def _copy(obs: Any) -> Any:
@@ -470,7 +480,8 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         self._seeds = list(seeds)
         observations = []
         for i, (env, env_seed) in enumerate(zip(self.envs, seeds, strict=True)):
-            observations.append(self._reset(env, i, seed=env_seed, options=options))
+            with ENV_CALL.calling("reset", i):
+                observations.append(self._reset(env, i, seed=env_seed, options=options))
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
         return _copy(self._obs), {}
 
@@ -483,26 +494,31 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         final_obs: list[Any] = [None] * n
         observations = []
         failures, space = self.failures, self._space
-        for i, env in enumerate(self.envs):
-            try:
-                obs, reward, terminated, truncated, _ = env.step(actions[i])
-                rewards[i], terminateds[i], truncateds[i] = reward, terminated, truncated
-                if (problem := obs_problem(space, obs)) is not None:
-                    raise ValueError(f"step returned {problem}")
-            except Exception as exc:  # noqa: BLE001 - counted: recreated, or the end of the worker
-                rewards[i], terminateds[i], truncateds[i] = 0.0, False, False
-                failures.failed(i, exc)
-                log.warning("sub-env %d raised %s: %s; recreating it", i, type(exc).__name__, exc)
-                obs = self._recreate(i)
-                failed[i] = True
+        try:
+            for i, env in enumerate(self.envs):
+                ENV_CALL.begin("step", i)
+                try:
+                    obs, reward, terminated, truncated, _ = env.step(actions[i])
+                    rewards[i], terminateds[i], truncateds[i] = reward, terminated, truncated
+                    if (problem := obs_problem(space, obs)) is not None:
+                        raise ValueError(f"step returned {problem}")
+                except Exception as exc:  # noqa: BLE001 - counted: recreated, or the end of the worker
+                    rewards[i], terminateds[i], truncateds[i] = 0.0, False, False
+                    failures.failed(i, exc)
+                    log.warning("sub-env %d raised %s: %s; recreating it", i, type(exc).__name__, exc)
+                    obs = self._recreate(i)
+                    failed[i] = True
+                    observations.append(obs)
+                    continue
+                if failures.streak:
+                    failures.succeeded(i)
+                if terminated or truncated:
+                    final_obs[i] = obs
+                    ENV_CALL.begin("reset", i)
+                    obs = self._reset(env, i)
                 observations.append(obs)
-                continue
-            if failures.streak:
-                failures.succeeded(i)
-            if terminated or truncated:
-                final_obs[i] = obs
-                obs = self._reset(env, i)
-            observations.append(obs)
+        finally:
+            ENV_CALL.end()  # the policy's time between steps is no env call
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
         info: dict[str, Any] = {}
         ended = terminateds | truncateds
@@ -526,7 +542,8 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
             raise EnvFailed(f"{name}: recreating sub-env {index} failed: {describe(exc)}") from None
         seed = self._seeds[index]
         seed = None if seed is None else seed + 7919 * self.restarts
-        return self._reset(env, index, seed=seed)
+        with ENV_CALL.calling("reset", index):
+            return self._reset(env, index, seed=seed)
 
     def _reset(self, env: gym.Env[Any, Any], index: int, **kwargs: Any) -> Any:
         """The sub-env's first observation; :class:`EnvFailed` when reset raises or returns none."""

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from gymnasium import spaces
 
 from rolloutfleet.sampling.aec_env import AECDriver, is_aec
+from rolloutfleet.sampling.env_calls import watched_creator
 from rolloutfleet.sampling.envs import EnvContext, reset_or_fail
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
@@ -177,7 +178,7 @@ def multiagent_env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -
             env = make(EnvContext(dict(spec.config), worker_index, vector_index, num_workers))
             return MultiAgentEnvAdapter(env, "spec.env.entryPoint")
 
-        return create
+        return watched_creator(create)
     env_id = spec.id
     assert env_id is not None  # guaranteed by EnvSpec's validator
     try:
@@ -196,7 +197,7 @@ def multiagent_env_creator(spec: EnvSpec, worker_index: int, num_workers: int) -
     def create_registered(vector_index: int) -> MultiAgentEnvAdapter:
         return MultiAgentEnvAdapter(factory(**spec.config), "spec.env.id")
 
-    return create_registered
+    return watched_creator(create_registered)
 
 
 def make_multiagent_envs(spec: EnvSpec, worker_index: int, num_workers: int) -> list[MultiAgentEnvAdapter]:

@@ -28,6 +28,7 @@ from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.sampling.callbacks import Callbacks
+from rolloutfleet.sampling.env_calls import ENV_CALL
 from rolloutfleet.sampling.envs import derive_seed, episode_id_base
 from rolloutfleet.sampling.multiagent_acting import PolicyActing
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
@@ -136,7 +137,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
 
     def _reset(self, env_index: int, seed: int | None) -> None:
         sub = self.subenvs[env_index]
-        obs = sub.env.reset(seed=seed)
+        with ENV_CALL.calling("reset", env_index):
+            obs = sub.env.reset(seed=seed)
         sub.start(obs, self._new_eps_id())
         if self.filters:
             for agent, agent_obs in obs.items():
@@ -220,7 +222,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         clip_rewards = self.sampling.clip_rewards
         for j, sub in enumerate(subenvs):
             try:
-                result = sub.env.step(actions[j])
+                with ENV_CALL.calling("step", j):
+                    result = sub.env.step(actions[j])
             except Exception as exc:  # noqa: BLE001 - any env error: rebuild (or re-raise, per spec)
                 self._drop_episode(j, exc)
                 continue

@@ -32,6 +32,7 @@ from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 from rolloutfleet.spec.model_base import plain_json
 from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
+from rolloutfleet.spec.redis_url import parse_redis_url
 from rolloutfleet.spec.wrappers import MAX_WRAPPERS, WrapperSpec
 
 API_VERSION = "rolloutfleet.io/v1alpha1"
@@ -126,6 +127,10 @@ class EnvSpec(_Model):
     max_consecutive_failures: int = Field(default=3, ge=1, le=1000)
     """A sub-env (the vector env, for ``vector``/``async``) failing this many times in a row
     without a successful step ends the worker: exit 3, one line naming the env and the error."""
+    call_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
+    """An env constructor, ``reset`` or ``step`` still running after this long ends the worker:
+    logged once, counted, exit 3 with one line naming the sub-env and the call
+    (:mod:`rolloutfleet.fleet.env_watchdog`)."""
 
     @field_validator("entry_point")
     @classmethod
@@ -415,9 +420,8 @@ class RedisSpec(_Model):
     @field_validator("url")
     @classmethod
     def _scheme(cls, value: str) -> str:
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"must start with redis://, rediss:// or unix://, got {value!r}")
-        if re.match(r"^rediss?://[^@/]*:[^@/]+@", value):
+        parsed = parse_redis_url(value)  # BadRedisURL: one line without the credentials
+        if parsed.password is not None:
             raise ValueError("must not contain a password; use passwordSecret")
         return value
 

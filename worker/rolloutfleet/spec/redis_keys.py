@@ -118,6 +118,12 @@ class JobKeys:
         return f"{self.stream_tag}:dead-letters"
 
     @property
+    def columns(self) -> str:
+        """Hash of the columns the workers declare for their batches: name -> JSON dtype and
+        row shape (:mod:`rolloutfleet.transport.declared_columns`); what a learner judges against."""
+        return f"{self.tag}:columns" if self.policy is None else f"{self.tag}:columns:{self.policy}"
+
+    @property
     def filters(self) -> str:
         """The fleet's observation-filter statistics (codec tensors: count, mean, m2)."""
         return f"{self.tag}:filters" if self.policy is None else f"{self.tag}:filters:{self.policy}"

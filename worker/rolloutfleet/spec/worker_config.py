@@ -26,6 +26,7 @@ import yaml
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet.spec.manifest_yaml import ManifestLoader, yaml_problem
+from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
 
 PREFIX = "ROLLOUTFLEET_"
 
@@ -66,11 +67,17 @@ class WorkerConfig:
         workers = integer("NUM_WORKERS", str(max(job.spec.replicas, 1)), minimum=1)
         if index >= workers:
             raise SpecError(f"{PREFIX}WORKER_INDEX: {index} is not below {PREFIX}NUM_WORKERS={workers}")
+        redis_url = environ.get(PREFIX + "REDIS_URL") or job.spec.redis.url
+        try:
+            parse_redis_url(redis_url)
+        except BadRedisURL as exc:
+            where = f"{PREFIX}REDIS_URL" if environ.get(PREFIX + "REDIS_URL") else "spec.redis.url"
+            raise SpecError(f"{where}: {exc}") from None
         return cls(
             job=job,
             worker_index=index,
             num_workers=workers,
-            redis_url=environ.get(PREFIX + "REDIS_URL") or job.spec.redis.url,
+            redis_url=redis_url,
             redis_password=environ.get(PREFIX + "REDIS_PASSWORD") or None,
             metrics_port=integer("METRICS_PORT", "9100"),
             learner_idle_s=_seconds(environ, "LEARNER_IDLE_SECONDS"),
@@ -123,7 +130,7 @@ def _load_job(environ: Mapping[str, str], name: str, namespace: str) -> RolloutJ
         try:
             data = yaml.load(path.read_text(), Loader=ManifestLoader)
         except OSError as exc:
-            raise SpecError(f"{source}: cannot read {path}: {exc}") from None
+            raise SpecError(f"{source}: cannot read {path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
             raise SpecError(f"{source}: cannot read {path}: {yaml_problem(exc)}") from None
     else:

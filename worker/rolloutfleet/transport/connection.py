@@ -32,15 +32,15 @@ import os
 import random
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import Any, Self, TypeVar, cast
-from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
+
+from rolloutfleet.spec.redis_url import BadRedisURL, RedisURL, parse_redis_url, redacted_url
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
 
@@ -85,10 +85,10 @@ def where(client: redis.Redis) -> str:
 
 def where_url(url: str) -> str:
     """``host:port/db`` of a URL (or the unix socket's path), never its password."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix:{parts.path}"
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path or '/0'}"
+    try:
+        return parse_redis_url(url).where
+    except BadRedisURL:
+        return redacted_url(url)
 
 
 def is_cluster(client: redis.Redis) -> bool:
@@ -156,9 +156,10 @@ def connect(
     logged (redis-py masks it in the client's repr). ``socket_timeout`` must exceed the
     longest BLOCK plus the largest transfer: without one a dead server hangs the caller.
     """
-    options = _options(password, socket_timeout, connect_timeout)
-    client = redis.Redis.from_url(url, health_check_interval=30, **options)
-    if url.startswith("unix://"):
+    parsed = parse_redis_url(url)  # BadRedisURL (a ValueError): one line, no password
+    options = _options(password, socket_timeout, connect_timeout, parsed)
+    client = redis.Redis.from_url(parsed.client_url, health_check_interval=30, **options)
+    if parsed.scheme == "unix":
         return client
     cluster = _cluster_state(client)
     if cluster is None:
@@ -170,14 +171,17 @@ def connect(
         )
     # Partial coverage is accepted at start: a slot without a master is a retryable error
     # of the commands that need it (a failover in progress), not a client that cannot be made.
-    made = RedisCluster.from_url(url, require_full_coverage=False, **options)
+    made = RedisCluster.from_url(parsed.client_url, require_full_coverage=False, **options)
     return cast(redis.Redis, made)  # the same command API; is_cluster() tells them apart
 
 
-def _options(password: str | None, socket_timeout: float, connect_timeout: float) -> dict[str, Any]:
-    """Client options of :func:`connect`; the password is ``password`` or ``$ROLLOUTFLEET_REDIS_PASSWORD``."""
+def _options(password: str | None, socket_timeout: float, connect_timeout: float, url: RedisURL) -> dict[str, Any]:
+    """Client options of :func:`connect`; the password is the URL's, else ``password``, else
+    ``$ROLLOUTFLEET_REDIS_PASSWORD``. Credentials go as arguments, never inside the URL the
+    client parses (:mod:`rolloutfleet.spec.redis_url`)."""
     return {
-        "password": password if password is not None else os.environ.get(PASSWORD_ENV) or None,
+        "username": url.username,
+        "password": url.password or (password if password is not None else os.environ.get(PASSWORD_ENV) or None),
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
         "socket_keepalive": True,
@@ -286,8 +290,6 @@ DEFAULT_STARTUP_TIMEOUT_S = 30.0
 Redis that is not there at start-up before they fail with one line. A worker waits without
 bound unless told otherwise (a pod whose Redis is not up yet stays unready and keeps trying)."""
 
-_SCHEMES = ("redis", "rediss", "unix")
-
 
 def address(url: str) -> str:
     """``host:port`` (or ``unix:path``) of a Redis URL, never its user or password.
@@ -295,39 +297,22 @@ def address(url: str) -> str:
     >>> address("redis://:secret@10.0.0.7:6380/2"), address("redis://redis"), address("unix:///run/r.sock")
     ('10.0.0.7:6380', 'redis:6379', 'unix:/run/r.sock')
     """
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix:{parts.path}"
     try:
-        port = parts.port or 6379
-    except ValueError:
-        port = "?"  # type: ignore[assignment]
-    return f"{parts.hostname or '?'}:{port}"
+        return parse_redis_url(url).address
+    except BadRedisURL:
+        return redacted_url(url).partition("://")[2] or "?"
 
 
 def check_url(url: str) -> None:
-    """``ValueError`` (one line, no password) unless ``url`` is a redis://, rediss:// or unix://PATH URL.
+    """``ValueError`` (one line, no password) unless ``url`` is a redis://, rediss:// or unix://PATH URL
+    (:func:`rolloutfleet.spec.redis_url.parse_redis_url`'s rule).
 
     >>> check_url("http://user:pw@example.com:6379/0")
     Traceback (most recent call last):
     ...
-    ValueError: 'http://example.com:6379/0' is not a Redis URL: it must start with redis://, rediss:// or unix://
+    rolloutfleet.spec.redis_url.BadRedisURL: 'http://example.com:6379/0' is not a Redis URL: it must start with redis://, rediss:// or unix://
     """
-    parts = urllib.parse.urlsplit(url)
-    why = "" if parts.scheme in _SCHEMES else "it must start with redis://, rediss:// or unix://"
-    try:
-        parts.port  # noqa: B018 - urllib checks the port when it is read
-    except ValueError:
-        why = why or "its port is not a number from 0 to 65535"
-    if not why and parts.scheme == "unix" and not parts.path:
-        why = "it names no socket path"
-    if not why and parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
-        # redis-py would quietly use database 0
-        why = f"its path {parts.path!r} is not a database number (redis://HOST:PORT/DB)"
-    if why:
-        host = parts.netloc.rsplit("@", 1)[-1]  # as written (a bad port too), never the password
-        shown = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-        raise ValueError(f"{shown!r} is not a Redis URL: {why}")
+    parse_redis_url(url)
 
 
 def failure_line(exc: BaseException, where: str) -> str:
@@ -388,12 +373,12 @@ def check_reachable(url: str, password: str | None = None, timeout_s: float | No
     """Start-up check of a command: ``ValueError`` for a URL that is not a Redis URL,
     :class:`RedisUnavailable` (one line, :func:`wait_for_redis`) for a Redis that stays
     away past ``timeout_s`` or refuses the password."""
-    check_url(url)
+    parsed = parse_redis_url(url)
     # A plain client: it only PINGs, which any node of a cluster answers too (connect() would
     # ask the node about cluster mode first, and raise before this wait could retry).
-    client = redis.Redis.from_url(url, **_options(password, 5.0, min(5.0, timeout_s or 5.0)))
+    client = redis.Redis.from_url(parsed.client_url, **_options(password, 5.0, min(5.0, timeout_s or 5.0), parsed))
     try:
-        wait_for_redis(client, timeout_s, address(url))
+        wait_for_redis(client, timeout_s, parsed.address)
     finally:
         client.close()
 

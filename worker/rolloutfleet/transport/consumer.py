@@ -27,9 +27,9 @@ longest time a learner holds a message before acking it.
 (another consumer, e.g. one with the compression library installed, may succeed); once it
 has been delivered ``max_deliveries`` times it is moved, with the reason, to the job's
 dead-letter stream and acked. An entry that decodes but cannot become part of the batch
-``get()`` makes (other columns, dtypes or per-row shapes than the batches this consumer
-returned before; before the first, than most entries read with it) is moved to the dead
-letters at once, with the reason, and the good entries read with it are delivered. Whatever
+``get()`` makes (other columns, dtypes or per-row shapes than the workers declared,
+:mod:`rolloutfleet.transport.declared_columns`; with nothing declared, than most of the
+entries read lately) is moved to the dead letters at once, with the reason, and the good entries read with it are delivered. Whatever
 ``get()`` raises, the entries it had read stay with the consumer, unacknowledged, for the
 next call. While Redis is out of memory a dead letter cannot be written: the entry is
 left pending and moved when it comes round again.
@@ -75,15 +75,13 @@ from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
 from rolloutfleet.transport.backpressure import LEARNERS_TTL_MS, READING_SCRIPT
 from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
+from rolloutfleet.transport.declared_columns import SchemaReference, read_declared
 from rolloutfleet.transport.entries import (
     Message,
-    Schema,
     check_versions,
     concat_messages,
     decode_entry,
     fresh_rows,
-    majority_schema,
-    schema_mismatch,
     schema_of,
 )
 from rolloutfleet.transport.learner_args import count_arg, seconds_arg
@@ -245,8 +243,8 @@ class BatchConsumer:
         self._next_shards = time.monotonic() + SHARDS_REFRESH_S
         self._turn = 0
         self._last_min_seq_no: int | None = None
-        self._schema: Schema | None = None
-        """Columns, dtypes and row shapes of the last batch get() returned."""
+        self._schemas = SchemaReference(lambda: self._call(lambda: read_declared(self.client, self._job_keys)))
+        """What get() judges batches against: the workers' declared columns, else the recent majority."""
         self._published_version: int | None = None
         self._call(self._follow_shards)
 
@@ -518,10 +516,8 @@ class BatchConsumer:
         """The messages that fit the batch ``get()`` makes; the others go to the dead letters."""
         if not messages:
             return messages
-        reference = self._schema or majority_schema(messages)
         fit = []
-        for message in messages:
-            reason = schema_mismatch(message.batch, reference)
+        for message, reason in zip(messages, self._schemas.judge([schema_of(m.batch) for m in messages]), strict=True):
             if reason is None:
                 fit.append(message)
                 continue
@@ -609,10 +605,9 @@ class BatchConsumer:
             wait = 0.001 if min_steps == 0 else max(remaining, 0.001)
             fetched = self._fetch(self.read_count, int(wait * 1000))
             polled = True
-            if self._schema is not None:
-                self._carry += self._set_aside(fetched)
-            else:  # the first batch: judged with everything read so far, the majority decides
-                self._carry = self._set_aside(self._carry + fetched)
+            self._schemas.saw([schema_of(m.batch) for m in fetched])
+            # The held ones too: without a declaration, the reference may have moved on.
+            self._carry = self._set_aside(self._carry + fetched)
         messages, self._carry = self._carry, []
         try:
             result = self._assemble(messages, as_torch, device, pin_memory)
@@ -621,7 +616,6 @@ class BatchConsumer:
             self._carry = messages + self._carry
             raise
         self._uncommitted = messages
-        self._schema = schema_of(messages[0].batch) if messages else self._schema
         return result
 
     @staticmethod

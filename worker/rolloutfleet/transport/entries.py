@@ -186,7 +186,12 @@ def schema_mismatch(batch: Mapping[str, np.ndarray], reference: Schema) -> str |
     >>> schema_mismatch({"obs": np.zeros((2, 3), np.float32)}, (("obs", "float32", (4,)),))
     "column 'obs' has rows of shape (3,), the batch's have (4,)"
     """
-    mine = {name: (dtype, shape) for name, dtype, shape in schema_of(batch)}
+    return schema_difference(schema_of(batch), reference)
+
+
+def schema_difference(schema: Schema, reference: Schema) -> str | None:
+    """Why batches of ``schema`` cannot join batches of ``reference`` (one line), or None."""
+    mine = {name: (dtype, shape) for name, dtype, shape in schema}
     theirs = {name: (dtype, shape) for name, dtype, shape in reference}
     if set(mine) != set(theirs):
         missing, extra = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))

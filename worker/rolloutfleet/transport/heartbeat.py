@@ -9,7 +9,9 @@ observations its filter kept out of the statistics (``filter_quarantined``); and
 weights version it refused is newer than the one it holds, ``weights_refused``: policy ->
 ``[version, reason]`` (:func:`rolloutfleet.spec.refusals.refused_versions` sums them over workers); and,
 while it waits for a learner (:mod:`rolloutfleet.fleet.learner_wait`), ``waiting_for_learner_since``
-(unix seconds; absent otherwise) with ``steps_per_s`` 0. The hash expires when no worker has
+(unix seconds; absent otherwise) with ``steps_per_s`` 0; and ``env_call_stuck``, the one line of
+an env call that did not return within ``spec.env.callTimeoutSeconds`` (the worker's last
+heartbeat before it exits 3). The hash expires when no worker has
 written it for :data:`HEARTBEAT_TTL_S`::
 
     write_heartbeat(client, keys, worker_index=3, stats=runner.get_metrics())   # doctest: +SKIP
@@ -49,6 +51,7 @@ def beat(
     now: float | None = None,
     refused: Refused | None = None,
     waiting_since: float | None = None,
+    stuck: str | None = None,
 ) -> str:
     """The JSON one worker writes, from its runner's metrics (``get_metrics()``);
     ``waiting_since``: unix time it began to wait for a learner (it samples nothing meanwhile).
@@ -72,6 +75,8 @@ def beat(
         fields["waiting_for_learner_since"] = waiting_since
     if refused:
         fields["weights_refused"] = {policy: [seq, reason] for policy, (seq, reason) in refused.items()}
+    if stuck is not None:
+        fields["env_call_stuck"] = stuck
     return json.dumps(fields)
 
 
@@ -89,11 +94,14 @@ def parse_heartbeats(raw: Mapping[bytes | str, bytes | str]) -> dict[int, Heartb
         try:
             fields = json.loads(value)
             refused = _refused(fields.pop("weights_refused", {}))
+            stuck = fields.pop("env_call_stuck", None)
             beats[int(index)] = {str(k): float(v) for k, v in fields.items()}
         except (ValueError, TypeError, AttributeError):
             continue
         if refused:
             beats[int(index)]["weights_refused"] = refused
+        if stuck is not None:
+            beats[int(index)]["env_call_stuck"] = str(stuck)
     return beats
 
 
@@ -113,10 +121,11 @@ def write_heartbeat(
     now: float | None = None,
     refused: Refused | None = None,
     waiting_since: float | None = None,
+    stuck: str | None = None,
 ) -> None:
     """Write worker ``worker_index``'s heartbeat and push the hash's expiry back (one round trip)."""
     pipe = client.pipeline(transaction=False)
-    pipe.hset(keys.heartbeats, str(worker_index), beat(stats, now, refused, waiting_since))
+    pipe.hset(keys.heartbeats, str(worker_index), beat(stats, now, refused, waiting_since, stuck))
     pipe.expire(keys.heartbeats, HEARTBEAT_TTL_S)
     pipe.execute()
 
