@@ -83,12 +83,12 @@ class Recorder:
         rows = 0
         if fit:
             columns = concat_messages(fit, extra={WORKER_INDEX: lambda meta: meta.worker_index})
-            self.writer.write(columns, [(self._stream(m), m.id) for m in fit])  # durable before the ack
+            self.writer.write(columns, [(self._stream(m), m.id) for m in fit], roll=False)  # durable before the ack
             rows = sum(len(m.batch) for m in fit)
         self.consumer.ack(messages)
         self.stats.entries += len(fit)
         self.stats.rows += rows
-        if time.monotonic() - self._last_flush >= self.flush_s:
+        if time.monotonic() - self._last_flush >= self.flush_s or self.writer.spooled_bytes >= self.writer.roll_bytes:
             self.flush()
         return rows
 

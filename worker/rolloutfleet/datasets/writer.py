@@ -16,6 +16,7 @@ turns the spool into data files (every ``roll_bytes`` of spooled batches, and on
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ROLL_BYTES = 64 << 20
 """Parquet files are rolled (and Minari episodes committed) every this many spooled bytes."""
+HELD = "__held"
+"""Carried rows of a Minari recording: when (Unix time) they were first carried."""
 MINARI_COLUMNS = ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "eps_id", "t")
 
 
@@ -47,11 +50,14 @@ class DatasetWriter:
 
     def __init__(self, folder: str | Path, job: str, format: str, *, namespace: str = "default",
                  policy: str | None = None, roll_bytes: int = DEFAULT_ROLL_BYTES,
-                 spaces: tuple[Any, Any] | None = None, env_spec: Any = None) -> None:  # fmt: skip
+                 spaces: tuple[Any, Any] | None = None, env_spec: Any = None,
+                 incomplete_grace_s: float = 120.0) -> None:  # fmt: skip
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         self.folder = Path(folder)
         self.roll_bytes = roll_bytes
+        self.incomplete_grace_s = incomplete_grace_s
+        """How long an episode that ended with rows missing waits for them (they may still come)."""
         wanted = RecordingState(format, namespace, job, policy)
         if self.folder.is_dir() and (problem := refusal(self.folder, wanted)):
             raise RecordingRefused(problem)
@@ -106,8 +112,10 @@ class DatasetWriter:
                 return f"column {name!r} is {schema.get(name)} (dtype, row shape), the recording's is {self._schema.get(name)}"
         return None
 
-    def write(self, columns: Mapping[str, np.ndarray], entries: Sequence[tuple[str, str]] = ()) -> None:
-        """Spool the rows durably (``entries``: the stream entries they came from)."""
+    def write(self, columns: Mapping[str, np.ndarray], entries: Sequence[tuple[str, str]] = (), roll: bool = True) -> None:
+        """Spool the rows durably (``entries``: the stream entries they came from); with
+        ``roll``, :meth:`flush` once ``roll_bytes`` are spooled (the recorder flushes itself,
+        after acknowledging the entries: a flush consumes the spool that restarts rely on)."""
         problem = self.misfit(columns)
         if problem is not None:
             raise ValueError(problem)
@@ -117,7 +125,7 @@ class DatasetWriter:
         self._segments.append((self._next_seq, self.spool.folder / f"seg-{self._next_seq:010d}.npz"))
         self._next_seq += 1
         self._schema = {n: (str(c.dtype) if c.dtype.kind != "U" else "U", tuple(c.shape[1:])) for n, c in columns.items()}
-        if self.spool.bytes >= self.roll_bytes:
+        if roll and self.spool.bytes >= self.roll_bytes:
             self.flush()
 
     def flush(self) -> None:
@@ -126,8 +134,11 @@ class DatasetWriter:
             return
         parts = ([load_columns(self.folder / ".spool" / self.state.carry)[0]] if self.state.carry else [])
         parts += [load_columns(path)[0] for _, path in self._segments]
-        names = list(parts[-1])
-        columns = {name: np.concatenate([p[name] for p in parts if name in p]) for name in names}
+        names = [name for name in parts[-1] if name != HELD]
+        columns = {name: np.concatenate([p[name] for p in parts]) for name in names}
+        if self.minari is not None:
+            carried = parts[0][HELD] if self.state.carry else np.empty(0)  # the carry's rows come first
+            columns[HELD] = np.concatenate([carried, np.full(len(columns["t"]) - len(carried), time.time())])
         last = self._segments[-1][0]
         state = self._commit(columns, last)
         write_state(self.folder, state)
@@ -144,16 +155,24 @@ class DatasetWriter:
             path = self.folder / f"part-{self.state.parts:010d}.parquet"
             write_atomic(path, lambda file: write_table(table, file))
             return self.state.advanced(consumed_upto=last, carry=None, parts=self.state.parts + 1, rows=self.state.rows + rows)
+        now, held = time.time(), columns[HELD]
         done, broken, still_open = stitch(columns)
-        if broken:
-            log.warning("%d episode(s) ended with rows missing (the recording began during them, or dropOldest "
-                        "trimmed their fragments): not written", len(broken))  # fmt: skip
+        # An episode that ended with rows missing may get them yet: entries a killed recorder
+        # left pending are claimed again seconds later. Kept for a grace period, then dropped.
+        waiting = np.isin(columns["eps_id"], broken)
+        expired = waiting & (held < now - self.incomplete_grace_s)
+        dropped = np.unique(columns["eps_id"][expired]).tolist()
+        if dropped:
+            log.warning("%d episode(s) ended with rows missing for %g s (the recording began during them, or "
+                        "dropOldest trimmed their fragments): not written", len(dropped), self.incomplete_grace_s)  # fmt: skip
+        keep = waiting & ~np.isin(columns["eps_id"], dropped)
+        carried = {name: np.concatenate([still_open[name], column[keep]]) for name, column in columns.items()}
         steps = self.state.steps + sum(len(e) for e in done)
         self.minari.commit(done, self.state.episodes, steps)  # type: ignore[union-attr]
-        carry = self.spool.write_carry(last, still_open) if len(still_open["t"]) else None
+        carry = self.spool.write_carry(last, carried) if len(carried["t"]) else None
         return self.state.advanced(consumed_upto=last, carry=carry, episodes=self.state.episodes + len(done),
-                                   steps=steps, rows=self.state.rows + rows - len(still_open["t"]),
-                                   broken_episodes=self.state.broken_episodes + len(broken))  # fmt: skip
+                                   steps=steps, rows=self.state.rows + rows - len(carried["t"]),
+                                   broken_episodes=self.state.broken_episodes + len(dropped))  # fmt: skip
 
     def open_rows(self) -> int:
         """Rows of episodes still open (Minari): kept in the spool, not written as episodes."""
