@@ -29,7 +29,9 @@ def drained(consumer: BatchConsumer) -> bool:
     return lag.pending == 0 and lag.undelivered == 0
 
 
-def test_a_fleet_recorded_as_minari_and_parquet(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fleet_recorded_as_minari_and_parquet(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     job = cartpole_job("rec")
     env = gym.make("CartPole-v1")
     truth = BatchConsumer(redis_url, "rec", group="truth", block_s=0.2)
@@ -88,6 +90,11 @@ def test_a_fleet_recorded_as_minari_and_parquet(redis_url: str, tmp_path: Path, 
         assert resimulation_error(episode.observations, episode.actions, episode.terminations) < 1e-5
         assert episode.terminations[-1] or (episode.truncations[-1] and len(episode.actions) == 500)
     assert len(dataset.sample_episodes(5)) == 5
+    from minari.cli import app
+    from typer.testing import CliRunner
+
+    shown = CliRunner().invoke(app, ["show", "rec-v0"])
+    assert shown.exit_code == 0 and "CartPole-v1" in shown.output, shown.output
     assert minari_writer.open_rows() == len(still_open["t"])
 
     # Parquet: every published row once, shapes intact, several files.

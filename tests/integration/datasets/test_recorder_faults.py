@@ -91,6 +91,8 @@ def test_minari_needs_the_manifest_and_a_single_agent_job(redis_url: str, tmp_pa
 def test_an_unwritable_output_is_one_line(redis_url: str, tmp_path: Path, capsys: Any) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code = run("record", "--job", "cartpole", "--redis", redis_url, "--format", "parquet", "--output", str(blocker / "out"))
+    code = run(
+        "record", "--job", "cartpole", "--redis", redis_url, "--format", "parquet", "--output", str(blocker / "out")
+    )
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "cannot create" in err

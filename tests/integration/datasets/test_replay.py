@@ -101,7 +101,9 @@ def test_a_minari_recording_replayed_gives_each_episode_once(redis_url: str, tmp
 @pytest.mark.parametrize("fmt", ["parquet", "minari"])
 def test_a_dataset_of_other_spaces_is_refused_naming_the_column(redis_url: str, tmp_path: Path, fmt: str,
                                                                 recordings: dict[str, Path], capsys: Any) -> None:  # fmt: skip
-    code = main(["replay", str(recordings[fmt]), "--job", str(manifest(tmp_path, "acro", "Acrobot-v1")), "--redis", redis_url])
+    code = main(
+        ["replay", str(recordings[fmt]), "--job", str(manifest(tmp_path, "acro", "Acrobot-v1")), "--redis", redis_url]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "column 'obs'" in err and "(4,)" in err and "(6,)" in err

@@ -33,7 +33,9 @@ def add_record_parser(commands: Any) -> argparse.ArgumentParser:
         "every batch: Parquet (rolled by size) or Minari (whole episodes). Stops on SIGTERM/SIGINT or --duration.",
     )
     parser.add_argument("--job", required=True, help="a RolloutJob manifest (YAML), or a job name (Parquet only)")
-    parser.add_argument("--redis", required=True, help="redis:// or rediss:// URL (password: $ROLLOUTFLEET_REDIS_PASSWORD)")
+    parser.add_argument(
+        "--redis", required=True, help="redis:// or rediss:// URL (password: $ROLLOUTFLEET_REDIS_PASSWORD)"
+    )
     parser.add_argument("--format", required=True, choices=("parquet", "minari"))
     parser.add_argument("--output", required=True, type=Path, help="the recording folder (empty, or this job's)")
     parser.add_argument("--namespace", default=None, help="the job's namespace (default: the manifest's, else default)")
@@ -75,12 +77,18 @@ def _record(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     name = job.name if job is not None else args.job
     namespace = args.namespace or (job.namespace if job is not None else "default")
-    policies = args.policy or (sorted(job.spec.multi_agent.policies) if job is not None and job.spec.multi_agent else [None])
+    policies = args.policy or (
+        sorted(job.spec.multi_agent.policies) if job is not None and job.spec.multi_agent else [None]
+    )
     if args.format == "minari":
         if job is None:
-            return _bad("record", f"--format minari: --job must be the job's manifest (for the env's spaces), not {args.job!r}")
+            return _bad(
+                "record", f"--format minari: --job must be the job's manifest (for the env's spaces), not {args.job!r}"
+            )
         if job.spec.multi_agent is not None:
-            return _bad("record", "--format minari: a multi-agent job has no single-agent episodes; use --format parquet")
+            return _bad(
+                "record", "--format minari: a multi-agent job has no single-agent episodes; use --format parquet"
+            )
     if (code := unreachable("record", args.redis, args.timeout)) is not None:
         return code
     try:
@@ -102,7 +110,11 @@ def _record(args: argparse.Namespace) -> int:
     for recorder in recorders:
         state = recorder.writer.state
         kept = recorder.writer.open_rows()
-        written = f"{state.episodes} episodes ({state.steps} steps)" if state.format == "minari" else f"{state.rows} rows in {state.parts} files"
+        written = (
+            f"{state.episodes} episodes ({state.steps} steps)"
+            if state.format == "minari"
+            else f"{state.rows} rows in {state.parts} files"
+        )
         open_note = f"; {kept} rows of open episodes kept for the next run" if kept else ""
         print(f"recorded {state.source()}: {written} in {recorder.writer.folder}{open_note}")
     return 0
@@ -135,11 +147,15 @@ def add_replay_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("dataset", type=Path, help="a Parquet recording folder or a Minari dataset folder")
     parser.add_argument("--job", required=True, help="a RolloutJob manifest (spaces checked), or a job name")
-    parser.add_argument("--redis", required=True, help="redis:// or rediss:// URL (password: $ROLLOUTFLEET_REDIS_PASSWORD)")
+    parser.add_argument(
+        "--redis", required=True, help="redis:// or rediss:// URL (password: $ROLLOUTFLEET_REDIS_PASSWORD)"
+    )
     parser.add_argument("--namespace", default=None, help="the job's namespace (default: the manifest's, else default)")
     parser.add_argument("--policy", default=None, help="multi-agent: publish into this policy's stream")
     parser.add_argument("--rate", type=float, default=None, help="rows per second (default: as the learner takes them)")
-    parser.add_argument("--batch-rows", type=int, default=1024, help="rows per published batch (Minari: whole episodes)")
+    parser.add_argument(
+        "--batch-rows", type=int, default=1024, help="rows per published batch (Minari: whole episodes)"
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="give up when Redis is unreachable this long")
     parser.set_defaults(run=_replay)
     return parser

@@ -16,6 +16,7 @@ last committed state are removed and made again from the spool.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -68,7 +69,9 @@ class Recorder:
             by_stream.setdefault(stream, []).append(entry_id)
         for stream, ids in by_stream.items():
             for start in range(0, len(ids), 1000):
-                self.stats.resumed += int(self.consumer.client.xack(stream, self.consumer.group, *ids[start : start + 1000]))
+                self.stats.resumed += int(
+                    self.consumer.client.xack(stream, self.consumer.group, *ids[start : start + 1000])
+                )
         if self.stats.resumed:
             log.info("resumed: %d entries were spooled before the last stop, acknowledged now", self.stats.resumed)
 
@@ -93,7 +96,7 @@ class Recorder:
         return rows
 
     def _fitting(self, messages: Sequence[Message]) -> list[Message]:
-        fit = []
+        fit: list[Message] = []
         for message in messages:
             problem = self.writer.misfit({**message.batch, WORKER_INDEX: message.batch["t"][:0]})
             if problem is None and fit:
@@ -118,7 +121,5 @@ class Recorder:
             self.flush()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(redis.RedisError):
             self.consumer.close()
-        except redis.RedisError:
-            pass

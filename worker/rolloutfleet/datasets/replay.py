@@ -74,7 +74,10 @@ def _minari_source(data: Path) -> Source:
 
     dataset = MinariDataset(data)
     obs, act = dataset.observation_space, dataset.action_space
-    columns = {"obs": (np.dtype(obs.dtype), tuple(obs.shape or ())), "actions": (np.dtype(act.dtype), tuple(act.shape or ()))}
+    columns = {
+        "obs": (np.dtype(obs.dtype), tuple(obs.shape or ())),
+        "actions": (np.dtype(act.dtype), tuple(act.shape or ())),
+    }
     return Source("minari", data, columns, dataset)
 
 
@@ -117,7 +120,7 @@ def batches(source: Source, rows: int) -> Iterator[dict[str, np.ndarray]]:
 
 def _episode_rows(dataset: Any, episode: Any) -> dict[str, np.ndarray]:
     steps = len(episode.rewards)
-    metadata = next(iter(dataset.storage.get_episode_metadata([episode.id])), {})
+    metadata: dict[str, Any] = next(iter(dataset.storage.get_episode_metadata([episode.id])), {})
     observations = np.asarray(episode.observations)
     return {
         "obs": observations[:-1],

@@ -102,7 +102,9 @@ class DatasetWriter:
 
     def misfit(self, columns: Mapping[str, np.ndarray]) -> str | None:
         """Why rows with these columns cannot join this recording (one line), or None."""
-        schema = {name: (str(c.dtype) if c.dtype.kind != "U" else "U", tuple(c.shape[1:])) for name, c in columns.items()}
+        schema = {
+            name: (str(c.dtype) if c.dtype.kind != "U" else "U", tuple(c.shape[1:])) for name, c in columns.items()
+        }
         if self.minari is not None and (missing := [c for c in MINARI_COLUMNS if c not in schema]):
             return f"a Minari recording needs columns {list(MINARI_COLUMNS)}; the batches lack {missing}"
         if self._schema is None or schema == self._schema:
@@ -112,7 +114,9 @@ class DatasetWriter:
                 return f"column {name!r} is {schema.get(name)} (dtype, row shape), the recording's is {self._schema.get(name)}"
         return None
 
-    def write(self, columns: Mapping[str, np.ndarray], entries: Sequence[tuple[str, str]] = (), roll: bool = True) -> None:
+    def write(
+        self, columns: Mapping[str, np.ndarray], entries: Sequence[tuple[str, str]] = (), roll: bool = True
+    ) -> None:
         """Spool the rows durably (``entries``: the stream entries they came from); with
         ``roll``, :meth:`flush` once ``roll_bytes`` are spooled (the recorder flushes itself,
         after acknowledging the entries: a flush consumes the spool that restarts rely on)."""
@@ -124,7 +128,9 @@ class DatasetWriter:
         self.spool.append(self._next_seq, columns, entries)
         self._segments.append((self._next_seq, self.spool.folder / f"seg-{self._next_seq:010d}.npz"))
         self._next_seq += 1
-        self._schema = {n: (str(c.dtype) if c.dtype.kind != "U" else "U", tuple(c.shape[1:])) for n, c in columns.items()}
+        self._schema = {
+            n: (str(c.dtype) if c.dtype.kind != "U" else "U", tuple(c.shape[1:])) for n, c in columns.items()
+        }
         if roll and self.spool.bytes >= self.roll_bytes:
             self.flush()
 
@@ -132,7 +138,7 @@ class DatasetWriter:
         """Turn the spooled rows into data files and commit the folder's state."""
         if not self._segments:
             return
-        parts = ([load_columns(self.folder / ".spool" / self.state.carry)[0]] if self.state.carry else [])
+        parts = [load_columns(self.folder / ".spool" / self.state.carry)[0]] if self.state.carry else []
         parts += [load_columns(path)[0] for _, path in self._segments]
         names = [name for name in parts[-1] if name != HELD]
         columns = {name: np.concatenate([p[name] for p in parts]) for name in names}
@@ -151,10 +157,14 @@ class DatasetWriter:
         if self.minari is None:
             from rolloutfleet.datasets.parquet_files import to_table, write_table
 
-            table = to_table(columns, {"namespace": self.state.namespace, "job": self.state.job, "policy": self.state.policy})
+            table = to_table(
+                columns, {"namespace": self.state.namespace, "job": self.state.job, "policy": self.state.policy}
+            )
             path = self.folder / f"part-{self.state.parts:010d}.parquet"
             write_atomic(path, lambda file: write_table(table, file))
-            return self.state.advanced(consumed_upto=last, carry=None, parts=self.state.parts + 1, rows=self.state.rows + rows)
+            return self.state.advanced(
+                consumed_upto=last, carry=None, parts=self.state.parts + 1, rows=self.state.rows + rows
+            )
         now, held = time.time(), columns[HELD]
         done, broken, still_open = stitch(columns)
         # An episode that ended with rows missing may get them yet: entries a killed recorder
