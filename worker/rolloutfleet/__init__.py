@@ -22,6 +22,7 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 if TYPE_CHECKING:
     from rolloutfleet.data import codec
     from rolloutfleet.data.batch import SampleBatch, state_columns
+    from rolloutfleet.datasets.writer import DatasetWriter
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
     from rolloutfleet.inference.recurrent_model import is_stateful
     from rolloutfleet.sampling.callbacks import Callbacks
@@ -44,6 +45,7 @@ _LAZY = {
     "WeightPublisher": "rolloutfleet.transport.weights",
     "WeightSubscriber": "rolloutfleet.transport.weights",
     # Experience as data.
+    "DatasetWriter": "rolloutfleet.datasets.writer",
     "SampleBatch": "rolloutfleet.data.batch",
     "state_columns": "rolloutfleet.data.batch",
     # Sampling, and what custom envs and callbacks are handed.
@@ -69,6 +71,7 @@ __all__ = [
     "BatchConsumer",
     "BatchPublisher",
     "Callbacks",
+    "DatasetWriter",
     "EnvContext",
     "EnvRunner",
     "EpisodeInfo",
