@@ -12,6 +12,7 @@ Importing this module is cheap: pyarrow, minari, redis load when a command runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -60,9 +61,16 @@ class _Stop:
     def __init__(self, duration: float | None) -> None:
         self.event = threading.Event()
         self.deadline = None if duration is None else time.monotonic() + duration
+        self.on_signal: list[Any] = []
+        """Called from the handler too (a replay's publisher, to end a wait for room)."""
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(signum, lambda *_: self.event.set())
+                signal.signal(signum, self._handle)
+
+    def _handle(self, *_: Any) -> None:
+        self.event.set()
+        for call in self.on_signal:
+            call()
 
     def __call__(self) -> bool:
         return self.event.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline)
@@ -95,6 +103,8 @@ def _record(args: argparse.Namespace) -> int:
         recorders = _recorders(args, job, name, namespace, policies)
     except OutputError as exc:
         return _bad("record", str(exc), 1)
+    import redis
+
     stop = _Stop(args.duration)
     try:
         while not stop():
@@ -104,6 +114,11 @@ def _record(args: argparse.Namespace) -> int:
             recorder.flush()
     except OutputError as exc:
         return _bad("record", f"{exc}; nothing unwritten was acknowledged", 1)
+    except redis.RedisError as exc:
+        for recorder in recorders:  # what was spooled is written; the rest waits in the group
+            with contextlib.suppress(OutputError):  # it stays in the spool for the next run
+                recorder.flush()
+        return _bad("record", f"{exc}; what was read is written, the rest stays in group {args.group!r}", 1)
     finally:
         for recorder in recorders:
             recorder.close()
@@ -178,11 +193,20 @@ def _replay(args: argparse.Namespace) -> int:
         return _bad("replay", f"{args.dataset} does not fit job {job.name}: {problem}")
     if (code := unreachable("replay", args.redis, args.timeout)) is not None:
         return code
+    import redis
+
+    from rolloutfleet.transport.publisher import PayloadTooLarge, PublishInterrupted
+
     publisher = _publisher(args, job)
     stop = _Stop(None)
+    stop.on_signal.append(publisher.interrupt)
     try:
         stats = replay(source, lambda columns: _publish(publisher, columns), rows_per_batch=args.batch_rows,
                        rate=args.rate, stop=stop)  # fmt: skip
+    except PublishInterrupted:
+        return _bad("replay", "stopped while waiting for a learner to take batches", 130)
+    except (redis.RedisError, PayloadTooLarge) as exc:
+        return _bad("replay", f"{exc} (rows before it were published)", 1)
     finally:
         publisher.close()
     print(f"replayed {stats.rows} rows in {stats.batches} batches from {args.dataset} into {publisher.keys.batches}")
