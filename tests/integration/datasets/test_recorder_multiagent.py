@@ -62,9 +62,9 @@ def test_each_policy_is_recorded_in_its_own_folder(redis_url: str, tmp_path: Pat
         stop(workers)
     try:
         deadline = time.monotonic() + 60
-        while not all(groups(client, p)["recorder"]["pending"] == 0 and groups(client, p)["recorder"]["lag"] == 0
-                      for p in POLICIES):  # fmt: skip
-            assert time.monotonic() < deadline, "the recorder did not catch up"
+        while not all(groups(client, p)[g]["pending"] == 0 and groups(client, p)[g]["lag"] == 0
+                      for p in POLICIES for g in ("recorder", "truth")):  # fmt: skip
+            assert time.monotonic() < deadline, "the recorder (or the truth) did not catch up"
             for policy, consumer in truth.items():
                 seen[policy] += (got := consumer.read(timeout=0.1))
                 consumer.ack(got)

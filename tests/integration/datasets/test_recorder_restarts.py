@@ -89,7 +89,7 @@ def test_killed_and_restarted_the_recorder_loses_and_duplicates_nothing(redis_ur
             seen += (got := truth.read(timeout=0.2))
             truth.ack(got)
             groups = {g["name"].decode(): g for g in client.xinfo_groups(job_keys("default", "kill").batches)}
-            if all(groups[f"rec-{fmt}"]["pending"] == 0 and groups[f"rec-{fmt}"]["lag"] == 0 for fmt in outputs):
+            if all(groups[g]["pending"] == 0 and groups[g]["lag"] == 0 for g in ("truth", "rec-minari", "rec-parquet")):
                 break
             assert time.monotonic() < deadline, f"the recorders did not catch up: {groups}"
     finally:

@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.datasets.durable import OutputError, describe, fsync_dir, fsync_tree, remove_tree, write_atomic
+from rolloutfleet.datasets.durable import OutputError, describe, fsync_dir, fsync_tree, remove_tree, sync_all, write_atomic
 from rolloutfleet.datasets.stitching import Episode, observations
 
 METADATA = "metadata.json"
+STAGED_EPISODES = 1024
+"""Episodes staged together."""
 
 
 def dataset_id_for(job: str) -> str:
@@ -91,16 +93,26 @@ class MinariFiles:
 
     def commit(self, episodes: Sequence[Episode], first_id: int, steps: int) -> None:
         """Write ``episodes`` as ids ``first_id`` ...; ``steps``: the dataset's total after them."""
-        if not episodes:
-            return
+        for start in range(0, len(episodes), STAGED_EPISODES):
+            self._stage(episodes[start : start + STAGED_EPISODES], first_id + start)
+        if episodes:
+            self._write_totals(first_id + len(episodes), steps)
+
+    def _stage(self, episodes: Sequence[Episode], first_id: int) -> None:
+        """Some episodes through minari's storage in a hidden folder, then renamed into place.
+        Several at a time, to bound the staging folder."""
         staging = self.folder / ".staging"
         remove_tree(staging)
         try:
             storage = self._storage(staging / "data")
+            # The staging dataset's size is never read (only its episode folders are kept):
+            # spare minari re-measuring the whole folder after every episode it writes.
+            storage.get_size = lambda: 0
             storage.update_episodes([_buffer(episode, first_id + k) for k, episode in enumerate(episodes)])
-            storage.update_episode_metadata([_provenance(e) for e in episodes],
-                                            list(range(first_id, first_id + len(episodes))))  # fmt: skip
-            fsync_tree(staging / "data")
+            for k, episode in enumerate(episodes):
+                metadata = staging / "data" / str(first_id + k) / METADATA
+                metadata.write_text(json.dumps({**json.loads(metadata.read_text()), **_provenance(episode)}))
+            sync_all()  # one flush of everything staged (fsync of each file costs more than the write)
             for k in range(len(episodes)):
                 os.replace(staging / "data" / str(first_id + k), self.data / str(first_id + k))
             fsync_dir(self.data)
@@ -108,7 +120,6 @@ class MinariFiles:
             raise OutputError(f"cannot write episodes into {self.data}: {describe(exc)}") from None
         finally:
             remove_tree(staging)
-        self._write_totals(first_id + len(episodes), steps)
 
 
 def _put(file: Any, data: bytes) -> None:
