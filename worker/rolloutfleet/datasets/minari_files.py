@@ -21,7 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.datasets.durable import OutputError, describe, fsync_dir, fsync_tree, remove_tree, sync_all, write_atomic
+from rolloutfleet.datasets.durable import (
+    OutputError,
+    describe,
+    fsync_dir,
+    fsync_tree,
+    remove_tree,
+    sync_all,
+    write_atomic,
+)
 from rolloutfleet.datasets.stitching import Episode, observations
 
 METADATA = "metadata.json"
@@ -112,7 +120,7 @@ class MinariFiles:
             for k, episode in enumerate(episodes):
                 metadata = staging / "data" / str(first_id + k) / METADATA
                 metadata.write_text(json.dumps({**json.loads(metadata.read_text()), **_provenance(episode)}))
-            sync_all()  # one flush of everything staged (fsync of each file costs more than the write)
+            sync_all(staging)  # one flush of everything staged (fsync of each file costs more than the write)
             for k in range(len(episodes)):
                 os.replace(staging / "data" / str(first_id + k), self.data / str(first_id + k))
             fsync_dir(self.data)
