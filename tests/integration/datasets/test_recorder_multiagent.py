@@ -45,9 +45,11 @@ def test_each_policy_is_recorded_in_its_own_folder(redis_url: str, tmp_path: Pat
                                  "--flush-seconds", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=dict(os.environ))  # fmt: skip
     deadline = time.monotonic() + 60
-    while not all("recorder" in groups(client, p) for p in POLICIES):
+    state = {p: output / p / "_rolloutfleet.json" for p in POLICIES}
+    while not all(s.exists() and json.loads(s.read_text())["group"] in groups(client, p) for p, s in state.items()):
         assert recorder.poll() is None and time.monotonic() < deadline, recorder.communicate()
         time.sleep(0.1)
+    mine = {p: json.loads(s.read_text())["group"] for p, s in state.items()}
     seen: dict[str, list[Message]] = {p: [] for p in POLICIES}
     workers = start_workers(RolloutJob.from_file(manifest), redis_url, tmp_path)
     try:
@@ -63,7 +65,7 @@ def test_each_policy_is_recorded_in_its_own_folder(redis_url: str, tmp_path: Pat
     try:
         deadline = time.monotonic() + 60
         while not all(groups(client, p)[g]["pending"] == 0 and groups(client, p)[g]["lag"] == 0
-                      for p in POLICIES for g in ("recorder", "truth")):  # fmt: skip
+                      for p in POLICIES for g in (mine[p], "truth")):  # fmt: skip
             assert time.monotonic() < deadline, "the recorder (or the truth) did not catch up"
             for policy, consumer in truth.items():
                 seen[policy] += (got := consumer.read(timeout=0.1))

@@ -41,7 +41,7 @@ MANIFEST = {
 
 def record(manifest: Path, redis_url: str, output: Path, fmt: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "rolloutfleet.cli.main", "record", "--job", str(manifest), "--redis", redis_url,
-               "--format", fmt, "--output", str(output), "--group", f"rec-{fmt}", "--flush-seconds", "0.3"]  # fmt: skip
+               "--format", fmt, "--output", str(output), "--flush-seconds", "0.3"]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
 
 
@@ -60,10 +60,17 @@ def test_killed_and_restarted_the_recorder_loses_and_duplicates_nothing(redis_ur
     stream = job_keys("default", "kill").batches
     deadline = time.monotonic() + 60
     # Workers after the recorders' groups: under block backpressure nothing is trimmed before they read it.
-    while not {"rec-minari", "rec-parquet"} <= {g["name"].decode() for g in client.xinfo_groups(stream)}:
+    group: dict[str, str] = {}
+    while len(group) < 2 or not set(group.values()) <= {g["name"].decode() for g in client.xinfo_groups(stream)}:
         assert time.monotonic() < deadline, "the recorders did not start"
         assert all(p.poll() is None for p in recorders.values()), [p.communicate() for p in recorders.values()]
         time.sleep(0.1)
+        for fmt, path in outputs.items():  # each chose a group of its own, kept in its folder for restarts
+            if (path / "_rolloutfleet.json").exists() and (
+                chosen := json.loads((path / "_rolloutfleet.json").read_text())["group"]
+            ):
+                group[fmt] = chosen
+    assert group["minari"] != group["parquet"]
     workers = start_workers(cartpole_job("kill"), redis_url, tmp_path)
     seen: list[Message] = []
     kills, rng = 0, random.Random(7)
@@ -75,7 +82,7 @@ def test_killed_and_restarted_the_recorder_loses_and_duplicates_nothing(redis_ur
             truth.ack(got)
             seen += got
             fmt = "minari" if kills % 2 == 0 else "parquet"
-            if kills < 4 and entries_read(client, f"rec-{fmt}") >= 15 * (kills + 1):
+            if kills < 4 and entries_read(client, group[fmt]) >= 15 * (kills + 1):
                 time.sleep(rng.uniform(0.0, 0.3))  # somewhere in a read, a spool write, a flush
                 recorders[fmt].send_signal(signal.SIGKILL)
                 recorders[fmt].wait()
@@ -89,7 +96,7 @@ def test_killed_and_restarted_the_recorder_loses_and_duplicates_nothing(redis_ur
             seen += (got := truth.read(timeout=0.2))
             truth.ack(got)
             groups = {g["name"].decode(): g for g in client.xinfo_groups(job_keys("default", "kill").batches)}
-            if all(groups[g]["pending"] == 0 and groups[g]["lag"] == 0 for g in ("truth", "rec-minari", "rec-parquet")):
+            if all(groups[g]["pending"] == 0 and groups[g]["lag"] == 0 for g in ("truth", *group.values())):
                 break
             assert time.monotonic() < deadline, f"the recorders did not catch up: {groups}"
     finally:
@@ -98,6 +105,7 @@ def test_killed_and_restarted_the_recorder_loses_and_duplicates_nothing(redis_ur
         outcome = {fmt: process.communicate(timeout=60) for fmt, process in recorders.items()}
     for fmt, process in recorders.items():
         assert process.returncode == 0, outcome[fmt][1]
+        assert f"(group {group[fmt]})" in outcome[fmt][0]  # every restart read as the folder's group
         assert "recorded minari" in outcome[fmt][0] or "recorded parquet" in outcome[fmt][0]
 
     published = concat_messages(seen)

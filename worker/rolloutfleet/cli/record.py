@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -41,7 +42,11 @@ def add_record_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, type=Path, help="the recording folder (empty, or this job's)")
     parser.add_argument("--namespace", default=None, help="the job's namespace (default: the manifest's, else default)")
     parser.add_argument("--policy", action="append", default=None, help="multi-agent: record this policy (repeat)")
-    parser.add_argument("--group", default="recorder", help="the consumer group the recorder reads as")
+    parser.add_argument(
+        "--group",
+        default=None,
+        help="the consumer group to read as (default: the folder's, else a new recorder-<hex>: two recordings never share one)",
+    )
     parser.add_argument("--roll-mb", type=float, default=64.0, help="a Parquet file (Minari commit) every this many MB")
     parser.add_argument("--flush-seconds", type=float, default=10.0, help="write files at least this often")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
@@ -118,7 +123,8 @@ def _record(args: argparse.Namespace) -> int:
         for recorder in recorders:  # what was spooled is written; the rest waits in the group
             with contextlib.suppress(OutputError):  # it stays in the spool for the next run
                 recorder.flush()
-        return _bad("record", f"{exc}; what was read is written, the rest stays in group {args.group!r}", 1)
+        groups = sorted({recorder.consumer.group for recorder in recorders})
+        return _bad("record", f"{exc}; what was read is written, the rest stays in group(s) {groups}", 1)
     finally:
         for recorder in recorders:
             recorder.close()
@@ -131,7 +137,8 @@ def _record(args: argparse.Namespace) -> int:
             else f"{state.rows} rows in {state.parts} files"
         )
         open_note = f"; {kept} rows of open episodes kept for the next run" if kept else ""
-        print(f"recorded {state.source()}: {written} in {recorder.writer.folder}{open_note}")
+        where = f"{recorder.writer.folder} (group {state.group})"
+        print(f"recorded {state.source()}: {written} in {where}{open_note}")
     return 0
 
 
@@ -148,7 +155,9 @@ def _recorders(args: argparse.Namespace, job: Any, name: str, namespace: str, po
         folder = args.output if policy is None else args.output / policy
         writer = DatasetWriter(folder, name, args.format, namespace=namespace, policy=policy,
                                roll_bytes=int(args.roll_mb * (1 << 20)), spaces=spaces, env_spec=env_spec)  # fmt: skip
-        recorders.append(Recorder(args.redis, name, writer, namespace=namespace, policy=policy, group=args.group,
+        group = args.group or writer.state.group or f"recorder-{secrets.token_hex(3)}"
+        writer.remember_group(group)  # a restart on this folder reads as the same group
+        recorders.append(Recorder(args.redis, name, writer, namespace=namespace, policy=policy, group=group,
                                   password=password, flush_s=args.flush_seconds))  # fmt: skip
     return recorders
 

@@ -39,6 +39,8 @@ class RecordingState:
     steps: int = 0
     broken_episodes: int = 0
     """Minari: episodes that ended with rows missing, not written."""
+    group: str | None = None
+    """The consumer group ``rolloutfleet record`` reads this recording's batches as."""
 
     def source(self) -> str:
         where = f"{self.namespace}/{self.job}" + (f" policy {self.policy}" if self.policy else "")

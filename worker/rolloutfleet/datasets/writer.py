@@ -92,6 +92,12 @@ class DatasetWriter:
         for path in self.folder.glob(".part-*.tmp"):
             path.unlink()
 
+    def remember_group(self, group: str) -> None:
+        """Keep the consumer group this folder is recorded as (a restart reads as it again)."""
+        if group != self.state.group:
+            self.state = self.state.advanced(group=group)
+            write_state(self.folder, self.state)
+
     def spooled_entries(self) -> list[tuple[str, str]]:
         """Stream entries whose rows are in the spool (to acknowledge after a restart)."""
         return [entry for _, path in self._segments for entry in load_columns(path)[1]]
