@@ -47,7 +47,12 @@ def add_record_parser(commands: Any) -> argparse.ArgumentParser:
         default=None,
         help="the consumer group to read as (default: the folder's, else a new recorder-<hex>: two recordings never share one)",
     )
-    parser.add_argument("--roll-mb", type=float, default=64.0, help="a Parquet file (Minari commit) every this many MB")
+    parser.add_argument(
+        "--roll-mb",
+        type=float,
+        default=None,
+        help="a Parquet file every this many MB of batches (default 64); Minari: commit episodes this often (default 4)",
+    )
     parser.add_argument("--flush-seconds", type=float, default=10.0, help="write files at least this often")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--timeout", type=float, default=30.0, help="give up when Redis is unreachable this long")
@@ -85,6 +90,10 @@ def _record(args: argparse.Namespace) -> int:
     from rolloutfleet.datasets.durable import OutputError
     from rolloutfleet.datasets.job_source import load_job
 
+    if args.roll_mb is None:
+        # Minari writes a folder per episode: short commits keep the recorder reading (and
+        # so counted as a learner by the fleet) between them.
+        args.roll_mb = 4.0 if args.format == "minari" else 64.0
     if args.roll_mb <= 0 or args.flush_seconds <= 0:
         return _bad("record", "--roll-mb and --flush-seconds must be > 0")
     job = load_job(args.job)
