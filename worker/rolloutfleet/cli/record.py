@@ -117,7 +117,13 @@ def _record(args: argparse.Namespace) -> int:
         recorders = _recorders(args, job, name, namespace, policies)
     except OutputError as exc:
         return _bad("record", str(exc), 1)
+    return _record_until_stopped(args, recorders)
+
+
+def _record_until_stopped(args: argparse.Namespace, recorders: list[Any]) -> int:
     import redis
+
+    from rolloutfleet.datasets.durable import OutputError
 
     stop = _Stop(args.duration)
     try:
@@ -138,17 +144,18 @@ def _record(args: argparse.Namespace) -> int:
         for recorder in recorders:
             recorder.close()
     for recorder in recorders:
-        state = recorder.writer.state
-        kept = recorder.writer.open_rows()
-        written = (
-            f"{state.episodes} episodes ({state.steps} steps)"
-            if state.format == "minari"
-            else f"{state.rows} rows in {state.parts} files"
-        )
-        open_note = f"; {kept} rows of open episodes kept for the next run" if kept else ""
-        where = f"{recorder.writer.folder} (group {state.group})"
-        print(f"recorded {state.source()}: {written} in {where}{open_note}")
+        print(_summary(recorder))
     return 0
+
+
+def _summary(recorder: Any) -> str:
+    state, kept = recorder.writer.state, recorder.writer.open_rows()
+    if state.format == "minari":
+        written = f"{state.episodes} episodes ({state.steps} steps)"
+    else:
+        written = f"{state.rows} rows in {state.parts} files"
+    open_note = f"; {kept} rows of open episodes kept for the next run" if kept else ""
+    return f"recorded {state.source()}: {written} in {recorder.writer.folder} (group {state.group}){open_note}"
 
 
 def _recorders(args: argparse.Namespace, job: Any, name: str, namespace: str, policies: list[str | None]) -> list[Any]:
