@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import redis
 
 from rolloutfleet.datasets.writer import DatasetWriter
@@ -98,7 +99,7 @@ class Recorder:
     def _fitting(self, messages: Sequence[Message]) -> list[Message]:
         fit: list[Message] = []
         for message in messages:
-            problem = self.writer.misfit({**message.batch, WORKER_INDEX: message.batch["t"][:0]})
+            problem = self.writer.misfit({**message.batch, WORKER_INDEX: np.empty(0, np.int64)})
             if problem is None and fit:
                 problem = None if set(message.batch) == set(fit[0].batch) else "columns differ within one read"
             if problem is None:
