@@ -22,6 +22,7 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 if TYPE_CHECKING:
     from rolloutfleet.data import codec
     from rolloutfleet.data.batch import SampleBatch, state_columns
+    from rolloutfleet.datasets.writer import DatasetWriter
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
     from rolloutfleet.inference.recurrent_model import is_stateful
     from rolloutfleet.sampling.callbacks import Callbacks
@@ -46,6 +47,7 @@ _LAZY = {
     "WeightSubscriber": "rolloutfleet.transport.weights",
     "redacted_url": "rolloutfleet.spec.redis_url",  # a Redis URL as it may be printed
     # Experience as data.
+    "DatasetWriter": "rolloutfleet.datasets.writer",
     "SampleBatch": "rolloutfleet.data.batch",
     "state_columns": "rolloutfleet.data.batch",
     # Sampling, and what custom envs and callbacks are handed.
@@ -71,6 +73,7 @@ __all__ = [
     "BatchConsumer",
     "BatchPublisher",
     "Callbacks",
+    "DatasetWriter",
     "EnvContext",
     "EnvRunner",
     "EpisodeInfo",

@@ -61,3 +61,16 @@ def test_state_set_on_a_runner_with_an_open_period_is_not_counted_twice() -> Non
     assert running.metrics()["num_episodes_lifetime"] == 10
     running.episodes(np.ones(1), np.ones(1, np.int64))
     assert running.metrics()["num_episodes_lifetime"] == 11
+
+
+def test_custom_values_are_windowed_per_key_and_non_numbers_counted() -> None:
+    stats = EpisodeStats()
+    for k in range(150):
+        stats.custom_values({"lap": float(k), "odd": k} if k % 2 else {"lap": float(k)})
+    stats.custom_values({"lap": float("nan"), "flag": True, "name": "x"})
+    metrics = stats.metrics()
+    assert metrics["custom/lap_mean"] == np.arange(50, 150).mean()  # the last 100 episodes that set it
+    assert (metrics["custom/lap_min"], metrics["custom/lap_max"]) == (50.0, 149.0)
+    assert metrics["custom/odd_mean"] == np.arange(1, 150, 2).mean()  # 75 episodes set it: all in the window
+    assert metrics["num_custom_metrics_rejected"] == 3
+    assert "num_custom_metrics_rejected" not in stats.metrics()  # per period

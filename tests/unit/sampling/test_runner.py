@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rolloutfleet import RolloutJob
+from rolloutfleet import Callbacks, RolloutJob
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.sampling.runners import make_env_runner
+from tests.unit.sampling.sampler_test_envs import CounterEnv
 
 
 def single() -> RolloutJob:
@@ -88,3 +89,43 @@ def test_state_moves_weights_versions_filters_and_counters(make_job: Any, kind: 
     assert fresh.get_state()["num_env_steps_sampled_lifetime"] == state["num_env_steps_sampled_lifetime"] > 0
     runner.close()
     fresh.close()
+
+
+class StepCounter(Callbacks):
+    """Counts each episode's steps in its custom metrics, and its length at the end."""
+
+    def on_episode_step(self, *, runner: Any, env_index: int, **kwargs: Any) -> None:
+        custom = runner.custom_metrics(env_index)
+        custom["steps"] = custom.get("steps", 0) + 1
+
+    def on_episode_end(self, *, runner: Any, env_index: int, episode_length: int, **kwargs: Any) -> None:
+        runner.custom_metrics(env_index)["length_x10"] = 10 * episode_length
+        runner.custom_metrics(env_index)["label"] = "not a number"
+
+
+@pytest.mark.parametrize(("make_job", "kind", "policies"), CASES)
+def test_custom_metrics_of_each_episode_reach_get_metrics(make_job: Any, kind: type, policies: set[str]) -> None:
+    runner: Runner[Any] = make_env_runner(make_job(), callbacks=StepCounter())
+    for _ in range(25):  # Pendulum's episodes are 200 steps: 250 per sub-env
+        runner.sample()
+    metrics = runner.get_metrics()
+    assert metrics["num_episodes"] > 0
+    # Same episodes, same window: what the callback counted is what the runner counted.
+    assert metrics["custom/length_x10_mean"] == pytest.approx(10 * metrics["episode_len_mean"])
+    if kind is EnvRunner:  # multi-agent: on_episode_step once per env step, too
+        assert metrics["custom/steps_mean"] == pytest.approx(metrics["episode_len_mean"])
+    assert metrics["num_custom_metrics_rejected"] == metrics["num_episodes"]  # the text, once per episode
+    assert "custom/label_mean" not in metrics
+
+
+def test_an_episode_dropped_after_an_env_failure_reports_no_custom_metrics() -> None:
+    CounterEnv.failures_left = 1
+    job = RolloutJob.from_dict({"metadata": {"name": "t"}, "spec": {
+        "env": {"entryPoint": "tests.unit.sampling.sampler_test_envs:make_flaky", "numEnvs": 3, "vectorization": "sync"},
+        "sampling": {"rolloutFragmentLength": 12, "seed": 0}}})  # fmt: skip
+    runner = EnvRunner(job, callbacks=StepCounter())
+    runner.sample()
+    metrics = runner.get_metrics()
+    assert metrics["num_episodes_dropped"] == 1
+    # Every episode that ended had 5 steps; the dropped one had 2 and is not counted.
+    assert (metrics["custom/steps_min"], metrics["custom/steps_max"]) == (5.0, 5.0)

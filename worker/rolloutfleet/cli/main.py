@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
+
+from rolloutfleet.cli.record import add_record_parser, add_replay_parser
 from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
@@ -165,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(run=_validate)
     add_consume_parser(commands)
     add_streams_parser(commands)
+    add_record_parser(commands)
+    add_replay_parser(commands)
     return parser
 
 

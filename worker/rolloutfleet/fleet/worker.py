@@ -342,6 +342,7 @@ class Worker:
         m.steps_per_s.set(stats["env_steps_per_s"])
         if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
             m.episode_return.set(stats["episode_return_mean"])
+        m.record_custom(stats)
         m.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
 
     def _count_transport(self, transport: WorkerTransport) -> None:

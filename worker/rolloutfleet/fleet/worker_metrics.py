@@ -89,9 +89,23 @@ class WorkerMetrics:
             [*names, "requested", "chosen", "processes"],
             registry=self.registry,
         )
+        self._custom = Gauge(
+            "rolloutfleet_custom_metric",
+            "Custom per-episode values set by callbacks (runner.custom_metrics), over the last 100 episodes that set them",
+            [*names, "metric", "stat"],
+            registry=self.registry,
+        )
         self.env_step_seconds = gauge(
             "rolloutfleet_env_step_seconds", "One sub-env step as auto timed it at start-up (0: not timed)"
         )
+
+    def record_custom(self, stats: Mapping[str, float | int]) -> None:
+        """``custom/<key>_mean`` (``_min``, ``_max``) of the runner's metrics as
+        ``rolloutfleet_custom_metric{metric="<key>", stat="mean"}``."""
+        for name, value in stats.items():
+            if name.startswith("custom/"):
+                key, _, stat = name.removeprefix("custom/").rpartition("_")
+                self._custom.labels(**self._labels, metric=key, stat=stat).set(value)
 
     def record_vectorization(self, requested: str, choice: VectorChoice) -> None:
         where = {"requested": requested, "chosen": choice.mode, "processes": str(choice.processes)}

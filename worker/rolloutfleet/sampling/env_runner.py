@@ -147,6 +147,7 @@ class EnvRunner(Runner[SampleBatch]):
             cols[VALID][:upto, i] &= cols[sb.EPS_ID][:upto, i] != eps
             if self._clock.t[i] > 0:  # an episode that had no transition yet loses nothing
                 self.stats.period.dropped += 1
+            self._end_custom_metrics(int(i), ended=False)
         self._start_episodes(np.asarray(env_indices))
 
     def _filter(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
@@ -313,6 +314,7 @@ class EnvRunner(Runner[SampleBatch]):
                         terminated=bool(cols[sb.TERMINATEDS][s, i]),
                         truncated=bool(cols[sb.TRUNCATEDS][s, i]),
                     )
+                self._end_custom_metrics(i, ended=True)
                 if self._call_start:
                     callbacks.on_episode_start(runner=self, env_index=i, eps_id=int(new_ids[e]))
                 e += 1

@@ -11,10 +11,15 @@ A runner records as it samples and asks for the metrics::
 
 Multi-agent runners also count agent steps and keep windows of returns per agent and per
 policy (``agent/<id>/episode_return_mean``, ``policy/<id>/episode_return_mean``).
+
+Custom per-episode values a callback sets (``runner.custom_metrics(env_index)["lap_time"]``)
+are windowed per key over the last :data:`WINDOW` episodes that set it:
+``custom/lap_time_mean``, ``_min`` and ``_max``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -29,7 +34,8 @@ class Period:
     """Counters since the previous ``get_metrics`` call."""
 
     __slots__ = (
-        "agent_steps", "dropped", "env_steps", "keyed_returns", "lengths", "returns", "seconds", "truncated_by_max_steps",
+        "agent_steps", "custom", "custom_rejected", "dropped", "env_steps", "keyed_returns", "lengths", "returns",
+        "seconds", "truncated_by_max_steps",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -41,6 +47,8 @@ class Period:
         self.seconds = 0.0
         self.dropped = 0
         self.truncated_by_max_steps = 0  # episodes the runner cut at spec.multiAgent.maxEpisodeSteps
+        self.custom: dict[str, list[float]] = {}  # key -> the values episodes set, in the order they ended
+        self.custom_rejected = 0  # values that were not finite numbers
 
     def num_episodes(self) -> int:
         return sum(len(r) for r in self.returns)
@@ -55,6 +63,7 @@ class EpisodeStats:
         self.returns: deque[float] = deque(maxlen=WINDOW)
         self.lengths: deque[int] = deque(maxlen=WINDOW)
         self.keyed_returns: dict[str, dict[str, deque[float]]] = {}
+        self.custom: dict[str, deque[float]] = {}
         self.lifetime_env_steps = 0
         self.lifetime_agent_steps = 0
         self.lifetime_episodes = 0
@@ -73,6 +82,18 @@ class EpisodeStats:
             by_id = self.period.keyed_returns.setdefault(kind, {})
             for key, value in values.items():
                 by_id.setdefault(key, []).append(value)
+
+    def custom_values(self, values: Mapping[str, Any]) -> None:
+        """The custom metrics one episode set; values that are not finite numbers are counted
+        (``num_custom_metrics_rejected``), not kept."""
+        for key, value in values.items():
+            number = (
+                float(value) if isinstance(value, int | float | np.number) and not isinstance(value, bool) else None
+            )
+            if number is None or not math.isfinite(number):
+                self.period.custom_rejected += 1
+                continue
+            self.period.custom.setdefault(str(key), []).append(number)
 
     def get_state(self) -> dict[str, int]:
         state = {
@@ -127,4 +148,12 @@ class EpisodeStats:
         for kind, windows in self.keyed_returns.items():
             for key, values_window in windows.items():
                 metrics[f"{kind}/{key}/episode_return_mean"] = float(np.mean(values_window))
+        for key, values in period.custom.items():
+            self.custom.setdefault(key, deque(maxlen=WINDOW)).extend(values)
+        for key, custom_window in self.custom.items():
+            metrics[f"custom/{key}_mean"] = float(np.mean(custom_window))
+            metrics[f"custom/{key}_min"] = float(np.min(custom_window))
+            metrics[f"custom/{key}_max"] = float(np.max(custom_window))
+        if period.custom_rejected:
+            metrics["num_custom_metrics_rejected"] = period.custom_rejected
         return metrics

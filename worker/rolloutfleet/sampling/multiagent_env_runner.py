@@ -180,6 +180,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
                 terminated=terminated,
                 truncated=truncated,
             )
+        self._end_custom_metrics(env_index, ended=True)
         self._reset(env_index, None)
 
     def _drop_episode(self, env_index: int, exc: Exception) -> None:
@@ -200,6 +201,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             log.debug("closing failed sub-env %d raised", env_index, exc_info=True)
         self.stats.env_restarts += 1
         self.stats.period.dropped += 1
+        self._end_custom_metrics(env_index, ended=False)
         sub.env = self._create(env_index)
         self._reset(env_index, derive_seed(self._seed, self.worker_index, env_index, self.stats.env_restarts))
 

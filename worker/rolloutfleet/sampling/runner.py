@@ -84,6 +84,7 @@ class Runner(Generic[BatchT]):
         env = spec.env
         self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
         self.stats = EpisodeStats(agent_steps=agent_steps)
+        self._custom_metrics: dict[int, dict[str, Any]] = {}
         self.policies = {}
         self.filters = {}
 
@@ -270,6 +271,23 @@ class Runner(Generic[BatchT]):
         if "global_step" in state:
             self.set_global_step(int(state["global_step"]))
         self.stats.set_state(state)
+
+    def custom_metrics(self, env_index: int) -> dict[str, Any]:
+        """The custom metrics of the episode now running in sub-env ``env_index`` (RLlib's
+        ``episode.custom_metrics``): a callback sets numbers in it, in any hook of the
+        episode; when the episode ends they are windowed per key over the last 100 episodes
+        that set one (``get_metrics()["custom/lap_time_mean"]``, ``_min``, ``_max``). An
+        episode dropped after an env failure reports nothing.
+
+        >>> runner.custom_metrics(env_index)["lap_time"] = 31.5    # doctest: +SKIP
+        """
+        return self._custom_metrics.setdefault(env_index, {})
+
+    def _end_custom_metrics(self, env_index: int, ended: bool) -> None:
+        """The episode of sub-env ``env_index`` ended (``ended``) or was dropped."""
+        values = self._custom_metrics.pop(env_index, None)
+        if values and ended:
+            self.stats.custom_values(values)
 
     def get_metrics(self) -> dict[str, float | int]:
         """Episode statistics over the last 100 episodes, counters since the previous call,
