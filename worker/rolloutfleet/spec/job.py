@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.exploration import ExplorationSpec
+from rolloutfleet.spec.external import ExternalSpec
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
@@ -122,6 +123,8 @@ class EnvSpec(_Model):
     max_consecutive_failures: int = Field(default=3, ge=1, le=1000)
     """A sub-env (the vector env, for ``vector``/``async``) failing this many times in a row
     without a successful step ends the worker: exit 3, one line naming the env and the error."""
+    external: ExternalSpec | None = None
+    """The env runs outside the fleet and calls the workers for actions (:mod:`rolloutfleet.spec.external`)."""
 
     @field_validator("entry_point")
     @classmethod
@@ -130,6 +133,8 @@ class EnvSpec(_Model):
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> EnvSpec:
+        if self.external is not None:
+            return check_external(self)
         if (self.id is None) == (self.entry_point is None):
             raise ValueError("give exactly one of 'id' (a gymnasium id) or 'entryPoint' (pkg.module:callable)")
         if self.entry_point is not None and self.vectorization in ("vector", "envpool"):
@@ -142,6 +147,20 @@ class EnvSpec(_Model):
                 f"use 'sync' or 'async'{hint}",
             )
         return self
+
+
+def check_external(env: EnvSpec) -> EnvSpec:
+    """An external env takes its spaces from ``id`` or declares them, and has no local env to build."""
+    assert env.external is not None
+    if env.entry_point is not None:
+        raise _SubfieldError("entryPoint", "an external env runs outside the fleet; give 'id' or declare the spaces")
+    if (env.id is not None) == env.external.declares_spaces:
+        raise _SubfieldError(
+            "external", "give the spaces once: 'id' (a gymnasium id) or external.observationSpace/actionSpace"
+        )
+    if env.wrappers or env.num_envs != 1:
+        raise _SubfieldError("external", "wrappers and numEnvs are for envs the worker steps; leave them out")
+    return env
 
 
 MAX_STATE_SIZE = 16384
@@ -471,6 +490,8 @@ class RolloutJobSpec(_Model):
     @model_validator(mode="after")
     def _single_agent_env_options(self) -> RolloutJobSpec:
         if self.multi_agent is not None:
+            if self.env.external is not None:
+                raise _SubfieldError("env.external", "serves single-agent simulators; leave out multiAgent")
             if self.env.wrappers:
                 raise _SubfieldError(
                     "env.wrappers", "wrap single-agent envs only; wrap a multi-agent env in its entry point"

@@ -1,0 +1,140 @@
+"""PolicyClient: what a simulator running on its own calls for actions (``spec.env.external``).
+
+RLlib's verbs, against one worker's action endpoint (a Service on Kubernetes, an address
+``rolloutfleet run`` prints)::
+
+    from rolloutfleet.client import PolicyClient
+
+    client = PolicyClient("127.0.0.1:9900")
+    episode = client.start_episode()
+    action = client.get_action(episode, obs)         # the server acts (inference="remote")
+    client.log_returns(episode, reward)
+    client.end_episode(episode, obs, truncated=False)
+
+The standard library only: no torch, gymnasium or numpy is imported (a numpy observation is
+sent through its ``tolist()``). JSON over one kept-alive HTTP connection; a refused call raises
+:class:`PolicyClientError` with the server's one-line reason.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import uuid
+from typing import Any
+
+__all__ = ["PolicyClient", "PolicyClientError"]
+
+CLIENT_HEADER = "X-Rolloutfleet-Client"
+
+
+class PolicyClientError(Exception):
+    """The server refused a call: ``status`` (HTTP) and the server's reason as the message.
+
+    400: bad input (the episode was dropped); 404: unknown episode; 409: the episode ended;
+    503: the server is full (``maxClients``) or stopping."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PolicyClient:
+    """A simulator's connection to a worker serving an external env.
+
+    ``address``: ``host:port`` (or ``http://host:port``). ``inference``: ``"remote"`` (the
+    server computes every action); ``"local"`` (acting in the simulator's process) is not
+    available yet. ``client_id`` names this client to the server (default: a random id);
+    reusing it after a reconnect keeps the same slot.
+    """
+
+    def __init__(
+        self, address: str, inference: str = "remote", timeout_s: float = 30.0, client_id: str | None = None
+    ) -> None:
+        if inference != "remote":
+            raise ValueError(f"inference={inference!r}: only 'remote' is available (the server acts)")
+        host, _, port = address.removeprefix("http://").rstrip("/").rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"address: expected 'host:port', got {address!r}")
+        self.address = f"{host}:{port}"
+        self.client_id = client_id or uuid.uuid4().hex
+        self._host, self._port, self._timeout_s = host, int(port), timeout_s
+        self._connection: http.client.HTTPConnection | None = None
+        self.last_weights_seq_no = 0
+        """The weights version of the last action received."""
+
+    # -- RLlib's verbs ---------------------------------------------------------------
+
+    def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+        """A new episode; its id. The server assigns ids: ``episode_id`` must be None, and every
+        episode is trained on (``training_enabled`` must be True)."""
+        if episode_id is not None or not training_enabled:
+            raise ValueError("the server assigns episode ids and trains on every episode")
+        return str(self._call("POST", "/v1/episodes", {})["episode_id"])
+
+    def get_action(self, episode_id: str, observation: Any) -> Any:
+        """The action for ``observation`` (an int for Discrete actions, a nested list for Box)."""
+        reply = self._call("POST", f"/v1/episodes/{episode_id}/action", {"obs": _plain(observation)})
+        self.last_weights_seq_no = int(reply.get("weights_seq_no", 0))
+        return reply["action"]
+
+    def log_returns(self, episode_id: str, reward: float, info: Any = None) -> None:
+        """Reward for the last action (calls add up until the next ``get_action``)."""
+        self._call("POST", f"/v1/episodes/{episode_id}/returns", {"reward": _plain(reward)})
+
+    def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
+        """The episode ended at ``observation``: terminated, or ``truncated`` (a time limit)."""
+        self._call("POST", f"/v1/episodes/{episode_id}/end", {"obs": _plain(observation), "truncated": truncated})
+
+    def info(self) -> dict[str, Any]:
+        """The server's spaces and limits."""
+        return self._call("GET", "/v1/info", None)
+
+    def close(self) -> None:
+        """Leave the server (frees this client's slot) and close the connection."""
+        try:
+            self._call("DELETE", f"/v1/clients/{self.client_id}", None)
+        except (OSError, PolicyClientError):
+            pass  # a server that is gone has forgotten this client already
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> PolicyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the wire --------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {CLIENT_HEADER: self.client_id, "Content-Type": "application/json"}
+        for attempt in (0, 1):
+            fresh = self._connection is None
+            if self._connection is None:
+                self._connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
+            try:
+                self._connection.request(method, path, body=data, headers=headers)
+                response = self._connection.getresponse()
+                payload = response.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self._connection.close()
+                self._connection = None
+                if fresh or attempt:  # a kept-alive connection the server closed: one more try
+                    raise
+        try:
+            reply = json.loads(payload or b"{}")
+        except ValueError:
+            raise PolicyClientError(response.status, f"{self.address}: not a RolloutFleet action server") from None
+        if response.status >= 400:
+            raise PolicyClientError(response.status, f"{self.address}: {reply.get('error', response.reason)}")
+        return dict(reply)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy array or number as plain lists and numbers (what JSON holds)."""
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else value
