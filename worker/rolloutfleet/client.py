@@ -18,6 +18,7 @@ sent through its ``tolist()``). JSON over one kept-alive HTTP connection; a refu
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import uuid
@@ -92,10 +93,8 @@ class PolicyClient:
 
     def close(self) -> None:
         """Leave the server (frees this client's slot) and close the connection."""
-        try:
+        with contextlib.suppress(OSError, PolicyClientError):  # a server that is gone forgot this client
             self._call("DELETE", f"/v1/clients/{self.client_id}", None)
-        except (OSError, PolicyClientError):
-            pass  # a server that is gone has forgotten this client already
         if self._connection is not None:
             self._connection.close()
             self._connection = None

@@ -27,8 +27,8 @@ from gymnasium import spaces
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.book import EpisodeBook, Row, Step
-from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.external.server import ActionServer, ServerThread
+from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.envs import EnvInterrupted, env_spaces, episode_id_base, stop_requested
 from rolloutfleet.sampling.runner import Runner
@@ -155,7 +155,10 @@ class ExternalRunner(Runner[SampleBatch]):
     def _cut(self, rows: list[Row]) -> SampleBatch:
         """Rows as columns, each episode's rows together and in time order."""
         rows = sorted(rows, key=lambda row: (row[sb.EPS_ID], row[sb.T]))
-        column = lambda name, dtype: np.asarray([row[name] for row in rows], dtype)  # noqa: E731
+
+        def column(name: str, dtype: Any) -> np.ndarray:
+            return np.asarray([row[name] for row in rows], dtype)
+
         obs_dtype = np.float32 if self.filter is not None else self.observation_space.dtype
         action_dtype = np.int64 if isinstance(self.action_space, spaces.Discrete) else self.action_space.dtype
         rewards = column(sb.REWARDS, np.float32)

@@ -133,9 +133,7 @@ class ActionServer:
     async def _info(self, request: web.Request) -> web.Response:
         return web.json_response(self.info)
 
-    async def _episode_call(
-        self, request: web.Request, call: Callable[[Episode, dict[str, Any]], Any]
-    ) -> web.Response:
+    async def _episode_call(self, request: web.Request, call: Callable[[Episode, dict[str, Any]], Any]) -> web.Response:
         """Look the episode up and run ``call``; bad input drops the episode (counted) and says so."""
         eps_id: int | None = None
         try:
@@ -274,9 +272,8 @@ class ServerThread:
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         await site.start()
         self._runner = runner
-        sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+        if runner.addresses:  # the port bound (port 0 picks one)
+            self.port = int(runner.addresses[0][1])
 
     def stop(self) -> None:
         if not self._loop.is_closed():

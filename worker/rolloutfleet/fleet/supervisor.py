@@ -103,10 +103,11 @@ class LocalFleet:
         )
         # Env processes (async) of all workers share this machine's CPUs, as pods share a node's.
         cpus = {CPUS_VARIABLE: str(local_cpus(self.job, usable_cpus()))}
-        # The worker stops by itself if this process dies without stopping it (SIGKILL).
         external = self.job.spec.env.external  # workers sharing this machine listen on ports of their own
-        ports = {} if external is None else {PORT_VARIABLE: str(local_port(external, index))}
-        return {**os.environ, **cpus, **ports, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
+        if external is not None:
+            cpus[PORT_VARIABLE] = str(local_port(external, index))
+        # The worker stops by itself if this process dies without stopping it (SIGKILL).
+        return {**os.environ, **cpus, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
 
     def _spawn(self, index: int, now: float) -> None:
         worker = self.workers[index]

@@ -52,8 +52,8 @@ def build_model(job: RolloutJob) -> nn.Module:
     """
     from rolloutfleet.external.spaces import external_spaces
 
-    declared = external_spaces(job.spec.env)
-    observation_space, action_space = declared or env_spaces(job.spec.env, worker_index=0, num_workers=job.spec.replicas)
+    spec_env = job.spec.env
+    observation_space, action_space = external_spaces(spec_env) or env_spaces(spec_env, 0, job.spec.replicas)
     spec = job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None})
     policy = Policy(
         spec, observation_space, action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH)
