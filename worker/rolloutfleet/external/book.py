@@ -59,6 +59,8 @@ class Counters:
     episodes_dropped: int = 0
     episodes_timed_out: int = 0
     clients_refused: int = 0
+    calls_refused: int = 0
+    """Calls answered with an error (bad input, an unknown or ended episode)."""
 
 
 class EpisodeBook:

@@ -221,6 +221,7 @@ class ExternalRunner(Runner[SampleBatch]):
                 "external/episodes_timed_out": counters.episodes_timed_out,
                 "external/episodes_dropped": counters.episodes_dropped,
                 "external/clients_refused": counters.clients_refused,
+                "external/calls_refused": counters.calls_refused,
                 "external/inference_passes": self.server.passes,
                 "external/actions": self.server.acted,
                 "external/port": self.port,

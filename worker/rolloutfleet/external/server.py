@@ -32,6 +32,7 @@ from rolloutfleet.external.book import Episode, EpisodeBook, Step
 from rolloutfleet.external.spaces import (
     BadInput,
     ExternalError,
+    Refused,
     UnknownEpisode,
     parse_obs,
     parse_reward,
@@ -147,6 +148,7 @@ class ActionServer:
         except BadInput as exc:
             if eps_id is not None:
                 with self.lock:
+                    self.book.counters.calls_refused += 1
                     dropped = eps_id in self.book.episodes
                     self.book.drop(eps_id, str(exc))
                 if dropped:
@@ -154,6 +156,9 @@ class ActionServer:
                     return _error(BadInput(f"{exc} (episode {eps_id} dropped)"))
             return _error(exc)
         except ExternalError as exc:
+            if not isinstance(exc, Refused):  # a full server counts clients_refused
+                with self.lock:
+                    self.book.counters.calls_refused += 1
             return _error(exc)
 
     # -- batched inference -------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""ExternalRunner in one process: simulator threads call it through PolicyClient over loopback,
+and its fragments are exactly their transitions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rolloutfleet.client import PolicyClient, PolicyClientError
+from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.external.book import EpisodeBook, Step
+from rolloutfleet.external.runner import ExternalRunner
+from rolloutfleet.external.server import ActionServer
+from rolloutfleet.sampling.runners import make_env_runner
+from rolloutfleet.spec.external import PORT_VARIABLE
+from rolloutfleet.spec.job import RolloutJob, SpecError
+
+
+def external_job(fragment: int = 25, **external: Any) -> RolloutJob:
+    return RolloutJob.from_dict(
+        {
+            "metadata": {"name": "ext"},
+            "spec": {
+                "env": {"id": "CartPole-v1", "external": {"port": 9900, **external}},
+                "sampling": {"rolloutFragmentLength": fragment, "seed": 0},
+            },
+        }
+    )
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv(PORT_VARIABLE, "0")
+    with make_env_runner(external_job()) as made:
+        assert isinstance(made, ExternalRunner)
+        yield made
+
+
+def simulate(address: str, seed: int, episodes: int, log: list[dict[str, Any]]) -> None:
+    """A simulator: CartPole stepped here, actions from the server; every transition logged."""
+    env = gym.make("CartPole-v1")
+    with PolicyClient(address) as client:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=seed + k)
+            episode = client.start_episode()
+            for t in range(1000):
+                action = client.get_action(episode, obs)
+                new_obs, reward, terminated, truncated, _ = env.step(action)
+                client.log_returns(episode, float(reward))
+                log.append({"eps_id": int(episode), "t": t, "obs": obs, "action": action, "reward": reward,
+                            "new_obs": new_obs, "terminated": terminated, "truncated": truncated})  # fmt: skip
+                obs = new_obs
+                if terminated or truncated:
+                    client.end_episode(episode, obs, truncated=truncated)
+                    break
+
+
+def assert_rows_are_the_transitions(batch: SampleBatch, log: list[dict[str, Any]]) -> None:
+    by_key = {(int(e), int(t)): i for i, (e, t) in enumerate(zip(batch["eps_id"], batch["t"], strict=True))}
+    assert len(by_key) == len(batch) == len(log)
+    for step in log:
+        i = by_key[(step["eps_id"], step["t"])]
+        assert np.array_equal(batch["obs"][i], step["obs"]) and np.array_equal(batch["new_obs"][i], step["new_obs"])
+        assert int(batch["actions"][i]) == step["action"] and float(batch["rewards"][i]) == step["reward"]
+        assert bool(batch["terminateds"][i]) == step["terminated"]
+        assert bool(batch["truncateds"][i]) == step["truncated"]
+
+
+def test_fragments_are_exactly_the_clients_transitions(runner: ExternalRunner) -> None:
+    logs: list[list[dict[str, Any]]] = [[], [], []]
+    threads = [threading.Thread(target=simulate, args=(f"127.0.0.1:{runner.port}", 100 * i, 3, logs[i]))
+               for i in range(3)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = sum(len(log) for log in logs)
+    fragments = [runner.sample() for _ in range(total // 25)]
+    assert all(len(fragment) == 25 for fragment in fragments)
+    runner.book.close_all("test over")  # what a stopping worker does: the rest are whole episodes here
+    rest = runner.book.take(None)
+    batch = SampleBatch.concat([*fragments, runner._cut(rest)] if rest else fragments)
+    assert_rows_are_the_transitions(batch, [step for log in logs for step in log])
+    # every fragment keeps each episode's rows together and in time order
+    for fragment in fragments:
+        for chunk in fragment.split_by_episode():
+            assert np.array_equal(chunk["t"], np.arange(chunk["t"][0], chunk["t"][0] + len(chunk)))
+    metrics = runner.get_metrics()
+    assert metrics["num_episodes"] == 9 and metrics["num_env_steps_sampled"] == total
+    assert metrics["external/actions"] == total
+    assert set(batch["weights_seq_no"].tolist()) == {0}
+    assert np.all(batch["action_logp"] <= 0) and batch["action_dist_inputs"].shape == (total, 2)
+
+
+def test_new_weights_act_at_once_and_rows_carry_their_version(runner: ExternalRunner) -> None:
+    weights = {name: np.zeros_like(value) for name, value in runner.get_weights()["default"].items()}
+    assert runner.set_weights("default", weights, seq_no=7)
+    client = PolicyClient(f"127.0.0.1:{runner.port}")
+    episode = client.start_episode()
+    client.get_action(episode, [0.0, 0.0, 0.0, 0.0])
+    assert client.last_weights_seq_no == 7
+    client.end_episode(episode, [0.1, 0.0, 0.0, 0.0])
+    (row,) = runner.book.take(None)
+    assert row["weights_seq_no"] == 7 and row["action_dist_inputs"].tolist() == [0.0, 0.0]  # zero weights: zero logits
+
+
+def test_bad_calls_are_refused_naming_the_problem_and_the_server_goes_on(runner: ExternalRunner) -> None:
+    client = PolicyClient(f"127.0.0.1:{runner.port}")
+    episode = client.start_episode()
+    with pytest.raises(PolicyClientError, match=r"obs: expected shape \[4\], got \[3\] \(episode \d+ dropped\)") as bad:
+        client.get_action(episode, [0.0, 0.0, 0.0])
+    assert bad.value.status == 400
+    with pytest.raises(PolicyClientError, match="has ended") as ended:
+        client.log_returns(episode, 1.0)
+    assert ended.value.status == 409
+    with pytest.raises(PolicyClientError, match="unknown episode id 1") as unknown:
+        client.get_action("1", [0.0] * 4)
+    assert unknown.value.status == 404
+    episode = client.start_episode()
+    assert client.get_action(episode, [0.0] * 4) in (0, 1)
+    metrics = runner.get_metrics()
+    assert (metrics["external/episodes_dropped"], metrics["external/calls_refused"]) == (1, 3)
+    assert metrics["num_episodes_dropped"] == 1
+
+
+def test_one_forward_pass_answers_every_waiting_observation() -> None:
+    passes: list[int] = []
+
+    def act(obs: np.ndarray) -> list[Step]:
+        passes.append(len(obs))
+        return [Step(o, np.int64(0), 0.0, np.zeros(2, np.float32), 0.0, 0, None) for o in obs]
+
+    book = EpisodeBook(0, 8, 10)
+    server = ActionServer(book, threading.Lock(), act, lambda obs: obs, lambda a: int(a), gym.spaces.Box(-1, 1, (1,)), {})
+    episodes = [book.get(book.start(book.client(f"c{i}", 0.0), 0.0), 0.0) for i in range(5)]
+
+    async def main() -> None:
+        infer = asyncio.create_task(server.infer_forever())
+        await asyncio.sleep(0)
+        await asyncio.gather(*(server._queue(e, np.zeros(1, np.float32)) for e in episodes))
+        infer.cancel()
+
+    asyncio.run(main())
+    assert passes == [5]
+
+
+def test_a_taken_port_is_one_line_naming_the_field(monkeypatch: pytest.MonkeyPatch, runner: ExternalRunner) -> None:
+    monkeypatch.setenv(PORT_VARIABLE, str(runner.port))
+    with pytest.raises(SpecError, match=f"spec.env.external.port {runner.port}: "):
+        ExternalRunner(external_job())
