@@ -38,5 +38,5 @@ def test_addresses_and_modes() -> None:
 def test_nothing_listening_is_an_os_error() -> None:
     from rolloutfleet.fleet.embedded_redis import free_port
 
-    with pytest.raises(OSError):
+    with pytest.raises(ConnectionRefusedError):
         PolicyClient(f"127.0.0.1:{free_port()}").start_episode()

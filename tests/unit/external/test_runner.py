@@ -136,7 +136,9 @@ def test_one_forward_pass_answers_every_waiting_observation() -> None:
         return [Step(o, np.int64(0), 0.0, np.zeros(2, np.float32), 0.0, 0, None) for o in obs]
 
     book = EpisodeBook(0, 8, 10)
-    server = ActionServer(book, threading.Lock(), act, lambda obs: obs, lambda a: int(a), gym.spaces.Box(-1, 1, (1,)), {})
+    server = ActionServer(
+        book, threading.Lock(), act, lambda obs: obs, lambda a: int(a), gym.spaces.Box(-1, 1, (1,)), {}
+    )
     episodes = [book.get(book.start(book.client(f"c{i}", 0.0), 0.0), 0.0) for i in range(5)]
 
     async def main() -> None:

@@ -40,8 +40,11 @@ def test_declared_spaces_without_an_id() -> None:
         ({"external": {"observationSpace": BOX}}, {}, "spec.env.external.actionSpace: declare both"),
         ({"external": {"observationSpace": {"type": "Box"}, "actionSpace": TWO}}, {}, "observationSpace.shape"),
         ({"external": {"observationSpace": {"type": "Discrete"}, "actionSpace": TWO}}, {}, "observationSpace.n"),
-        ({"external": {"observationSpace": BOX, "actionSpace": {"type": "Box", "shape": [1], "low": 1, "high": 0}}},
-         {}, "actionSpace.low: must be below high"),  # fmt: skip
+        (
+            {"external": {"observationSpace": BOX, "actionSpace": {"type": "Box", "shape": [1], "low": 1, "high": 0}}},
+            {},
+            "actionSpace.low: must be below high",
+        ),
         ({"id": "CartPole-v1", "external": {"port": 0}}, {}, "spec.env.external.port"),
         ({"id": "CartPole-v1", "external": {"maxClients": 0}}, {}, "spec.env.external.maxClients"),
         ({"id": "CartPole-v1", "external": {"episodeTimeoutSeconds": 0}}, {}, "episodeTimeoutSeconds"),
@@ -53,7 +56,9 @@ def test_declared_spaces_without_an_id() -> None:
         ),
     ],
 )
-def test_a_wrong_external_env_is_one_error_naming_the_field(env: dict[str, Any], spec: dict[str, Any], message: str) -> None:
+def test_a_wrong_external_env_is_one_error_naming_the_field(
+    env: dict[str, Any], spec: dict[str, Any], message: str
+) -> None:
     with pytest.raises(SpecError, match=message.replace(".", r"\.").replace("(", r"\(")):
         job(env, **spec)
 
