@@ -119,10 +119,11 @@ class PolicyClient:
                 response = self._connection.getresponse()
                 payload = response.read()
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                self._connection.close()
+            except (OSError, http.client.HTTPException) as exc:
+                self._connection.close()  # the next call starts a fresh connection
                 self._connection = None
-                if fresh or attempt:  # a kept-alive connection the server closed: one more try
+                stale = isinstance(exc, http.client.RemoteDisconnected | BrokenPipeError | ConnectionResetError)
+                if fresh or attempt or not stale:  # a kept-alive connection the server closed: one more try
                     raise
         try:
             reply = json.loads(payload or b"{}")
