@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 if TYPE_CHECKING:
+    from rolloutfleet.client import PolicyClient
     from rolloutfleet.data import codec
     from rolloutfleet.data.batch import SampleBatch, state_columns
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
@@ -43,6 +44,8 @@ _LAZY = {
     "GlobalStepPublisher": "rolloutfleet.transport.global_step",
     "WeightPublisher": "rolloutfleet.transport.weights",
     "WeightSubscriber": "rolloutfleet.transport.weights",
+    # What a simulator outside the fleet calls for actions (spec.env.external).
+    "PolicyClient": "rolloutfleet.client",
     # Experience as data.
     "SampleBatch": "rolloutfleet.data.batch",
     "state_columns": "rolloutfleet.data.batch",
@@ -74,6 +77,7 @@ __all__ = [
     "EpisodeInfo",
     "GlobalStepPublisher",
     "ObsParts",
+    "PolicyClient",
     "RolloutJob",
     "SampleBatch",
     "SpecError",

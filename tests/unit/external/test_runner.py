@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -77,11 +78,14 @@ def test_fragments_are_exactly_the_clients_transitions(runner: ExternalRunner) -
                for i in range(3)]  # fmt: skip
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    fragments = []  # sampled as the clients go: beyond two fragments of rows, their actions wait
+    while any(thread.is_alive() for thread in threads) or len(runner.book.ready) >= 25:
+        if len(runner.book.ready) >= 25:
+            fragments.append(runner.sample())
+        else:
+            time.sleep(0.005)
     total = sum(len(log) for log in logs)
-    fragments = [runner.sample() for _ in range(total // 25)]
-    assert all(len(fragment) == 25 for fragment in fragments)
+    assert all(len(fragment) == 25 for fragment in fragments) and len(fragments) == total // 25
     runner.book.close_all("test over")  # what a stopping worker does: the rest are whole episodes here
     rest = runner.book.take(None)
     batch = SampleBatch.concat([*fragments, runner._cut(rest)] if rest else fragments)
@@ -95,6 +99,32 @@ def test_fragments_are_exactly_the_clients_transitions(runner: ExternalRunner) -
     assert metrics["external/actions"] == total
     assert set(batch["weights_seq_no"].tolist()) == {0}
     assert np.all(batch["action_logp"] <= 0) and batch["action_dist_inputs"].shape == (total, 2)
+
+
+def test_clients_wait_while_two_fragments_of_rows_wait_for_the_worker(runner: ExternalRunner) -> None:
+    log: list[dict[str, Any]] = []
+    refused: list[PolicyClientError] = []
+
+    def until_refused() -> None:
+        try:
+            simulate(f"127.0.0.1:{runner.port}", 0, 20, log)
+        except PolicyClientError as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=until_refused)
+    thread.start()
+    while runner.server.waits == 0:
+        time.sleep(0.005)
+    assert len(runner.book.ready) == 50 == 2 * runner.sampling.rollout_fragment_length
+    steps = len(log)
+    time.sleep(0.2)
+    assert len(log) == steps  # the client waits for its action
+    assert len(runner.sample()) == 25
+    while len(log) == steps:  # and goes on once the worker took a fragment
+        time.sleep(0.005)
+    runner.book.close_all("test over")
+    thread.join()
+    assert [exc.status for exc in refused] == [503]  # "worker stopping: connect to another worker"
 
 
 def test_new_weights_act_at_once_and_rows_carry_their_version(runner: ExternalRunner) -> None:

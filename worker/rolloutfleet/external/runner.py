@@ -37,6 +37,8 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 
 log = logging.getLogger("rolloutfleet.external.runner")
 
+READY_FRAGMENTS = 2
+"""Fragments of rows the runner holds before its clients' actions wait (backpressure)."""
 WAIT_S = 0.5
 """How often a sample() waiting for client rows looks for a stop and calls :attr:`ExternalRunner.idle`."""
 
@@ -73,8 +75,10 @@ class ExternalRunner(Runner[SampleBatch]):
                                 external.episode_timeout_seconds, complete)  # fmt: skip
         self._last_cut = time.perf_counter()
         self._counted = (0, 0)  # (episodes dropped, timed out) already in self.stats
+        # Room for two fragments of rows (one being published, one being cut), then clients wait.
+        max_ready = READY_FRAGMENTS * self.sampling.rollout_fragment_length
         self.server = ActionServer(self.book, self.lock, self._act_batch, self._prepare, self._answer,
-                                   self.observation_space, self._info())  # fmt: skip
+                                   self.observation_space, self._info(), max_ready)  # fmt: skip
         self.server.rows_ready = self._ready.notify_all
         port = int(os.environ.get(PORT_VARIABLE, external.port))
         self._thread = ServerThread(self.server, host, port, min(1.0, external.episode_timeout_seconds / 4))
@@ -224,6 +228,7 @@ class ExternalRunner(Runner[SampleBatch]):
                 "external/calls_refused": counters.calls_refused,
                 "external/inference_passes": self.server.passes,
                 "external/actions": self.server.acted,
+                "external/backpressure_waits": self.server.waits,
                 "external/port": self.port,
             })  # fmt: skip
         return metrics

@@ -42,6 +42,7 @@ log = logging.getLogger("rolloutfleet.external.server")
 
 CLIENT_HEADER = "X-Rolloutfleet-Client"
 MAX_BODY_BYTES = 16 << 20
+ROOM_POLL_S = 0.005
 
 ActBatch = Callable[[np.ndarray], list[Step]]
 """Actions for a batch of (filtered) observations, one :class:`Step` each (one forward pass)."""
@@ -61,6 +62,7 @@ class ActionServer:
         answer: Callable[[np.ndarray], Any],
         observation_space: Space[Any],
         info: dict[str, Any],
+        max_ready: int = 1 << 30,
     ) -> None:
         """``answer``: an action as the client gets it (JSON-ready; clipped with ``clipActions``)."""
         self.book, self.lock, self.act, self.prepare, self.info = book, lock, act, prepare, info
@@ -69,8 +71,11 @@ class ActionServer:
         """Called (under ``lock``) whenever rows were released: the runner's wake-up."""
         self._pending: list[tuple[Episode, np.ndarray, asyncio.Future[Step]]] = []
         self._wake: asyncio.Event | None = None
+        self.max_ready = max_ready
         self.passes = 0
         self.acted = 0
+        self.waits = 0
+        """Actions that waited for room (backpressure)."""
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -97,6 +102,7 @@ class ActionServer:
     async def _get_action(self, request: web.Request) -> web.Response:
         async def call(episode: Episode, body: dict[str, Any]) -> dict[str, Any]:
             obs = self.prepare(parse_obs(self.space, body.get("obs")))
+            await self._room(episode)
             with self.lock:
                 self.book.observe(episode, obs)
             step = await self._queue(episode, obs)
@@ -160,6 +166,17 @@ class ActionServer:
                 with self.lock:
                     self.book.counters.calls_refused += 1
             return _error(exc)
+
+    async def _room(self, episode: Episode) -> None:
+        """Backpressure: while :attr:`max_ready` rows wait for the worker (its publish blocked
+        by a full stream, a learner behind), actions wait too, as stepped envs would; the
+        simulators slow down instead of piling up experience from ever older weights."""
+        if len(self.book.ready) < self.max_ready:
+            return
+        self.waits += 1
+        while len(self.book.ready) >= self.max_ready and not self.book.stopping:
+            episode.last_seen = time.monotonic()  # waiting on the worker is not a vanished client
+            await asyncio.sleep(ROOM_POLL_S)
 
     # -- batched inference -------------------------------------------------------------
 
