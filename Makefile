@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -97,6 +97,11 @@ images: ## the chart's default images (worker, worker -cpu where its index answe
 demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole.yaml --target-return 475
+
+demo-external: install ## PPO on CartPole-v1 stepped by a separate simulator process through PolicyClient (remote inference), until return >= 475
+	$(BIN)/rolloutfleet run examples/cartpole-external.yaml --no-status -- sh -c '\
+		$(BIN)/python -m rolloutfleet.examples.cartpole_simulator --clients 16 & \
+		exec $(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole-external.yaml --target-return 475'
 
 demo-lstm: install ## PPO with an LSTM (policy.recurrent) on CartPole with the velocities hidden, local fleet of 2 workers, until the mean return reaches 400
 	$(BIN)/rolloutfleet run examples/cartpole_lstm.yaml --no-status -- \

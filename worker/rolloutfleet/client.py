@@ -50,7 +50,7 @@ class PolicyClient:
     """
 
     def __init__(
-        self, address: str, inference: str = "remote", timeout_s: float = 30.0, client_id: str | None = None
+        self, address: str, inference: str = "remote", timeout_s: float = 300.0, client_id: str | None = None
     ) -> None:
         if inference != "remote":
             raise ValueError(f"inference={inference!r}: only 'remote' is available (the server acts)")
