@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-external bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -76,6 +76,9 @@ soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 1
 	$(BIN)/python -m bench.soak --duration $(or $(DURATION),1h)
 
 PEER_VENV ?= .venv-peer
+bench-external: install ## external simulators: actions/s and p50/p99 latency for 1/8/64 PolicyClient processes next to the in-process runner
+	$(BIN)/python -m bench.bench_external
+
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
 	$(BIN)/python -m bench.bench_cluster
 
