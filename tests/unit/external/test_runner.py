@@ -127,6 +127,27 @@ def test_clients_wait_while_two_fragments_of_rows_wait_for_the_worker(runner: Ex
     assert [exc.status for exc in refused] == [503]  # "worker stopping: connect to another worker"
 
 
+def test_a_reconnected_simulator_continues_its_episode_whole_and_in_order(runner: ExternalRunner) -> None:
+    address = f"127.0.0.1:{runner.port}"
+    first = PolicyClient(address)
+    episode = first.start_episode()
+    for k in range(3):
+        first.get_action(episode, [float(k), 0.0, 0.0, 0.0])
+        first.log_returns(episode, 1.0)
+    first._connection.close()  # type: ignore[union-attr]  # the simulator's process restarts: a new client
+    second = PolicyClient(address)
+    for k in range(3, 5):
+        second.get_action(episode, [float(k), 0.0, 0.0, 0.0])
+        second.log_returns(episode, 1.0)
+    second.end_episode(episode, [5.0, 0.0, 0.0, 0.0])
+    rows = runner.book.take(None)
+    assert [row["t"] for row in rows] == [0, 1, 2, 3, 4]
+    assert [float(row["obs"][0]) for row in rows] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [float(row["new_obs"][0]) for row in rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [row["terminateds"] for row in rows] == [False] * 4 + [True]
+    assert {row["eps_id"] for row in rows} == {int(episode)}
+
+
 def test_new_weights_act_at_once_and_rows_carry_their_version(runner: ExternalRunner) -> None:
     weights = {name: np.zeros_like(value) for name, value in runner.get_weights()["default"].items()}
     assert runner.set_weights("default", weights, seq_no=7)
