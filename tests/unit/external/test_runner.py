@@ -206,3 +206,27 @@ def test_a_taken_port_is_one_line_naming_the_field(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(PORT_VARIABLE, str(runner.port))
     with pytest.raises(SpecError, match=f"spec.env.external.port {runner.port}: "):
         ExternalRunner(external_job())
+
+
+def test_declared_spaces_and_continuous_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PORT_VARIABLE, "0")
+    box = {"type": "Box", "shape": [2], "low": -1, "high": 1}
+    job = RolloutJob.from_dict(
+        {
+            "metadata": {"name": "decl"},
+            "spec": {
+                "env": {"external": {"observationSpace": {"type": "Box", "shape": [3]}, "actionSpace": box}},
+                "sampling": {"rolloutFragmentLength": 2, "clipActions": True},
+            },
+        }
+    )
+    with ExternalRunner(job) as runner:
+        client = PolicyClient(f"127.0.0.1:{runner.port}")
+        episode = client.start_episode()
+        answers = [client.get_action(episode, [0.5 * k, 0.0, -1.0]) for k in range(2)]
+        client.end_episode(episode, [1.0, 1.0, 1.0], truncated=True)
+        batch = runner.sample()
+    assert batch["actions"].shape == (2, 2) and batch["actions"].dtype == np.float32
+    assert all(len(answer) == 2 and all(-1.0 <= a <= 1.0 for a in answer) for answer in answers)  # clipped for it
+    assert np.array_equal(np.clip(batch["actions"], -1, 1), np.float32(answers))  # the batch keeps the sample
+    assert batch["truncateds"].tolist() == [False, True] and not batch["terminateds"].any()
