@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rolloutfleet.external.book import EpisodeBook, Step
+from rolloutfleet.external.book import EPISODES_PER_CLIENT, EpisodeBook, Step
 from rolloutfleet.external.spaces import BadInput, EpisodeEnded, Refused, UnknownEpisode
 
 
@@ -118,3 +118,12 @@ def test_a_stopping_worker_closes_open_episodes_as_truncated_and_refuses_clients
     assert [row["truncateds"] for row in book.take(None)] == [True]
     with pytest.raises(Refused, match="worker stopping"):
         book.client("a", 1.0)
+
+
+def test_open_episodes_are_bounded_per_client_slot() -> None:
+    book = EpisodeBook(0, max_clients=1, timeout_s=10)
+    slot = book.client("a", 0.0)
+    for _ in range(EPISODES_PER_CLIENT):
+        book.start(slot, 0.0)
+    with pytest.raises(Refused, match="64 episodes open"):
+        book.start(slot, 0.0)

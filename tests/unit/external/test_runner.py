@@ -17,6 +17,7 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.book import EpisodeBook, Step
 from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.external.server import ActionServer
+from rolloutfleet.external.spaces import ExternalError
 from rolloutfleet.sampling.runners import make_env_runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -230,3 +231,32 @@ def test_declared_spaces_and_continuous_actions(monkeypatch: pytest.MonkeyPatch)
     assert all(len(answer) == 2 and all(-1.0 <= a <= 1.0 for a in answer) for answer in answers)  # clipped for it
     assert np.array_equal(np.clip(batch["actions"], -1, 1), np.float32(answers))  # the batch keeps the sample
     assert batch["truncateds"].tolist() == [False, True] and not batch["terminateds"].any()
+
+
+def test_a_failing_forward_pass_answers_the_waiting_calls_and_serving_goes_on() -> None:
+    calls: list[int] = []
+
+    def act(obs: np.ndarray) -> list[Step]:
+        calls.append(len(obs))
+        if len(calls) == 1:
+            raise RuntimeError("custom model bug")
+        return [Step(o, np.int64(0), 0.0, np.zeros(2, np.float32), 0.0, 0, None) for o in obs]
+
+    book = EpisodeBook(0, 8, 10)
+    server = ActionServer(
+        book, threading.Lock(), act, lambda obs: obs, lambda a: int(a), gym.spaces.Box(-1, 1, (1,)), {}
+    )
+    first, second = (book.get(book.start(book.client(f"c{i}", 0.0), 0.0), 0.0) for i in range(2))
+
+    async def main() -> list[Any]:
+        infer = asyncio.create_task(server.infer_forever())
+        await asyncio.sleep(0)
+        failed = await asyncio.gather(server._queue(first, np.zeros(1, np.float32)), return_exceptions=True)
+        served = await server._queue(second, np.zeros(1, np.float32))
+        infer.cancel()
+        return [*failed, served]
+
+    failed, served = asyncio.run(main())
+    assert isinstance(failed, ExternalError) and failed.status == 500
+    assert "the policy failed: RuntimeError: custom model bug" in str(failed)
+    assert isinstance(served, Step) and book.counters.episodes_dropped == 1 and first.eps_id not in book.episodes

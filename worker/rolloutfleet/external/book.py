@@ -23,6 +23,9 @@ from rolloutfleet.external.spaces import BadInput, EpisodeEnded, Refused, Unknow
 ENDED_REMEMBERED = 100_000
 """Ended episode ids kept to tell "ended" from "unknown" in errors."""
 
+EPISODES_PER_CLIENT = 64
+"""Open episodes allowed per ``maxClients`` (a client that never ends its episodes is bounded)."""
+
 Row = dict[str, Any]
 
 
@@ -113,6 +116,12 @@ class EpisodeBook:
     # -- episodes --------------------------------------------------------------------
 
     def start(self, slot: int, now: float) -> int:
+        if len(self.episodes) >= self.max_clients * EPISODES_PER_CLIENT:
+            self.counters.clients_refused += 1
+            raise Refused(
+                f"{len(self.episodes)} episodes open ({EPISODES_PER_CLIENT} per client of maxClients): "
+                "end some before starting more"
+            )
         eps_id = self._eps_base + self._next_eps
         self._next_eps += 1
         self.episodes[eps_id] = Episode(eps_id, slot, now)

@@ -33,6 +33,7 @@ from rolloutfleet.external.spaces import (
     BadInput,
     ExternalError,
     Refused,
+    ServerFailed,
     UnknownEpisode,
     parse_obs,
     parse_reward,
@@ -200,7 +201,14 @@ class ActionServer:
 
     def _infer(self, pending: list[tuple[Episode, np.ndarray, asyncio.Future[Step]]]) -> None:
         with self.lock:
-            steps = self.act(np.stack([obs for _, obs, _ in pending]))
+            try:
+                steps = self.act(np.stack([obs for _, obs, _ in pending]))
+            except Exception as exc:  # a model's error is the waiting calls' answer, not the server's end
+                log.exception("the forward pass raised")
+                for episode, _, future in pending:
+                    self.book.drop(episode.eps_id, f"the policy failed: {type(exc).__name__}: {exc}")
+                    future.set_exception(ServerFailed(f"the policy failed: {type(exc).__name__}: {exc}"))
+                return
             self.passes += 1
             self.acted += len(pending)
             for (episode, _, future), step in zip(pending, steps, strict=True):

@@ -35,6 +35,12 @@ class EpisodeEnded(ExternalError):
     status = 409
 
 
+class ServerFailed(ExternalError):
+    """The forward pass raised (a custom model's bug): the calls waiting on it get the reason."""
+
+    status = 500
+
+
 class Refused(ExternalError):
     """The server is full (``maxClients``) or stopping."""
 
