@@ -29,8 +29,10 @@ def test_addresses_and_modes() -> None:
     assert PolicyClient("http://example.org:9900/").address == "example.org:9900"
     with pytest.raises(ValueError, match="address: expected 'host:port'"):
         PolicyClient("example.org")
-    with pytest.raises(ValueError, match="only 'remote' is available"):
-        PolicyClient("127.0.0.1:9900", inference="local")
+    with pytest.raises(ValueError, match="inference='server': expected 'remote'"):
+        PolicyClient("127.0.0.1:9900", inference="server")
+    with pytest.raises(ValueError, match="ship_every: expected at least 1 row"):
+        PolicyClient("127.0.0.1:9900", inference="local", ship_every=0)
     with pytest.raises(ValueError, match="the server assigns episode ids"):
         PolicyClient("127.0.0.1:9900").start_episode(episode_id="mine")
 

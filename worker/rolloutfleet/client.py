@@ -12,7 +12,8 @@ RLlib's verbs, against one worker's action endpoint (a Service on Kubernetes, an
     client.end_episode(episode, obs, truncated=False)
 
 The standard library only: no torch, gymnasium or numpy is imported (a numpy observation is
-sent through its ``tolist()``). JSON over one kept-alive HTTP connection; a refused call raises
+sent through its ``tolist()``); ``inference="local"`` acts in the simulator's process with the
+worker's weights (numpy, imported then: :mod:`rolloutfleet.client_local`). JSON over one kept-alive HTTP connection; a refused call raises
 :class:`PolicyClientError` with the server's one-line reason.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import time
 import uuid
 from typing import Any
 
@@ -44,16 +46,32 @@ class PolicyClient:
     """A simulator's connection to a worker serving an external env.
 
     ``address``: ``host:port`` (or ``http://host:port``). ``inference``: ``"remote"`` (the
-    server computes every action); ``"local"`` (acting in the simulator's process) is not
-    available yet. ``client_id`` names this client to the server (default: a random id);
-    reusing it after a reconnect keeps the same slot.
+    server computes every action) or ``"local"``: the client pulls the worker's weights and
+    acts itself (numpy, imported then), shipping its rows every ``ship_every`` steps and at
+    each episode's end, and pulling newer weights when a shipment's answer names a newer
+    version (the default MLP with Box observations and Discrete actions; otherwise the
+    server refuses with the reason). ``client_id`` names this client to the server (default:
+    a random id); reusing it after a reconnect keeps the same slot.
     """
 
     def __init__(
-        self, address: str, inference: str = "remote", timeout_s: float = 300.0, client_id: str | None = None
+        self,
+        address: str,
+        inference: str = "remote",
+        timeout_s: float = 300.0,
+        client_id: str | None = None,
+        ship_every: int = 64,
     ) -> None:
-        if inference != "remote":
-            raise ValueError(f"inference={inference!r}: only 'remote' is available (the server acts)")
+        if inference not in ("remote", "local"):
+            raise ValueError(f"inference={inference!r}: expected 'remote' (the server acts) or 'local'")
+        if ship_every < 1:
+            raise ValueError(f"ship_every: expected at least 1 row, got {ship_every}")
+        self.inference = inference
+        self.ship_every = ship_every
+        self._local: Any = None  # rolloutfleet.client_local.LocalPolicy, fetched on first use
+        self._open: dict[str, dict[str, Any]] = {}  # local episodes: rows not shipped, the step in progress
+        self._keepalive_s = 0.0
+        self._contact = 0.0
         host, _, port = address.removeprefix("http://").rstrip("/").rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"address: expected 'host:port', got {address!r}")
@@ -75,17 +93,66 @@ class PolicyClient:
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         """The action for ``observation`` (an int for Discrete actions, a nested list for Box)."""
+        if self.inference == "local":
+            return self._act_locally(episode_id, observation)
         reply = self._call("POST", f"/v1/episodes/{episode_id}/action", {"obs": _plain(observation)})
         self.last_weights_seq_no = int(reply.get("weights_seq_no", 0))
         return reply["action"]
 
     def log_returns(self, episode_id: str, reward: float, info: Any = None) -> None:
         """Reward for the last action (calls add up until the next ``get_action``)."""
+        if self.inference == "local":
+            step = self._open.get(episode_id, {}).get("step")
+            if step is None:
+                raise ValueError(f"episode {episode_id}: a reward before the first get_action() rewards no action")
+            step["reward"] += float(reward)
+            return
         self._call("POST", f"/v1/episodes/{episode_id}/returns", {"reward": _plain(reward)})
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """The episode ended at ``observation``: terminated, or ``truncated`` (a time limit)."""
+        if self.inference == "local" and self._open.get(episode_id, {}).get("step") is not None:
+            self._step_done(episode_id, observation)
+            self._ship(episode_id, "truncated" if truncated else "terminated")
+            del self._open[episode_id]
+            return
+        self._open.pop(episode_id, None)
         self._call("POST", f"/v1/episodes/{episode_id}/end", {"obs": _plain(observation), "truncated": truncated})
+
+    # -- inference="local" ------------------------------------------------------------
+
+    def _act_locally(self, episode_id: str, observation: Any) -> Any:
+        if self._local is None:
+            self._pull_policy()
+            self._keepalive_s = float(self.info()["episode_timeout_seconds"]) / 3
+        episode = self._open.setdefault(episode_id, {"rows": [], "step": None})
+        if episode["step"] is not None:
+            self._step_done(episode_id, observation)
+        step = self._local.act(observation)
+        episode["step"] = {"obs": _plain(observation), "reward": 0.0, **step}
+        self.last_weights_seq_no = self._local.seq_no
+        if len(episode["rows"]) >= self.ship_every or (
+            episode["rows"] and time.monotonic() - self._contact > self._keepalive_s
+        ):
+            self._ship(episode_id, None)  # the server hears of a slow episode before it times out
+        return step["action"]
+
+    def _step_done(self, episode_id: str, observation: Any) -> None:
+        episode = self._open[episode_id]
+        episode["rows"].append({**episode["step"], "new_obs": _plain(observation)})
+        episode["step"] = None
+
+    def _ship(self, episode_id: str, end: str | None) -> None:
+        rows, self._open[episode_id]["rows"] = self._open[episode_id]["rows"], []
+        reply = self._call("POST", f"/v1/episodes/{episode_id}/rows", {"rows": rows, "end": end})
+        self._contact = time.monotonic()
+        if int(reply.get("weights_seq_no", 0)) > self._local.seq_no:
+            self._pull_policy()
+
+    def _pull_policy(self) -> None:
+        from rolloutfleet.client_local import LocalPolicy  # numpy, for local inference only
+
+        self._local = LocalPolicy(self._call("GET", "/v1/policy", None))
 
     def info(self) -> dict[str, Any]:
         """The server's spaces and limits."""

@@ -18,6 +18,7 @@ from rolloutfleet.external.book import EpisodeBook, Step
 from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.external.server import ActionServer
 from rolloutfleet.external.spaces import ExternalError
+from rolloutfleet.inference.policy import Policy
 from rolloutfleet.sampling.runners import make_env_runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -260,3 +261,65 @@ def test_a_failing_forward_pass_answers_the_waiting_calls_and_serving_goes_on() 
     assert isinstance(failed, ExternalError) and failed.status == 500
     assert "the policy failed: RuntimeError: custom model bug" in str(failed)
     assert isinstance(served, Step) and book.counters.episodes_dropped == 1 and first.eps_id not in book.episodes
+
+
+def test_local_inference_acts_as_the_worker_would_and_ships_the_transitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PORT_VARIABLE, "0")
+    with ExternalRunner(external_job(fragment=5000)) as runner:  # room for every row: nothing samples here
+        check_local_inference(runner)
+
+
+def check_local_inference(runner: ExternalRunner) -> None:
+    client = PolicyClient(f"127.0.0.1:{runner.port}", inference="local", ship_every=10)
+    env, log = gym.make("CartPole-v1"), []
+    initial = Policy(runner.policy.spec, runner.observation_space, runner.action_space)
+    initial.set_weights(runner.get_weights()["default"])
+    for k in range(3):
+        obs, _ = env.reset(seed=k)
+        episode = client.start_episode()
+        if k == 1:  # new weights on the worker: the next shipment's answer makes the client pull them
+            zeros = {name: np.zeros_like(value) for name, value in runner.get_weights()["default"].items()}
+            runner.set_weights("default", zeros, seq_no=5)
+        for t in range(1000):
+            action = client.get_action(episode, obs)
+            new_obs, reward, terminated, truncated, _ = env.step(action)
+            client.log_returns(episode, float(reward))
+            log.append({"eps_id": int(episode), "t": t, "obs": obs, "action": action, "reward": reward,
+                        "new_obs": new_obs, "terminated": terminated, "truncated": truncated})  # fmt: skip
+            obs = new_obs
+            if terminated or truncated:
+                client.end_episode(episode, obs, truncated=truncated)
+                break
+    batch = runner._cut(runner.book.take(None))
+    assert_rows_are_the_transitions(batch, log)
+    assert runner.server.acted == 0  # every action was taken in the client
+    seq = batch["weights_seq_no"]
+    assert seq[0] == 0 and seq[-1] == 5 and np.all(np.diff(seq) >= 0)
+    # what the client recorded is what the worker's policy computes for those observations
+    first = batch.rows(seq == 0)
+    logits, values = initial.forward(first["obs"])
+    assert np.allclose(first["action_dist_inputs"], logits, atol=1e-5)
+    assert np.allclose(first["vf_preds"], values, atol=1e-5)
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    assert np.allclose(first["action_logp"], logp[np.arange(len(first)), first["actions"]], atol=1e-5)
+    assert np.all(batch.rows(seq == 5)["action_dist_inputs"] == 0)  # the zero weights the client pulled
+
+
+def test_local_inference_refused_with_the_reason_and_bad_rows_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PORT_VARIABLE, "0")
+    filtered = external_job().model_dump(by_alias=True)
+    filtered["spec"]["sampling"]["observationFilter"] = "meanStd"
+    with ExternalRunner(RolloutJob.from_dict(filtered)) as runner:
+        client = PolicyClient(f"127.0.0.1:{runner.port}", inference="local")
+        episode = client.start_episode()
+        with pytest.raises(PolicyClientError, match=r"inference='local' is not available: .*observationFilter") as no:
+            client.get_action(episode, [0.0] * 4)
+        assert no.value.status == 409
+    with ExternalRunner(external_job()) as runner:
+        client = PolicyClient(f"127.0.0.1:{runner.port}")
+        episode = client.start_episode()
+        row = {"obs": [0.0] * 4, "new_obs": [0.0] * 4, "action": 7, "reward": 1.0, "logp": -0.7,
+               "dist_inputs": [0.0, 0.0], "vf": 0.0, "weights_seq_no": 0}  # fmt: skip
+        with pytest.raises(PolicyClientError, match=r"rows\[0\].action: expected an integer in \[0, 2\)") as bad:
+            client._call("POST", f"/v1/episodes/{episode}/rows", {"rows": [row], "end": None})
+        assert bad.value.status == 400 and "dropped" in str(bad.value)

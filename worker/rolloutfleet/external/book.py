@@ -163,6 +163,19 @@ class EpisodeBook:
         self._close(episode, "truncated" if truncated else "terminated")
         self.ended_episodes.append((episode.total, episode.t))
 
+    def add_rows(self, episode: Episode, rows: list[tuple[Step, float, np.ndarray]], end: str | None) -> None:
+        """Rows a client acting locally shipped (``inference="local"``), then its end if ``end``."""
+        if episode.acting or episode.step is not None:
+            raise BadInput(f"episode {episode.eps_id}: the server acts for it; ship rows for local episodes only")
+        for k, (step, reward, new_obs) in enumerate(rows):
+            episode.step, episode.reward = step, reward
+            episode.total += reward
+            last = end is not None and k == len(rows) - 1
+            self._complete(episode, new_obs, last and end == "terminated", last and end == "truncated")
+        if end is not None:
+            self._close(episode, end)
+            self.ended_episodes.append((episode.total, episode.t))
+
     def drop(self, eps_id: int, reason: str) -> None:
         """Bad input: the episode's rows not yet released are discarded (counted)."""
         episode = self.episodes.pop(eps_id, None)

@@ -27,7 +27,8 @@ from gymnasium import spaces
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.book import EpisodeBook, Row, Step
-from rolloutfleet.external.server import ActionServer, ServerThread
+from rolloutfleet.external.local import local_policy, parse_shipped
+from rolloutfleet.external.server import ActionServer, LocalHooks, ServerThread
 from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.envs import EnvInterrupted, env_spaces, episode_id_base, stop_requested
@@ -77,8 +78,13 @@ class ExternalRunner(Runner[SampleBatch]):
         self._counted = (0, 0)  # (episodes dropped, timed out) already in self.stats
         # Room for two fragments of rows (one being published, one being cut), then clients wait.
         max_ready = READY_FRAGMENTS * self.sampling.rollout_fragment_length
+        local = LocalHooks(
+            lambda: local_policy(self.policy, self.filter is not None),
+            lambda body: parse_shipped(body, self.policy, self.policy.weights_seq_no),
+            lambda: self.policy.weights_seq_no,
+        )
         self.server = ActionServer(self.book, self.lock, self._act_batch, self._prepare, self._answer,
-                                   self.observation_space, self._info(), max_ready)  # fmt: skip
+                                   self.observation_space, self._info(), max_ready, local)  # fmt: skip
         self.server.rows_ready = self._ready.notify_all
         port = int(os.environ.get(PORT_VARIABLE, external.port))
         self._thread = ServerThread(self.server, host, port, min(1.0, external.episode_timeout_seconds / 4))

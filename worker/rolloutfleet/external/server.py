@@ -9,6 +9,8 @@ verbs (:mod:`rolloutfleet.client` is the other side)::
     POST   /v1/episodes/17/end          {"obs": [...], "truncated": false} -> {}
     DELETE /v1/clients/<id>                                         -> {}
     GET    /v1/info                                                 -> spaces, limits
+    GET    /v1/policy                   (inference="local")         -> weights to act with
+    POST   /v1/episodes/17/rows         {"rows": [...], "end": null} -> {"weights_seq_no": 4}
 
 Observations waiting for an action are answered together: one forward pass for all of
 them (:meth:`ActionServer._infer`). A refused call answers ``{"error": "<one line>"}``.
@@ -22,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from aiohttp import web
@@ -45,6 +47,18 @@ CLIENT_HEADER = "X-Rolloutfleet-Client"
 MAX_BODY_BYTES = 16 << 20
 ROOM_POLL_S = 0.005
 
+
+class LocalHooks(NamedTuple):
+    """What ``inference="local"`` clients are served by (called under the server's lock)."""
+
+    policy: Callable[[], dict[str, Any]]
+    """The weights to act with (:func:`rolloutfleet.external.local.local_policy`)."""
+    parse: Callable[[dict[str, Any]], tuple[list[tuple[Step, float, np.ndarray]], str | None]]
+    """Shipped rows checked (:func:`rolloutfleet.external.local.parse_shipped`)."""
+    newest: Callable[[], int]
+    """The weights version the worker acts with now."""
+
+
 ActBatch = Callable[[np.ndarray], list[Step]]
 """Actions for a batch of (filtered) observations, one :class:`Step` each (one forward pass)."""
 Prepare = Callable[[np.ndarray], np.ndarray]
@@ -64,6 +78,7 @@ class ActionServer:
         observation_space: Space[Any],
         info: dict[str, Any],
         max_ready: int = 1 << 30,
+        local: LocalHooks | None = None,
     ) -> None:
         """``answer``: an action as the client gets it (JSON-ready; clipped with ``clipActions``)."""
         self.book, self.lock, self.act, self.prepare, self.info = book, lock, act, prepare, info
@@ -73,6 +88,7 @@ class ActionServer:
         self._pending: list[tuple[Episode, np.ndarray, asyncio.Future[Step]]] = []
         self._wake: asyncio.Event | None = None
         self.max_ready = max_ready
+        self.local = local
         self.passes = 0
         self.acted = 0
         self.waits = 0
@@ -84,6 +100,8 @@ class ActionServer:
         app.router.add_post("/v1/episodes/{eps}/action", self._get_action)
         app.router.add_post("/v1/episodes/{eps}/returns", self._log_returns)
         app.router.add_post("/v1/episodes/{eps}/end", self._end_episode)
+        app.router.add_post("/v1/episodes/{eps}/rows", self._ship_rows)
+        app.router.add_get("/v1/policy", self._policy)
         app.router.add_delete("/v1/clients/{client}", self._leave)
         app.router.add_get("/v1/info", self._info)
         return app
@@ -132,6 +150,30 @@ class ActionServer:
             return {}
 
         return await self._episode_call(request, call)
+
+    async def _ship_rows(self, request: web.Request) -> web.Response:
+        async def call(episode: Episode, body: dict[str, Any]) -> dict[str, Any]:
+            if self.local is None:
+                raise BadInput("this server takes no rows (inference='local' is not served)")
+            with self.lock:
+                rows, end = self.local.parse(body)
+            await self._room(episode)
+            with self.lock:
+                self.book.add_rows(episode, rows, end)
+                self.rows_ready()
+                return {"weights_seq_no": self.local.newest()}
+
+        return await self._episode_call(request, call)
+
+    async def _policy(self, request: web.Request) -> web.Response:
+        try:
+            if self.local is None:
+                raise BadInput("this server gives no weights (inference='local' is not served)")
+            with self.lock:
+                payload = self.local.policy()
+        except ExternalError as exc:
+            return _error(exc)
+        return web.json_response(payload)
 
     async def _leave(self, request: web.Request) -> web.Response:
         with self.lock:
