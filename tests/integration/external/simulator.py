@@ -35,10 +35,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--vanish-after", type=int, default=None)
+    parser.add_argument("--inference", default="remote")
     args = parser.parse_args()
     env = gym.make("CartPole-v1")
     address = os.environ["ROLLOUTFLEET_EXTERNAL_ADDRESSES"].split(",")[0] if args.address == "env" else args.address
-    client = PolicyClient(address)
+    client = PolicyClient(address, inference=args.inference, ship_every=16)
     deadline = time.monotonic() + 120
     while True:
         try:

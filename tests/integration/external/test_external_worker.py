@@ -63,9 +63,9 @@ def start_worker(job: RolloutJob, redis_url: str, port: int, tmp_path: Path) -> 
 
 
 def simulate(
-    address: str, log: Path, seed: int, episodes: int, vanish_after: int | None = None
+    address: str, log: Path, seed: int, episodes: int, vanish_after: int | None = None, inference: str = "remote"
 ) -> subprocess.Popen[bytes]:
-    extra = [] if vanish_after is None else ["--vanish-after", str(vanish_after)]
+    extra = ["--inference", inference] + ([] if vanish_after is None else ["--vanish-after", str(vanish_after)])
     return subprocess.Popen(
         [sys.executable, "-m", "tests.integration.external.simulator", address, str(log), "--seed", str(seed),
          "--episodes", str(episodes), *extra], cwd=ROOT,
@@ -93,14 +93,15 @@ def stop(worker: subprocess.Popen[str]) -> int:
     return worker.wait(timeout=60)
 
 
-def test_the_stream_holds_exactly_the_simulators_transitions(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("inference", ["remote", "local"])
+def test_the_stream_holds_exactly_the_simulators_transitions(redis_url: str, tmp_path: Path, inference: str) -> None:
     job = external_job(fragment=40, port=9900)
     consumer = BatchConsumer(redis_url, "ext", group="test")
     port = free_port()
     worker = start_worker(job, redis_url, port, tmp_path)
     try:
         logs = [tmp_path / f"sim{i}.jsonl" for i in range(2)]
-        sims = [simulate(f"127.0.0.1:{port}", log, seed=1000 * i, episodes=4) for i, log in enumerate(logs)]
+        sims = [simulate(f"127.0.0.1:{port}", log, 1000 * i, 4, inference=inference) for i, log in enumerate(logs)]
         assert [sim.wait(timeout=120) for sim in sims] == [0, 0]
         steps = [step for log in logs for step in logged(log)]
         assert stop(worker) == 0  # a stop publishes the rows short of a fragment too

@@ -38,10 +38,11 @@ def wait_for_server(client: PolicyClient, timeout_s: float) -> None:
             time.sleep(0.2)
 
 
-def run_client(address: str, seed: int, episodes: int | None, returns: list[float]) -> None:
-    """One simulator: episodes of CartPole, each step's action from the server."""
+def run_client(address: str, seed: int, episodes: int | None, returns: list[float], inference: str) -> None:
+    """One simulator: episodes of CartPole, each step's action from the server (or, with
+    ``inference="local"``, from the server's weights)."""
     env = gym.make("CartPole-v1")
-    client = PolicyClient(address)
+    client = PolicyClient(address, inference=inference)
     wait_for_server(client, timeout_s=120)
     done_episodes = 0
     try:
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", action="append", help="host:port of a worker (repeatable)")
     parser.add_argument("--clients", type=int, default=8, help="simulators (threads), each with its own CartPole")
     parser.add_argument("--episodes", type=int, default=None, help="episodes per client (default: until stopped)")
+    parser.add_argument("--inference", choices=["remote", "local"], default="remote", help="who acts")
     args = parser.parse_args(argv)
     addresses = args.address or [a for a in os.environ.get("ROLLOUTFLEET_EXTERNAL_ADDRESSES", "").split(",") if a]
     if not addresses:
@@ -78,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     returns: list[float] = []
     threads = [
-        threading.Thread(target=run_client, args=(addresses[i % len(addresses)], 1000 * i, args.episodes, returns))
+        threading.Thread(
+            target=run_client, args=(addresses[i % len(addresses)], 1000 * i, args.episodes, returns, args.inference)
+        )
         for i in range(args.clients)
     ]
     for thread in threads:
