@@ -130,9 +130,7 @@ def main() -> None:
         address, seconds, threads, out, inference = args.client
         client_process(address, float(seconds), int(threads), out, inference)
         return
-    print(
-        f"\nExternal simulators, CartPole-v1, MLP 64x64; {os.cpu_count()} CPUs, {args.seconds:g} s each"
-    )
+    print(f"\nExternal simulators, CartPole-v1, MLP 64x64; {os.cpu_count()} CPUs, {args.seconds:g} s each")
     counts = [int(c) for c in args.clients.split(",")]
     tops = {clients: ceiling(clients, args.seconds) for clients in counts}
     print(
