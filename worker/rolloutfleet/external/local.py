@@ -84,7 +84,6 @@ def _row(row: Any, k: int, policy: Policy, newest: int) -> Shipped:
     logp, vf, seq_no = row.get("logp"), row.get("vf"), row.get("weights_seq_no")
     if not _finite(logp) or logp > 0 or not _finite(vf):
         raise BadInput(f"rows[{k}]: logp (<= 0) and vf must be finite numbers")
-    assert _finite(vf)
     if isinstance(seq_no, bool) or not isinstance(seq_no, int) or not 0 <= seq_no <= newest:
         raise BadInput(f"rows[{k}].weights_seq_no: expected a version this worker served (0..{newest})")
     step = Step(obs, np.asarray(action, np.int64), float(logp), np.asarray(dist, np.float32), float(vf), seq_no, None)
