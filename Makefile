@@ -101,9 +101,9 @@ demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until 
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole.yaml --target-return 475
 
-demo-external: install ## PPO on CartPole-v1 stepped by a separate simulator process through PolicyClient (remote inference), until return >= 475
+demo-external: install ## PPO on CartPole-v1 stepped by a separate simulator process through PolicyClient (INFERENCE=remote|local), until return >= 475
 	$(BIN)/rolloutfleet run examples/cartpole-external.yaml --no-status -- sh -c '\
-		$(BIN)/python -m rolloutfleet.examples.cartpole_simulator --clients 16 & \
+		$(BIN)/python -m rolloutfleet.examples.cartpole_simulator --clients 16 --inference $(or $(INFERENCE),remote) & \
 		exec $(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole-external.yaml --target-return 475'
 
 demo-lstm: install ## PPO with an LSTM (policy.recurrent) on CartPole with the velocities hidden, local fleet of 2 workers, until the mean return reaches 400
