@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server promtool docs test test-unit test-integration e2e lint fmt bench bench-external bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -86,6 +86,9 @@ soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 1
 	$(BIN)/python -m bench.soak --duration $(or $(DURATION),1h)
 
 PEER_VENV ?= .venv-peer
+bench-external: install ## external simulators: actions/s and p50/p99 latency for 1/8/64 PolicyClient processes next to the in-process runner
+	$(BIN)/python -m bench.bench_external
+
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
 	$(BIN)/python -m bench.bench_cluster
 
@@ -107,6 +110,11 @@ images: ## the chart's default images (worker -slim, worker, worker -cpu where i
 demo: install ## train PPO on CartPole-v1 with a local fleet of 2 workers until it solves it (return >= 475)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole.yaml --target-return 475
+
+demo-external: install ## PPO on CartPole-v1 stepped by a separate simulator process through PolicyClient (INFERENCE=remote|local), until return >= 475
+	$(BIN)/rolloutfleet run examples/cartpole-external.yaml --no-status -- sh -c '\
+		$(BIN)/python -m rolloutfleet.examples.cartpole_simulator --clients 16 --inference $(or $(INFERENCE),remote) & \
+		exec $(BIN)/python -m rolloutfleet.examples.ppo examples/cartpole-external.yaml --target-return 475'
 
 demo-lstm: install ## PPO with an LSTM (policy.recurrent) on CartPole with the velocities hidden, local fleet of 2 workers, until the mean return reaches 400
 	$(BIN)/rolloutfleet run examples/cartpole_lstm.yaml --no-status -- \

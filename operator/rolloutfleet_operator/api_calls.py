@@ -1,5 +1,5 @@
 """The operator's calls to the Kubernetes API: create and delete pods, patch a job's
-status, create or patch its PodDisruptionBudget, read a Secret's value, post Events. Thin: each call says what the server
+status, create or patch its PodDisruptionBudget (and an external env's Service), read a Secret's value, post Events. Thin: each call says what the server
 answered, in the terms the reconcile needs; deciding what to call is the reconcile's.
 
 The ``kubernetes`` client is synchronous: calls run in threads, at most
@@ -137,6 +137,31 @@ async def apply_pdb(api: Api, pdb: dict[str, Any]) -> str | None:
                 raise
             return refusal_reason(error)
     log.info("PodDisruptionBudget %s/%s: %s", namespace, name, pdb["spec"])
+    return None
+
+
+async def apply_service(api: Api, service: dict[str, Any]) -> str | None:
+    """Create the Service ``service``, or patch its ports and selector where one of that name
+    exists; the API server's reason when it refuses (None: done)."""
+    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    async with api.slots:
+        try:
+            try:
+                await asyncio.to_thread(
+                    api.core.create_namespaced_service, namespace, cast(Any, service), _preload_content=False
+                )
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                patch = {"spec": {"selector": service["spec"]["selector"], "ports": service["spec"]["ports"]}}
+                await asyncio.to_thread(
+                    api.core.patch_namespaced_service, name, namespace, patch, _preload_content=False
+                )
+        except ApiException as error:
+            if error.status is not None and error.status >= 500:
+                raise
+            return refusal_reason(error)
+    log.info("Service %s/%s: %s", namespace, name, service["spec"])
     return None
 
 

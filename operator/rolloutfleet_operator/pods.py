@@ -150,7 +150,7 @@ def _container(job: RolloutJob, index: int, config: OperatorConfig) -> dict[str,
         "image": worker_image(job, config),
         "command": list(config.worker_command),
         "env": _worker_env(job, index, config),
-        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}, *_external_ports(job)],
         "resources": _resources(job, config),
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": port},
@@ -239,6 +239,41 @@ def build_pdb(job: RolloutJob, uid: str) -> dict[str, Any]:
         },
         "spec": pdb_spec(job),
     }
+
+
+def _external_ports(job: RolloutJob) -> list[dict[str, Any]]:
+    external = job.spec.env.external
+    return [] if external is None else [{"name": "external", "containerPort": external.port, "protocol": "TCP"}]
+
+
+def build_service(job: RolloutJob, uid: str) -> dict[str, Any] | None:
+    """An external env's Service, ``<job>-external``: simulators reach the ready workers'
+    action endpoints on ``spec.env.external.port`` (spread over them per connection); None
+    for a job whose workers step their own envs."""
+    if job.spec.env.external is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job.name),
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [owner_reference(job, uid)],
+        },
+        "spec": service_spec(job),
+    }
+
+
+def service_name(job_name: str) -> str:
+    return f"{job_name}-external"
+
+
+def service_spec(job: RolloutJob) -> dict[str, Any]:
+    external = job.spec.env.external
+    assert external is not None  # build_service's caller checked
+    port = {"name": "external", "port": external.port, "targetPort": "external", "protocol": "TCP"}
+    return {"selector": job_labels(job.name), "ports": [port], "type": "ClusterIP"}
 
 
 def pdb_name(job_name: str) -> str:

@@ -6,7 +6,8 @@ State-based: every round starts from the job and its pods as the kopf indexes ho
 the calls of :mod:`.api_calls`. It persists restart and disruption records in the status
 *before* it deletes a pod, and creates pods under deterministic names, so an operator
 killed at any point and started again neither double-counts nor duplicates a pod. It
-keeps the job's PodDisruptionBudget as the spec says (no call while the index agrees).
+keeps the job's PodDisruptionBudget as the spec says (no call while the index agrees), and
+an external env's Service.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
-from rolloutfleet_operator.api_calls import apply_pdb, create_pod, delete_pod, patch_status, post_event
+from rolloutfleet_operator.api_calls import apply_pdb, apply_service, create_pod, delete_pod, patch_status, post_event
 from rolloutfleet_operator.disruptions import counts_from_status
 from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
 from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
-from rolloutfleet_operator.pods import PodView, build_pdb, build_pod, pdb_spec, template_hash
+from rolloutfleet_operator.pods import PodView, build_pdb, build_pod, build_service, pdb_spec, template_hash
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
 
@@ -34,6 +35,7 @@ PodIndex = Mapping[Key, Collection[PodView]]
 WorkloadIndex = Mapping[Key, Collection[dict[str, Any]]]  # handlers.workload_index: Kueue Workloads by job
 PdbIndex = Mapping[Key, Collection[dict[str, Any]]]
 PDB_RETRY_S = 30.0  # a PDB sent but not yet in the index (or refused) is sent again after this
+SERVICE_REFRESH_S = 300.0  # an external env's Service (not watched) is applied again after this
 
 
 async def reconcile(
@@ -100,6 +102,7 @@ async def reconcile(
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
     await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock, gate)
     await _keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
+    await _keep_service(runtime, state, body, job, uid, clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
 
@@ -215,6 +218,27 @@ async def _keep_pdb(
     if refusal is not None and refusal != state.reported_pdb:  # a missing RBAC rule, a bad value: say so once
         post_event(body["metadata"], "Warning", "PodDisruptionBudgetFailed", f"the API server refused it: {refusal}")
     state.reported_pdb = refusal or ""
+
+
+async def _keep_service(
+    runtime: Runtime, state: JobRuntime, body: dict[str, Any], job: RolloutJob, uid: str, clock: float
+) -> None:
+    """An external env's Service: applied at the first reconcile, when its spec changes, and
+    every :data:`SERVICE_REFRESH_S` (one cheap call; a deleted Service comes back). The job's
+    owner reference lets the garbage collector delete it with the job."""
+    service = build_service(job, uid)
+    if service is None:
+        return
+    wanted = service["spec"]
+    sent = state.service_sent
+    if sent is not None and sent[0] == wanted and clock - sent[1] < SERVICE_REFRESH_S:
+        return
+    refusal = await apply_service(runtime.api, service)
+    # Refused (a missing RBAC rule, a port taken by another Service): tried again after PDB_RETRY_S.
+    state.service_sent = (wanted, clock if refusal is None else clock - SERVICE_REFRESH_S + PDB_RETRY_S)
+    if refusal is not None and refusal != state.reported_service:  # a missing RBAC rule: say so once
+        post_event(body["metadata"], "Warning", "ServiceFailed", f"the API server refused it: {refusal}")
+    state.reported_service = refusal or ""
 
 
 def shown(indexes: Iterable[int], limit: int = 10) -> str:

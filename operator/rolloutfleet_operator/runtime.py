@@ -30,6 +30,10 @@ class JobRuntime:
     # The PodDisruptionBudget spec last sent, and when (monotonic): not sent again until the
     # watch had time to show it.
     pdb_sent: tuple[dict[str, Any], float] | None = None
+    # An external env's Service spec last applied, and when (monotonic): applied again when
+    # the spec changes or after reconcile.SERVICE_REFRESH_S (it is not watched).
+    service_sent: tuple[dict[str, Any], float] | None = None
+    reported_service: str = ""
     # The status this process wrote last, with the uid of the job it was written for.
     # The operator is the only writer of status (peering: one active replica), so this
     # is newer than the watch's copy, which can lag behind our own patches; after a

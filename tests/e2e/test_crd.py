@@ -25,6 +25,8 @@ GOOD: dict[str, Any] = {
 _MA = "spec.multiAgent."
 A: dict[str, Any] = {"a": {}}
 MAP_FN = {"entryPoint": "pkg.mod:policy_for"}
+_BOX = {"type": "Box", "shape": [4]}
+_TWO = {"type": "Discrete", "n": 2}
 
 # (where to put it, value, the field the API server's message must name, the one pydantic names)
 MISTAKES: list[tuple[str, Any, str, str]] = [
@@ -105,6 +107,16 @@ MISTAKES: list[tuple[str, Any, str, str]] = [
         {"policies": A, "policyMapping": MAP_FN, "maxEpisodeSteps": 0},
         _MA + "maxEpisodeSteps",
         _MA + "maxEpisodeSteps",
+    ),
+    ("spec.env.external", {"port": 70000}, "spec.env.external.port", "spec.env.external.port"),
+    ("spec.env.external", {"maxClients": 0}, "spec.env.external.maxClients", "spec.env.external.maxClients"),
+    ("spec.env.external", {"observationSpace": _BOX, "actionSpace": _TWO}, "spec.env", "spec.env.external"),
+    ("spec.env.external", {"observationSpace": _BOX}, "spec.env.external", "spec.env.external.actionSpace"),
+    (
+        "spec.env.external",
+        {"observationSpace": {"type": "Discrete"}, "actionSpace": _TWO},
+        "spec.env.external.observationSpace",
+        "spec.env.external.observationSpace.n",
     ),
     ("spec.disruption.maxUnavailable", "120%", "spec.disruption.maxUnavailable", "spec.disruption.maxUnavailable"),
     ("spec.disruption.maxUnavailable", -1, "spec.disruption.maxUnavailable", "spec.disruption.maxUnavailable"),

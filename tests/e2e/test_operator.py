@@ -218,9 +218,13 @@ def test_the_operator_user_has_only_what_it_needs(cluster: Cluster, operator_rba
     assert can("patch", "rolloutjobs.rolloutfleet.io/status", "-n", "default") == "yes"
     assert can("create", "poddisruptionbudgets.policy", "-n", "default") == "yes"
     assert can("patch", "poddisruptionbudgets.policy", "-n", "default") == "yes"
+    assert can("create", "services", "-n", "default") == "yes"  # an external env's Service
+    assert can("patch", "services", "-n", "default") == "yes"
     for verb, resource in [
         ("delete", "poddisruptionbudgets.policy"),
         ("update", "poddisruptionbudgets.policy"),
+        ("delete", "services"),
+        ("get", "services"),
         ("get", "nodes"),
         ("update", "pods"),
         ("list", "secrets"),

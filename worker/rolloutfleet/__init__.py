@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 if TYPE_CHECKING:
+    from rolloutfleet.client import PolicyClient
     from rolloutfleet.data import codec
     from rolloutfleet.data.batch import SampleBatch, state_columns
     from rolloutfleet.datasets.writer import DatasetWriter
@@ -46,6 +47,8 @@ _LAZY = {
     "WeightPublisher": "rolloutfleet.transport.weights",
     "WeightSubscriber": "rolloutfleet.transport.weights",
     "redacted_url": "rolloutfleet.spec.redis_url",  # a Redis URL as it may be printed
+    # What a simulator outside the fleet calls for actions (spec.env.external).
+    "PolicyClient": "rolloutfleet.client",
     # Experience as data.
     "DatasetWriter": "rolloutfleet.datasets.writer",
     "SampleBatch": "rolloutfleet.data.batch",
@@ -79,6 +82,7 @@ __all__ = [
     "EpisodeInfo",
     "GlobalStepPublisher",
     "ObsParts",
+    "PolicyClient",
     "RolloutJob",
     "SampleBatch",
     "SpecError",

@@ -38,6 +38,7 @@ class FakeKube:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.pods: dict[str, dict[str, Any]] = {}
         self.pdbs: dict[str, dict[str, Any]] = {}
+        self.services: dict[str, dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.failing: dict[str, ApiException] = {}
         self.delay_s = 0.0
@@ -98,6 +99,19 @@ class FakeKube:
             raise _api_error(404, f'poddisruptionbudgets.policy "{name}" not found')
         self.pdbs[name] = {**self.pdbs[name], "spec": {**self.pdbs[name]["spec"], **body["spec"]}}
         return SimpleNamespace(data=json.dumps(self.pdbs[name]).encode())
+
+    def create_namespaced_service(self, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
+        self._call("create_service", namespace=namespace, body=body)
+        name = body["metadata"]["name"]
+        if name in self.services:
+            raise _api_error(409, f'services "{name}" already exists', "AlreadyExists")
+        self.services[name] = body
+        return SimpleNamespace(data=json.dumps(body).encode())
+
+    def patch_namespaced_service(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
+        self._call("patch_service", name=name, namespace=namespace, body=body)
+        self.services[name] = {**self.services[name], "spec": {**self.services[name]["spec"], **body["spec"]}}
+        return SimpleNamespace(data=json.dumps(self.services[name]).encode())
 
     def read_namespaced_secret(self, name: str, namespace: str) -> Any:
         self._call("read_namespaced_secret", name=name, namespace=namespace)

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from rolloutfleet.fleet.parent_watch import die_with_parent
 from rolloutfleet.fleet.supervisor import LocalFleet
+from rolloutfleet.spec.external import local_port
 from rolloutfleet.spec.job import RolloutJob
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,19 @@ def _nonfinite(beat: Mapping[str, float]) -> str:
     return f"obs {obs:,}, reward {rewards:,}" if obs or rewards else "-"
 
 
+def external_addresses(job: RolloutJob, workers: int) -> list[str]:
+    """``host:port`` of each local worker's action endpoint (none unless ``spec.env.external``).
+
+    >>> external_addresses(RolloutJob.from_dict({"metadata": {"name": "x"}, "spec": {"env": {
+    ...     "id": "CartPole-v1", "external": {"port": 9900}}}}), 2)
+    ['127.0.0.1:9900', '127.0.0.1:9901']
+    """
+    external = job.spec.env.external
+    if external is None:
+        return []
+    return [f"127.0.0.1:{local_port(external, index)}" for index in range(workers)]
+
+
 def run_fleet(args: argparse.Namespace) -> int:
     from rolloutfleet.spec.redis_url import redacted_url
     from rolloutfleet.transport.heartbeat import read_heartbeats
@@ -139,8 +153,13 @@ def run_fleet(args: argparse.Namespace) -> int:
             f"fleet: {len(fleet.workers)} workers of {job.name}, redis {redacted_url(fleet.redis_url)}, "
             f"logs in {fleet.log_dir}"
         )
+        addresses = external_addresses(job, len(fleet.workers))
+        if addresses:
+            console.print(f"fleet: external env: simulators connect to {', '.join(addresses)}")
         if command:
             env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
+            if addresses:
+                env["ROLLOUTFLEET_EXTERNAL_ADDRESSES"] = ",".join(addresses)
             # SIGTERMed by the kernel should this process be SIGKILLed: it outlives nothing either.
             learner = subprocess.Popen(command, env=env, preexec_fn=die_with_parent())
         live = None if args.no_status else Live(console=console, refresh_per_second=2, transient=False)

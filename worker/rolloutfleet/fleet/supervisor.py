@@ -26,6 +26,7 @@ from pathlib import Path
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.parent_watch import PARENT_PID_ENV
 from rolloutfleet.sampling.env_processes import CPUS_VARIABLE, usable_cpus
+from rolloutfleet.spec.external import PORT_VARIABLE, local_port
 from rolloutfleet.spec.footprint import local_cpus
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.restarts import RestartTracker
@@ -102,6 +103,9 @@ class LocalFleet:
         )
         # Env processes (async) of all workers share this machine's CPUs, as pods share a node's.
         cpus = {CPUS_VARIABLE: str(local_cpus(self.job, usable_cpus()))}
+        external = self.job.spec.env.external  # workers sharing this machine listen on ports of their own
+        if external is not None:
+            cpus[PORT_VARIABLE] = str(local_port(external, index))
         # The worker stops by itself if this process dies without stopping it (SIGKILL).
         return {**os.environ, **cpus, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
 

@@ -133,6 +133,7 @@ class Worker:
         keep_freed_memory()
         self.probes.set_ready(False, "building the env and policy")
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
+        runner.idle = self.probes.beat  # a runner waiting for external clients is alive meanwhile
         self.metrics.record_policies(runner.policies)
         choice = runner.vector_choice  # None for a multi-agent runner
         if choice is not None:

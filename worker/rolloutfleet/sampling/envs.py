@@ -78,6 +78,11 @@ def interrupt_failing_envs() -> None:
     _STOPPING.set()
 
 
+def stop_requested() -> bool:
+    """Whether :func:`interrupt_failing_envs` was called (a runner waiting on clients stops waiting)."""
+    return _STOPPING.is_set()
+
+
 def env_name(spec: EnvSpec) -> str:
     """``spec.env.id 'CartPole-v1'`` or ``spec.env.entryPoint 'pkg.mod:make'``: how one line names the env."""
     return f"spec.env.id {spec.id!r}" if spec.id is not None else f"spec.env.entryPoint {spec.entry_point!r}"

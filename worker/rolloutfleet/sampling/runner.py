@@ -18,7 +18,7 @@ MultiAgentEnvRunner` multi-agent sub-envs into per-policy rows (a :class:`MultiA
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
@@ -58,6 +58,9 @@ class Runner(Generic[BatchT]):
     vector_choice: VectorChoice | None = None
     """How the vector env was built (``auto`` resolved); None for a multi-agent runner, whose
     sub-envs step one by one in its own process."""
+    idle: Callable[[], None] | None = None
+    """Called now and then while ``sample()`` waits on something other than its envs (an external
+    env's clients): the worker's liveness beat."""
     _episode_chunk = 1
     """Vector steps taken between two looks for complete episodes (``complete_episodes``, ``num_episodes``)."""
 

@@ -30,7 +30,12 @@ if TYPE_CHECKING:
 def make_env_runner(
     job: RolloutJob, worker_index: int = 0, num_workers: int | None = None, callbacks: Callbacks | None = None
 ) -> AnyRunner:
-    """The runner for ``job``: multi-agent when ``spec.multiAgent`` is set."""
+    """The runner for ``job``: multi-agent when ``spec.multiAgent`` is set, an action server
+    (:class:`~rolloutfleet.external.runner.ExternalRunner`) when ``spec.env.external`` is."""
+    if job.spec.env.external is not None:
+        from rolloutfleet.external.runner import ExternalRunner
+
+        return ExternalRunner(job, worker_index, num_workers, callbacks)
     if job.spec.multi_agent is not None:
         return MultiAgentEnvRunner(job, worker_index, num_workers, callbacks)
     return EnvRunner(job, worker_index, num_workers, callbacks)
@@ -45,7 +50,10 @@ def build_model(job: RolloutJob) -> nn.Module:
 
     >>> model = build_model(RolloutJob.from_file("examples/cartpole.yaml"))  # doctest: +SKIP
     """
-    observation_space, action_space = env_spaces(job.spec.env, worker_index=0, num_workers=job.spec.replicas)
+    from rolloutfleet.external.spaces import external_spaces
+
+    spec_env = job.spec.env
+    observation_space, action_space = external_spaces(spec_env) or env_spaces(spec_env, 0, job.spec.replicas)
     spec = job.spec.policy.model_copy(update={"device": "cpu", "num_threads": None})
     policy = Policy(
         spec, observation_space, action_space, init_seed=derive_seed(job.spec.sampling.seed, INIT_SEED_PATH)

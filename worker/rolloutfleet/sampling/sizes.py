@@ -156,6 +156,11 @@ def problems(job: RolloutJob, size: SizeEstimate) -> list[str]:
 
 def _spaces(job: RolloutJob) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
     """A sub-env's spaces; a failure is a SpecError naming the field (as the runner says it)."""
+    from rolloutfleet.external.spaces import external_spaces
+
+    declared = external_spaces(job.spec.env)
+    if declared is not None:
+        return declared
     with env_build_errors(job.spec.env):
         return env_spaces(job.spec.env, worker_index=0, num_workers=max(job.spec.replicas, 1), reset=True)
 

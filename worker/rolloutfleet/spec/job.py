@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.error_lines import describe_errors
 from rolloutfleet.spec.exploration import ExplorationSpec
+from rolloutfleet.spec.external import ExternalSpec
 from rolloutfleet.spec.manifest_yaml import load_documents, yaml_problem
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
@@ -131,6 +132,8 @@ class EnvSpec(_Model):
     """An env constructor, ``reset`` or ``step`` still running after this long ends the worker:
     logged once, counted, exit 3 with one line naming the sub-env and the call
     (:mod:`rolloutfleet.fleet.env_watchdog`)."""
+    external: ExternalSpec | None = None
+    """The env runs outside the fleet and calls the workers for actions (:mod:`rolloutfleet.spec.external`)."""
 
     @field_validator("entry_point")
     @classmethod
@@ -139,6 +142,8 @@ class EnvSpec(_Model):
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> EnvSpec:
+        if self.external is not None:
+            return check_external(self)
         if (self.id is None) == (self.entry_point is None):
             raise ValueError("give exactly one of 'id' (a gymnasium id) or 'entryPoint' (pkg.module:callable)")
         if self.entry_point is not None and self.vectorization in ("vector", "envpool"):
@@ -151,6 +156,20 @@ class EnvSpec(_Model):
                 f"use 'sync' or 'async'{hint}",
             )
         return self
+
+
+def check_external(env: EnvSpec) -> EnvSpec:
+    """An external env takes its spaces from ``id`` or declares them, and has no local env to build."""
+    assert env.external is not None
+    if env.entry_point is not None:
+        raise _SubfieldError("entryPoint", "an external env runs outside the fleet; give 'id' or declare the spaces")
+    if (env.id is not None) == env.external.declares_spaces:
+        raise _SubfieldError(
+            "external", "give the spaces once: 'id' (a gymnasium id) or external.observationSpace/actionSpace"
+        )
+    if env.wrappers or env.num_envs != 1:
+        raise _SubfieldError("external", "wrappers and numEnvs are for envs the worker steps; leave them out")
+    return env
 
 
 MAX_STATE_SIZE = 16384
@@ -497,6 +516,8 @@ class RolloutJobSpec(_Model):
     @model_validator(mode="after")
     def _single_agent_env_options(self) -> RolloutJobSpec:
         if self.multi_agent is not None:
+            if self.env.external is not None:
+                raise _SubfieldError("env.external", "serves single-agent simulators; leave out multiAgent")
             if self.env.wrappers:
                 raise _SubfieldError(
                     "env.wrappers", "wrap single-agent envs only; wrap a multi-agent env in its entry point"

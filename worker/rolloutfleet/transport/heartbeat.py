@@ -70,6 +70,8 @@ def beat(
         "nonfinite_rewards": stats.get("nonfinite_rewards", 0),
         "filter_quarantined": stats.get("filter_quarantined", 0),
     }
+    # An external env's server: clients, open episodes, timed-out / dropped episodes, refusals.
+    fields.update({name: value for name, value in stats.items() if name.startswith("external/")})
     if waiting_since is not None:
         fields["steps_per_s"] = 0.0
         fields["waiting_for_learner_since"] = waiting_since
