@@ -12,9 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from docsgen import metrics, names
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.consumer import BatchConsumer
 from tests.integration.fleet.test_worker import start_worker, wait_probe
-from tests.integration.fleet_helpers import read_until
+from tests.integration.fleet_helpers import read_until, small_job
 
 # Labels Prometheus adds to every scraped series (target labels of a PodMonitor/ServiceMonitor),
 # and the bucket bound of histograms.
@@ -39,9 +40,12 @@ def operator_series() -> dict[str, set[str]]:
 def live_worker_series(redis_url: str, tmp_path: Path) -> dict[str, set[str]]:
     """What a worker serves once it has published (its policy's and env's series included)."""
     port = free_port()
-    worker = start_worker(redis_url, port, tmp_path)
+    job = small_job("w", replicas=1).to_dict()
+    job["spec"]["sampling"]["callbacks"] = "tests.integration.fleet.custom_callbacks:ReturnCheck"  # custom metrics
+    worker = start_worker(redis_url, port, tmp_path, job=RolloutJob.from_dict(job))
     try:
-        read_until(BatchConsumer(redis_url, "w", group="names"), lambda ms: len(ms) >= 2, timeout=90)
+        # CartPole episodes end within a few fragments: the custom metric's series exist by then
+        read_until(BatchConsumer(redis_url, "w", group="names"), lambda ms: len(ms) >= 6, timeout=90)
         wait_probe(port, "/readyz", 200, 30)
         return scrape(port)
     finally:

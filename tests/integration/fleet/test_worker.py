@@ -29,11 +29,16 @@ from tests.integration.redis_server import RedisServer
 
 
 def start_worker(
-    redis_url: str, port: int, tmp_path: Path, stderr: Any = subprocess.PIPE, log_level: str = "WARNING", **env: str
+    redis_url: str,
+    port: int,
+    tmp_path: Path,
+    stderr: Any = subprocess.PIPE,
+    log_level: str = "WARNING",
+    job: RolloutJob | None = None,
+    **env: str,
 ) -> subprocess.Popen[str]:
-    config = WorkerConfig(
-        job=small_job("w", replicas=1), worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=port
-    )
+    job = small_job("w", replicas=1) if job is None else job
+    config = WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=port)
     environ = {
         **os.environ,
         **config.to_environ(),

@@ -86,6 +86,16 @@ VALID: dict[str, Any] = {
     "multiAgent.policies.a.numThreads": 2,
     "multiAgent.policies.a.stateOut": True,
     "multiAgent.policiesToTrain[0]": "a",
+    "env.external.observationSpace.type": "Discrete",
+    "env.external.observationSpace.shape[0]": 4,
+    "env.external.observationSpace.low": -1.0,
+    "env.external.observationSpace.high": 1.0,
+    "env.external.observationSpace.n": 3,
+    "env.external.actionSpace.type": "Discrete",
+    "env.external.actionSpace.shape[0]": 2,
+    "env.external.actionSpace.low": -1.0,
+    "env.external.actionSpace.high": 1.0,
+    "env.external.actionSpace.n": 3,
 }
 """Fields without a CRD default or enum: a value the model accepts there."""
 OBJECTS: dict[str, dict[str, Any]] = {"passwordSecret": {"name": "redis"}}
@@ -154,6 +164,13 @@ def manifest_with(path: str, value: Any) -> dict[str, Any]:
             section["exploration"]["schedule"] = {"initial": 1.0, "final": 0.1, "steps": 10}
     if path == "env.entryPoint":
         del spec["env"]["id"]  # one of the two
+    if path.startswith(("env.external.observationSpace.", "env.external.actionSpace.")):
+        # a declared space holds the fields of its type: Discrete has n, Box the others
+        field = _parts(path)[3]
+        space = {"type": "Discrete", "n": 2} if field in ("n", "type") else {"type": "Box", "shape": [4]}
+        other = "actionSpace" if _parts(path)[2] == "observationSpace" else "observationSpace"
+        spec["env"]["external"] = {str(_parts(path)[2]): space, other: {"type": "Discrete", "n": 2}}
+        del spec["env"]["id"]  # the spaces are given once
     if path == "multiAgent.policyMapping.rules[0].regex":
         spec["multiAgent"]["policyMapping"]["rules"][0].pop("prefix")  # one of the two
     parts = _parts(path)
