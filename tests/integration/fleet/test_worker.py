@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 from rolloutfleet.inference.device import driver_device_count
+from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
@@ -229,7 +230,6 @@ def test_a_policy_that_needs_torch_in_an_image_without_it_exits_with_one_line(
 
 def test_nan_from_the_env_is_counted_in_metrics_and_heartbeat_not_in_the_filter(redis_url: str, tmp_path: Path) -> None:
     from rolloutfleet.data.batch import nonfinite_rows
-    from rolloutfleet.spec.job import RolloutJob
     from rolloutfleet.transport.filter_sync import read_filter
     from rolloutfleet.transport.heartbeat import read_heartbeats
 
