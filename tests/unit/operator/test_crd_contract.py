@@ -41,7 +41,7 @@ def test_every_printer_column_and_scale_path_exists_in_the_schema() -> None:
     assert resolve(scale["statusReplicasPath"])["type"] == "integer"
     assert resolve(scale["labelSelectorPath"])["type"] == "string"
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Desired", "Ready", "Phase", "Restarts", "Steps/s", "Reason", "Age"]
+    assert names == ["Desired", "Ready", "Phase", "Restarts", "Steps/s", "Reason", "Age", "Autoscaling"]
 
 
 def _model_fields(model: type[BaseModel]) -> dict[str, Any]:
@@ -97,6 +97,7 @@ SECTIONS = [
     "template",
     "template.metadata",
     "disruption",
+    "autoscaling",
 ]
 
 
