@@ -185,11 +185,12 @@ class WorkerTransport:
     def heartbeat(self, stats: Mapping[str, float | int], waiting_since: float | None = None) -> None:
         """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`);
         ``waiting_since``: unix time it began to wait for a learner, while it does."""
+        blocked = sum(p.stats.blocked_seconds for p in self.publishers.values())  # the autoscaler's signal
         write_heartbeat(
             self.client,
             self.keys,
             self.worker_index,
-            stats,
+            {**stats, "backpressure_seconds": blocked},
             refused=self.refused_weights(),
             waiting_since=waiting_since,
         )
