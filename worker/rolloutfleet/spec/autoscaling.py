@@ -44,9 +44,7 @@ class AutoscalingSpec(SpecModel):
     @model_validator(mode="after")
     def _bounds_in_order(self) -> AutoscalingSpec:
         if self.min_replicas > self.max_replicas:
-            raise SubfieldError(
-                "minReplicas", f"must be <= maxReplicas ({self.max_replicas}), got {self.min_replicas}"
-            )
+            raise SubfieldError("minReplicas", f"must be <= maxReplicas ({self.max_replicas}), got {self.min_replicas}")
         return self
 
     def clamp(self, replicas: int) -> int:

@@ -75,8 +75,8 @@ from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.learners import LEARNERS_TTL_MS, READING_SCRIPT
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
 from rolloutfleet.transport.appetite import AppetiteWriter
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
 from rolloutfleet.transport.entries import (
     Message,
     Schema,
