@@ -27,12 +27,13 @@ class Fleet:
     appetite: Callable[[float], float | None]  # rows/s the learner wants at t; None: no learner
     noise: float = 0.0
     capacity: float = 20_000.0
+    startup: float = 0.0  # seconds a new worker makes nothing and writes no heartbeat
     seed: int = 0
     t: float = 0.0
     buffer: float = 0.0
     consumer: int = 0
     learner: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # elapsed, starved, rows
-    workers: dict[int, list[float]] = field(default_factory=dict)  # index -> [blocked_s]
+    workers: dict[int, list[float]] = field(default_factory=dict)  # index -> [blocked_s, born]
     last_read: float | None = None
     sizes: list[int] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -45,7 +46,12 @@ class Fleet:
 
     def step(self, dt: float = 1.0, error: str | None = None) -> None:
         n, wants = self.scaler.replicas, self.appetite(self.t)
-        rates = {i: PER_WORKER * self.jitter() for i in range(n)}
+        for gone in [i for i in self.workers if i >= n]:
+            del self.workers[gone]
+        for i in range(n):
+            self.workers.setdefault(i, [0.0, self.t])
+        up = [i for i in range(n) if self.t - self.workers[i][1] >= self.startup]
+        rates = {i: PER_WORKER * self.jitter() for i in up}
         supply = sum(rates.values()) * dt
         consumed, starved = 0.0, 0.0
         if wants is not None:
@@ -62,8 +68,8 @@ class Fleet:
         self.buffer = max(0.0, self.buffer + produced - consumed)
         if wants is not None:
             self.learner = [self.learner[0] + dt, self.learner[1] + starved * dt, self.learner[2] + consumed]
-        for i in range(n):
-            self.workers.setdefault(i, [0.0])[0] += blocked * dt
+        for i in up:
+            self.workers[i][0] += blocked * dt
         self.t += dt
         learners = ()
         if self.last_read is not None:
@@ -73,7 +79,7 @@ class Fleet:
             now=self.t,
             learners=learners,
             last_read_age_s=None if self.last_read is None else self.t - self.last_read,
-            workers=tuple(WorkerSample(i, self.t, rates[i], self.workers[i][0], False) for i in range(n)),
+            workers=tuple(WorkerSample(i, self.t, rates[i], self.workers[i][0], False) for i in up),
             error=error,
         )
         decision = self.scaler.observe(signals, self.t)
@@ -112,6 +118,13 @@ def test_steady_appetite_converges_in_one_step_and_stays() -> None:
     assert changes(fleet.sizes) <= 2, fleet.sizes  # 1 -> 4 (maybe one more correction), then nothing
     assert len(set(fleet.sizes[120:])) == 1
     assert "learner starved" in next(r for r in fleet.reasons if "->" in r)
+
+
+def test_workers_slow_to_start_are_waited_for_not_taken_for_too_few() -> None:
+    fleet = Fleet(scaler(1), appetite=lambda t: 3500.0, startup=25.0)
+    fleet.run(600)
+    assert feeds(fleet.sizes[-1], 3500.0) and changes(fleet.sizes) == 1, fleet.sizes
+    assert any(r.startswith("waiting for the first heartbeat of 3 of 4 workers") for r in fleet.reasons)
 
 
 def test_an_oversized_fleet_comes_down_to_the_appetite_without_undershooting() -> None:

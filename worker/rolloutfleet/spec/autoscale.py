@@ -74,10 +74,13 @@ class Autoscaler:
         self._learners: dict[str, deque[tuple[float, LearnerSample]]] = {}
         self._workers: dict[int, deque[tuple[float, WorkerSample]]] = {}
         self._recommended: deque[tuple[float, int]] = deque()
+        self._first_beat: dict[int, float] = {}
+        """Worker index -> when its first heartbeat since the last change was seen."""
 
     def resize(self, replicas: int, now: float) -> None:
         """The size was set from outside (``kubectl scale``): start again from it."""
         self.replicas, self.changed_at = self.spec.clamp(replicas), now
+        self._first_beat.clear()
 
     def observe(self, signals: Signals, now: float) -> Decision:
         """One look at the signals at ``now`` (the caller's clock): the size to keep, and why."""
@@ -108,11 +111,14 @@ class Autoscaler:
     def _judge(self, now: float) -> Decision:
         spec, n = self.spec, self.replicas
         assert self.changed_at is not None
-        since = now - self.changed_at
-        if since < spec.window_seconds:
-            return Decision(
-                n, n, f"measuring since the last change ({since:.0f} of {spec.window_seconds} s): {n} workers"
-            )
+        # The window starts once every worker has beaten since the last change (new workers
+        # starting up are no measure of what n workers make), or 2 windows after it at most.
+        missing = [i for i in range(n) if i not in self._first_beat]
+        if missing and now - self.changed_at < 2 * spec.window_seconds:
+            return Decision(n, n, f"waiting for the first heartbeat of {len(missing)} of {n} workers")
+        began = max([self.changed_at, *self._first_beat.values()]) if not missing else self.changed_at
+        if now - began < spec.window_seconds:
+            return Decision(n, n, f"measuring the {spec.window_seconds} s after the last change: {n} workers")
         w = self._window(now - spec.window_seconds)
         figures = {"starved_ratio": w.starved, "blocked_ratio": w.blocked,
                    "learner_rows_per_s": w.rows_per_s, "worker_rows_per_s": w.per_worker}  # fmt: skip
@@ -152,6 +158,7 @@ class Autoscaler:
         if target == previous:
             return Decision(previous, previous, f"{why}: {previous} workers", **figures)  # type: ignore[arg-type]
         self.replicas, self.changed_at = target, now
+        self._first_beat.clear()
         self._recommended.clear()
         self._recommended.append((now, target))
         return Decision(target, previous, f"{why}: {previous} -> {target} workers", **figures)  # type: ignore[arg-type]
@@ -182,6 +189,8 @@ class Autoscaler:
                 beats.clear()  # a restarted worker
             if not beats or worker.time != beats[-1][1].time:
                 beats.append((now, worker))
+                if self.changed_at is None or worker.time >= signals.now - (now - self.changed_at):
+                    self._first_beat.setdefault(worker.index, now)
         _prune(self._learners, keep)
         _prune(self._workers, keep)
         # Rows one worker makes: the mean sampling speed of the heartbeats of the last window.
