@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server test test-unit test-integration e2e lint fmt bench bench-autoscale bench-cluster bench-compare bench-peer soak chaos demo demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -76,6 +76,9 @@ soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 1
 	$(BIN)/python -m bench.soak --duration $(or $(DURATION),1h)
 
 PEER_VENV ?= .venv-peer
+bench-autoscale: install ## a fleet sized for the peak vs spec.autoscaling under a learner whose appetite steps (fast, slow, gone, back): worker-seconds, starvation, settling
+	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60)
+
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
 	$(BIN)/python -m bench.bench_cluster
 
