@@ -69,7 +69,9 @@ def test_resize_starts_new_indexes_and_stops_the_highest_gracefully(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def spawn(self: LocalFleet, index: int, now: float) -> None:
-        process = self.workers[index].process = subprocess.Popen([sys.executable, "-c", STAND_IN], stdout=subprocess.PIPE)
+        process = self.workers[index].process = subprocess.Popen(
+            [sys.executable, "-c", STAND_IN], stdout=subprocess.PIPE
+        )
         assert process.stdout is not None and process.stdout.readline() == b"up\n"  # its SIGTERM handler is set
         self.workers[index].state = "running"
         self.tracker.started(index, now)
