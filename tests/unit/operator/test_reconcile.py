@@ -245,3 +245,8 @@ async def test_an_autoscaled_job_keeps_the_autoscaler_s_size_says_each_change_on
     scaled = [e for e in posted if e["reason"] == "Scaled"]
     assert [e["message"] for e in scaled] == [reason]  # once, though two rounds saw it
     assert "DeletedWorkers" in [e["reason"] for e in posted] and job["status"]["restarts"] == 0
+    from prometheus_client import REGISTRY
+
+    labels = {"namespace": "team", "job_name": "cp"}
+    assert REGISTRY.get_sample_value("rolloutfleet_autoscaler_desired_replicas", labels) == 0
+    assert REGISTRY.get_sample_value("rolloutfleet_autoscaler_changes_total", labels) == 1
