@@ -3,7 +3,9 @@ one run: real worker processes of a paced env (a fixed wall time per step, no CP
 workers' speed does not depend on how many share the machine), a real redis-server, a
 learner in this process whose appetite steps: fast, slow, gone, fast again.
 
-Per configuration: worker-seconds spent (workers alive, summed over the run), the
+Three fleets: fixed at the peak's size, fixed at one worker fewer (cheaper, starved at the
+peak: a fixed fleet's trade of worker-seconds for starvation), and autoscaled. Per
+configuration: worker-seconds spent (workers alive, summed over the run), the
 learner's starvation (share of its time ``get()`` waited for rows, from its own
 ``BatchConsumer`` meter, while it runs), rows it got, the time from each appetite step to
 the fleet's last change in that phase, and the number of changes.
@@ -120,12 +122,18 @@ def main() -> None:
     peak = math.ceil(max(a for _, a in PHASES if a) * 1.1 / (1 / STEP_S * 0.85))  # ~85 % of the paced speed
     with EmbeddedRedis() as redis:
         fixed = run("fixed", False, args.phase_seconds, peak, redis.url)
+        fewer = run("fewer", False, args.phase_seconds, peak - 1, redis.url)  # less for its starvation
         elastic = run("elastic", True, args.phase_seconds, 1, redis.url)
     phases = ", ".join(f"{n} {a or 0:.0f} rows/s" for n, a in PHASES)
     print(f"\nappetite: {phases}; {args.phase_seconds:.0f} s each; one worker makes <= {1 / STEP_S:.0f} rows/s\n")
     print("| fleet | worker-seconds | learner starved | rows to the learner | settled after each step (s) | changes |")
     print("| --- | ---: | ---: | ---: | --- | ---: |")
-    for label, result in ((f"fixed, {peak} workers (the peak)", fixed), ("autoscaled, 0..8", elastic)):
+    rows = (
+        (f"fixed, {peak} workers (the peak)", fixed),
+        (f"fixed, {peak - 1} workers", fewer),
+        ("autoscaled, 0..8", elastic),
+    )
+    for label, result in rows:
         settle = " / ".join(f"{s:.0f}" for s in result["settle"])  # type: ignore[attr-defined]
         print(f"| {label} | {result['worker_seconds']:,.0f} | {result['starved']:.1%} | {result['rows']:,} "
               f"| {settle} | {result['changes']} |")  # fmt: skip
