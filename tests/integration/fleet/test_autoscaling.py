@@ -1,8 +1,8 @@
 """``spec.autoscaling`` with the local fleet (what ``rolloutfleet run`` does), real worker
 processes and a real redis-server: a learner consuming at a fixed rate makes the fleet
-settle at the size that feeds it (±1) without flapping; the learner gone, the fleet goes
-to minReplicas (0) after idleSeconds; the learner back, workers come back at the next look
-and it gets its batches."""
+settle at the size that feeds it (±1) without flapping; slowing down shrinks it; the
+learner gone, the fleet goes to minReplicas (0) after idleSeconds; the learner back,
+workers come back at the next look and it gets its batches."""
 
 from __future__ import annotations
 
@@ -48,12 +48,13 @@ class Learner(threading.Thread):
         self.consumer = BatchConsumer(redis_url, "elastic", consumer=name, block_s=0.2, read_count=2)
         self.stop = threading.Event()
         self.batches = 0
+        self.appetite = APPETITE
 
     def run(self) -> None:
         while not self.stop.is_set():
             if self.consumer.get(min_steps=40, timeout=0.5) is not None:
                 self.batches += 1
-                time.sleep(40 / APPETITE)
+                time.sleep(40 / self.appetite)
         self.consumer.close()
 
 
@@ -96,14 +97,27 @@ def test_the_fleet_follows_a_learner_settles_goes_to_zero_and_comes_back(redis_u
         assert changes <= 1, sizes
         assert learner.batches > 20
 
+        # The learner slows down: the fleet shrinks to what feeds it now.
+        settled = len(fleet.workers)
+        learner.appetite = APPETITE / 4
+        reasons = looks(fleet, scaler, lambda: len(fleet.workers) < settled, 90)
+        assert reasons[-1].split(" ", 1)[1].startswith("workers blocked "), reasons[-1]
+        # The next judged decision (after the new size's window) has the figures to check it by.
+        looks(fleet, scaler, lambda: scaler.decision is not None and scaler.decision.worker_rows_per_s is not None, 60)
+        slow = scaler.decision
+        assert slow is not None and slow.worker_rows_per_s
+        assert len(fleet.workers) <= math.ceil(APPETITE / 4 * 1.1 / slow.worker_rows_per_s) + 1, reasons
+        assert fleet.restarts == 0
+
         # The learner stops: after idleSeconds without a read, no workers.
+        before = len(fleet.workers)
         learner.stop.set()
         learner.join(10)
         reasons = looks(fleet, scaler, lambda: len(fleet.workers) == 0, 60)
         assert reasons[-1].startswith("0 no learner has read for 1"), reasons[-1]
         assert "(idleSeconds 10)" in reasons[-1] and fleet.restarts == 0  # removals are no failures
         active = scaler.autoscaler.last_active
-        assert active is not None and active >= 2
+        assert active == before >= 1  # the size it had when the learner left
 
         # A learner starts again: the next look brings the workers back, and it gets its batches.
         again = Learner(redis_url, "second")
