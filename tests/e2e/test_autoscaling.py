@@ -1,7 +1,7 @@
 """``spec.autoscaling`` on a real API server with the test kubelet's worker processes and a
 real Redis: a learner consuming at a fixed rate makes the job settle at the size that
 feeds it (±1) without flapping, said in the status, an Event per change and ``kubectl get
--o wide``; the learner gone, the job goes to minReplicas (0) after idleSeconds, its pods
+-o wide``; slowing down shrinks it; the learner gone, the job goes to minReplicas (0) after idleSeconds, its pods
 removed gracefully (no restart, no disruption counted); a learner back brings workers back
 at the operator's next look, and it gets batches."""
 
@@ -31,12 +31,13 @@ class Learner(threading.Thread):
         self.consumer = BatchConsumer(url, "elastic", namespace=namespace, consumer=name, block_s=0.2, read_count=2)
         self.stop = threading.Event()
         self.batches = 0
+        self.appetite = APPETITE
 
     def run(self) -> None:
         while not self.stop.is_set():
             if self.consumer.get(min_steps=40, timeout=0.5) is not None:
                 self.batches += 1
-                time.sleep(40 / APPETITE)
+                time.sleep(40 / self.appetite)
         self.consumer.close()
 
 
@@ -98,6 +99,19 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
     assert any(words in wide[1] for words in ("workers blocked", "learner starved", "measuring", "waiting for")), wide
     events = scaled_events(cluster, namespace)
     assert events and events[0].startswith("learner starved ") and "1 -> " in events[0]
+
+    # The learner slows to a quarter: the job shrinks (workers blocked), gracefully.
+    settled = sizes[-1]
+    learner.appetite = APPETITE / 4
+
+    def shrunk() -> dict[str, Any] | None:
+        status = jobs.status("elastic")
+        return status if status["desiredReplicas"] < settled else None
+
+    status = wait_for(shrunk, 180, jobs.describe)
+    assert status["autoscaling"]["reason"].startswith("workers blocked "), status["autoscaling"]
+    wait_for(lambda: len(jobs.pods("elastic")) == jobs.status("elastic")["desiredReplicas"], 120, jobs.describe)
+    assert jobs.status("elastic")["restarts"] == 0
 
     # The learner stops: minReplicas (0) after idleSeconds; pods removed, no restart, no disruption.
     learner.stop.set()
