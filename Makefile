@@ -17,7 +17,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs test test-unit test-integration e2e lint fmt bench bench-external bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server promtool docs test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -88,6 +88,9 @@ soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 1
 PEER_VENV ?= .venv-peer
 bench-external: install ## external simulators: actions/s and p50/p99 latency for 1/8/64 PolicyClient processes next to the in-process runner
 	$(BIN)/python -m bench.bench_external
+
+bench-autoscale: install ## a fleet sized for the peak vs spec.autoscaling under a learner whose appetite steps (fast, slow, gone, back): worker-seconds, starvation, settling
+	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60)
 
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
 	$(BIN)/python -m bench.bench_cluster

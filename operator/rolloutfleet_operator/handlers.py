@@ -27,6 +27,7 @@ from kubernetes import config as k8s_config
 
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import API_CONCURRENCY, JOBS, PDBS, Api
+from rolloutfleet_operator.autoscale_tick import autoscale
 from rolloutfleet_operator.coalescing import run_coalesced
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.kueue import WORKLOADS
@@ -172,6 +173,7 @@ async def tick(*, namespace: str | None, name: str, memo: Any, **indexes: Any) -
     key = (namespace or "", name)
     if runtime.config.read_progress:
         await read_progress(key, runtime, indexes["job_index"])
+        await autoscale(key, runtime, indexes["job_index"])  # spec.autoscaling's jobs only
     await request_reconcile(
         key, runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"], indexes["pdb_index"]
     )

@@ -49,3 +49,24 @@ def forget_job(namespace: str, job_name: str) -> None:
     for gauge in (JOB_RESTARTS, JOB_MAX_RESTARTS):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, job_name)
+
+
+# The autoscaler's signals (spec.autoscaling), per job: what it decides by, for dashboards,
+# or for an HPA / KEDA through a Prometheus adapter instead of spec.autoscaling.
+_JOB = ["namespace", "job_name"]
+LEARNER_STARVED = Gauge(
+    "rolloutfleet_learner_starved_ratio",
+    "Share of the learner's time its get()/read() waited for rows, over the autoscaler's window",
+    _JOB,
+)
+WORKERS_BLOCKED = Gauge(
+    "rolloutfleet_workers_blocked_ratio",
+    "Share of the workers' time their publishes waited for room (block backpressure), over the window",
+    _JOB,
+)
+LEARNER_ROWS = Gauge("rolloutfleet_learner_rows_per_second", "Rows the learner groups consumed per second", _JOB)
+WORKER_ROWS = Gauge("rolloutfleet_worker_rows_per_second", "Rows one worker makes per second (sampling speed)", _JOB)
+DESIRED_REPLICAS = Gauge("rolloutfleet_autoscaler_desired_replicas", "Workers the autoscaler keeps", _JOB)
+SCALE_CHANGES = Counter(
+    "rolloutfleet_autoscaler_changes_total", "Changes of the number of workers by the autoscaler", _JOB
+)

@@ -29,9 +29,9 @@ WORKER_LABELS = {
     "app.kubernetes.io/component": "worker",
     "app.kubernetes.io/managed-by": MANAGED_BY,
 }
-# Spec fields that change how a running worker behaves. replicas, suspend, restartPolicy
+# Spec fields that change how a running worker behaves. replicas, suspend, restartPolicy, autoscaling
 # and the PodDisruptionBudget only steer the operator: changing them replaces no pod.
-_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy")
+_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling")
 _OPERATOR_ONLY_DISRUPTION = ("maxUnavailable",)
 # A worker on a node that stops reporting: replaced after spec.disruption.nodeLossSeconds.
 NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")

@@ -20,6 +20,7 @@ from typing import Any
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import apply_pdb, apply_service, create_pod, delete_pod, patch_status, post_event
+from rolloutfleet_operator.autoscale_tick import announce
 from rolloutfleet_operator.disruptions import counts_from_status
 from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
@@ -27,6 +28,7 @@ from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import PodView, build_pdb, build_pod, build_service, pdb_spec, template_hash
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
+from rolloutfleet_operator.scaling import scaling_status, sync_scaling
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
 
 # The kopf indexes, as handlers.job_index, handlers.pod_index and handlers.pdb_index fill them.
@@ -68,6 +70,11 @@ async def reconcile(
     uid = str(body["metadata"]["uid"])
     own_status = state.written if state.written is not None and state.written_for == uid else body["status"]
     clock = time.monotonic()
+    # spec.autoscaling: the autoscaler's size (.autoscale_tick decides it on the timer) stands for spec.replicas.
+    scaling = state.scaling = sync_scaling(state.scaling, job, own_status, clock)
+    if scaling is not None:
+        announce(body, key, scaling)  # a kubectl scale seen here first
+        job = job.model_copy(update={"spec": job.spec.model_copy(update={"replicas": scaling.autoscaler.replicas})})
     observation = observe(state.memory, pod_index.get(key, []), clock)
     # Kueue (a queue-name label): no pods without an admitted Workload; deleting them then is no failure.
     gate = await kueue_gate(runtime.api, body, job, observation.pods, (workload_index or {}).get(key, []),
@@ -91,7 +98,7 @@ async def reconcile(
     status = build_status(
         name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued,
         image=worker_image(job, config),
-    )  # fmt: skip
+    ) | scaling_status(scaling)  # fmt: skip
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)

@@ -12,6 +12,7 @@ from rolloutfleet_operator.api_calls import Api
 from rolloutfleet_operator.coalescing import Rounds
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.observe import PodMemory
+from rolloutfleet_operator.scaling import Scaling
 
 Key = tuple[str, str]  # (namespace, name) of a RolloutJob
 
@@ -41,6 +42,7 @@ class JobRuntime:
     written: dict[str, Any] | None = None
     written_for: str = ""
     password: tuple[float, str | None] = (0.0, None)  # (monotonic time read, the Redis password)
+    scaling: Scaling | None = None  # spec.autoscaling's autoscaler, its last decision (.scaling)
 
 
 @dataclass

@@ -124,6 +124,7 @@ def build_status(
         "message": message,
         "replicas": len(live),
         "readyReplicas": ready,
+        "desiredReplicas": desired,
         "restarts": restarts,
         # Evictions, preemptions, lost nodes, deletes by hand: never counted in restarts.
         "disruptions": {kind: the_plan.disruptions.get(kind, 0) for kind in KINDS},

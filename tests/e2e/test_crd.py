@@ -145,6 +145,27 @@ MISTAKES: list[tuple[str, Any, str, str]] = [
         "spec.template.metadata.annotations",
         "spec.template.metadata.annotations",
     ),
+    (
+        "spec.autoscaling",
+        {"minReplicas": 5, "maxReplicas": 3},
+        "spec.autoscaling.minReplicas",
+        "spec.autoscaling.minReplicas",
+    ),
+    (
+        "spec.autoscaling",
+        {"minReplicas": -1, "maxReplicas": 3},
+        "spec.autoscaling.minReplicas",
+        "spec.autoscaling.minReplicas",
+    ),
+    ("spec.autoscaling", {"maxReplicas": 0}, "spec.autoscaling.maxReplicas", "spec.autoscaling.maxReplicas"),
+    ("spec.autoscaling", {"minReplicas": 1}, "spec.autoscaling.maxReplicas", "spec.autoscaling.maxReplicas"),
+    ("spec.autoscaling.maxReplicas", -4, "spec.autoscaling.maxReplicas", "spec.autoscaling.maxReplicas"),
+    (
+        "spec",
+        {"env": {"id": "CartPole-v1"}, "autoscaling": {"maxReplicas": 2}, "redis": {"backpressure": "dropOldest"}},
+        "spec.redis.backpressure",
+        "spec.redis.backpressure",
+    ),
 ]
 
 

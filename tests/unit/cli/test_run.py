@@ -42,3 +42,10 @@ def test_workers_waiting_for_a_learner_show_it_in_their_state_and_the_title(tmp_
     # A waiting heartbeat nobody refreshed for over 30 s (its worker was killed) says nothing.
     stale = {0: {**beats[0], "time": 960.0}}
     assert fleet_line(fleet, stale, now=1000.0) == "2/3 workers up, 0 restarts"
+
+
+def test_an_autoscaled_fleet_s_table_says_the_last_decision_in_its_caption(tmp_path: Path) -> None:
+    fleet = LocalFleet(job(2), redis_url="redis://127.0.0.1:1/0", log_dir=tmp_path)
+    reason = "learner starved 62 % of the last 60 s: 4 -> 6 workers"
+    assert f"autoscaling: {reason}" in rendered(status_table(fleet, {}, elapsed=5.0, now=1000.0, scaling=reason))
+    assert "autoscaling" not in rendered(status_table(fleet, {}, elapsed=5.0, now=1000.0))

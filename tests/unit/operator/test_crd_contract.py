@@ -41,9 +41,9 @@ def test_every_printer_column_and_scale_path_exists_in_the_schema() -> None:
     assert resolve(scale["statusReplicasPath"])["type"] == "integer"
     assert resolve(scale["labelSelectorPath"])["type"] == "string"
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Desired", "Ready", "Phase", "Restarts", "Steps/s", "Reason", "Age", "Image"]
-    # The image only under `kubectl get rj -o wide`: it is long, and says which of two images.
-    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0] * 7 + [1]
+    assert names == ["Desired", "Ready", "Phase", "Restarts", "Steps/s", "Reason", "Age", "Image", "Autoscaling"]
+    # The image and the autoscaler's reason only under `kubectl get rj -o wide`: they are long.
+    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0] * 7 + [1, 1]
 
 
 def _model_fields(model: type[BaseModel]) -> dict[str, Any]:
@@ -102,6 +102,7 @@ SECTIONS = [
     "template",
     "template.metadata",
     "disruption",
+    "autoscaling",
 ]
 
 

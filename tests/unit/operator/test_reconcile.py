@@ -212,3 +212,41 @@ async def test_a_refused_pdb_is_reported_once_and_the_workers_still_run(kube: An
     assert sorted(made(kube)) == ["cp-worker-0", "cp-worker-1"] and len(kube.named("create_pdb")) == 2
     warnings = [e for e in posted if e["reason"] == "PodDisruptionBudgetFailed"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning" and "forbidden" in warnings[0]["message"]
+
+
+@pytest.mark.asyncio
+async def test_an_autoscaled_job_keeps_the_autoscaler_s_size_says_each_change_once_and_removes_gracefully(
+    kube: Any, posted: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rolloutfleet.spec.appetite import Signals
+    from rolloutfleet_operator import autoscale_tick
+
+    looks = iter([Signals(now=0.0), Signals(now=400.0)])  # no learner: idle after idleSeconds
+    monkeypatch.setattr(autoscale_tick, "read_signals", lambda *args: next(looks))
+    runtime = Runtime(config=OperatorConfig(), api=kube.api())
+    job = indexed_job(replicas=3, autoscaling={"minReplicas": 0, "maxReplicas": 5, "idleSeconds": 300})
+    await run(runtime, job, [])
+    assert sorted(made(kube)) == ["cp-worker-0", "cp-worker-1", "cp-worker-2"]
+    assert job["status"]["desiredReplicas"] == 3 and job["status"]["autoscaling"]["reason"] == "starting: 3 workers"
+    await autoscale_tick.autoscale(KEY, runtime, {KEY: [job]}, now=1000.0)  # the first look: nothing to judge yet
+    await autoscale_tick.autoscale(KEY, runtime, {KEY: [job]}, now=1400.0)  # 400 s later, still no learner
+    pods = [observed(kube, f"cp-worker-{i}") for i in range(3)]
+    kube.calls.clear()
+    await run(runtime, job, pods)
+    assert job["status"]["desiredReplicas"] == 0
+    reason = job["status"]["autoscaling"]["reason"]
+    assert reason == "no learner has read yet (idleSeconds 300): 3 -> 0 workers"
+    assert job["status"]["autoscaling"]["lastActiveReplicas"] == 3
+    deletes = kube.named("delete_namespaced_pod")
+    assert sorted(d["name"] for d in deletes) == ["cp-worker-0", "cp-worker-1", "cp-worker-2"]
+    assert all(
+        d["grace_period_seconds"] == runtime.config.grace_seconds for d in deletes
+    )  # SIGTERM: fragment published
+    scaled = [e for e in posted if e["reason"] == "Scaled"]
+    assert [e["message"] for e in scaled] == [reason]  # once, though two rounds saw it
+    assert "DeletedWorkers" in [e["reason"] for e in posted] and job["status"]["restarts"] == 0
+    from prometheus_client import REGISTRY
+
+    labels = {"namespace": "team", "job_name": "cp"}
+    assert REGISTRY.get_sample_value("rolloutfleet_autoscaler_desired_replicas", labels) == 0
+    assert REGISTRY.get_sample_value("rolloutfleet_autoscaler_changes_total", labels) == 1

@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_a_beat_is_the_runner_metrics_a_reader_needs() -> None:
     stats = {"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 1234.5, "episode_return_mean": 21.0,
              "weights_seq_no": 4, "num_episodes": 7, "nonfinite_obs": 2, "nonfinite_rewards": 1,
-             "filter_quarantined": 3}  # fmt: skip
+             "filter_quarantined": 3, "backpressure_seconds": 12.34567}  # fmt: skip
     assert json.loads(beat(stats, now=99.5)) == {
         "env_steps": 300, "steps_per_s": 1234.5, "episode_return_mean": 21.0, "weights_seq_no": 4, "time": 99.5,
-        "nonfinite_obs": 2, "nonfinite_rewards": 1, "filter_quarantined": 3,
+        "nonfinite_obs": 2, "nonfinite_rewards": 1, "filter_quarantined": 3, "blocked_s": 12.346,
     }  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.parent_watch import die_with_parent
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.spec.external import local_port
@@ -63,9 +64,14 @@ def fleet_line(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], n
 
 
 def status_table(
-    fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], elapsed: float, now: float | None = None
+    fleet: LocalFleet,
+    heartbeats: Mapping[int, Mapping[str, Any]],
+    elapsed: float,
+    now: float | None = None,
+    scaling: str | None = None,
 ) -> Table:
-    """The live table; ``now``: unix time (for how long workers wait for a learner)."""
+    """The live table; ``now``: unix time (for how long workers wait for a learner);
+    ``scaling``: the autoscaler's last decision in words (``spec.autoscaling``), its caption."""
     job = fleet.job
     now = time.time() if now is None else now
     total_rate = sum(float(h.get("steps_per_s", 0.0)) for h in heartbeats.values())
@@ -73,6 +79,8 @@ def status_table(
         title=f"{job.namespace}/{job.name}: {fleet_line(fleet, heartbeats, now)}, "
         f"{total_rate:,.0f} env steps/s, {elapsed:.0f} s",
         title_justify="left",
+        caption=None if scaling is None else f"autoscaling: {scaling}",
+        caption_justify="left",
     )
     columns = (
         "worker",
@@ -137,8 +145,11 @@ def run_fleet(args: argparse.Namespace) -> int:
     job = RolloutJob.from_file(args.manifest)
     if args.redis is not None and (code := _unreachable(args.redis, args.redis_timeout)) is not None:
         return code
-    if args.replicas is not None:
-        job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": args.replicas}})
+    replicas = job.spec.replicas if args.replicas is None else args.replicas
+    if job.spec.autoscaling is not None:
+        replicas = job.spec.autoscaling.clamp(replicas)  # the size to start from
+    if replicas != job.spec.replicas:
+        job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": replicas}})
     command = list(args.command)
     console = Console(stderr=True)
     fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"))
@@ -156,6 +167,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         addresses = external_addresses(job, len(fleet.workers))
         if addresses:
             console.print(f"fleet: external env: simulators connect to {', '.join(addresses)}")
+        scaler = None if job.spec.autoscaling is None else LocalAutoscaler(fleet)
         if command:
             env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
             if addresses:
@@ -170,10 +182,13 @@ def run_fleet(args: argparse.Namespace) -> int:
             while True:
                 fleet.poll()
                 now = time.monotonic()
+                if scaler is not None and (said := scaler.tick(now)) is not None:
+                    log.info("%s", said)
+                    console.print(f"fleet: {said}")
                 if live is not None:
-                    live.update(
-                        status_table(fleet, read_heartbeats(fleet.redis_url, job, fleet.redis_password), now - started)
-                    )
+                    beats = read_heartbeats(fleet.redis_url, job, fleet.redis_password)
+                    scaling = None if scaler is None or scaler.decision is None else scaler.decision.reason
+                    live.update(status_table(fleet, beats, now - started, scaling=scaling))
                 elif now - last_log > 10:
                     last_log = now
                     beats = read_heartbeats(fleet.redis_url, job, fleet.redis_password)

@@ -74,6 +74,8 @@ class LocalFleet:
         self.extra_env = dict(extra_env or {})
         self.tracker = RestartTracker(job.spec.restart_policy)
         self.workers = {i: WorkerProcess(i) for i in range(job.spec.replicas)}
+        self.removing: list[tuple[WorkerProcess, float]] = []
+        """Workers removed by :meth:`resize`, finishing their fragment, with when to kill them."""
         self.budget_reported = False
 
     @property
@@ -156,8 +158,40 @@ class LocalFleet:
                     restart_at - now,
                 )
         for index in self.tracker.due(now):
-            if self.workers[index].state == "backoff":
+            if index in self.workers and self.workers[index].state == "backoff":
                 self._spawn(index, now)
+        self._reap(now)
+
+    def resize(self, replicas: int, now: float | None = None) -> None:
+        """Run ``replicas`` workers: new indexes start at once; the highest go, gracefully
+        (SIGTERM: each publishes the fragment in hand, then exits; SIGKILL after the grace
+        period). A removal is no failure: it counts against no restart budget."""
+        now = time.monotonic() if now is None else now
+        for index in sorted(self.workers, reverse=True):
+            if index < replicas:
+                break
+            worker = self.workers.pop(index)
+            self.tracker.workers.pop(index, None)  # a removed worker's backoff is not due any more
+            if worker.process is not None and worker.process.poll() is None:
+                worker.process.terminate()
+                worker.state = "removing"
+                self.removing.append((worker, now + self.grace_seconds))
+        for index in range(replicas):
+            if index not in self.workers:
+                self.workers[index] = WorkerProcess(index)
+                self._spawn(index, now)
+
+    def _reap(self, now: float) -> None:
+        """Forget removed workers that exited; kill those past the grace period."""
+        for worker, deadline in list(self.removing):
+            assert worker.process is not None
+            if worker.process.poll() is not None:
+                self.removing.remove((worker, deadline))
+            elif now > deadline:
+                log.warning(
+                    "removed worker %d did not stop within %.0f s: killing it", worker.index, self.grace_seconds
+                )
+                worker.process.kill()
 
     def _last_line(self, index: int) -> str:
         path = self.log_dir / f"worker-{index}.log"
@@ -182,7 +216,9 @@ class LocalFleet:
 
     def stop(self) -> dict[int, int | None]:
         """SIGTERM every worker, wait the grace period, SIGKILL the rest; stop the embedded Redis."""
-        running = [w for w in self.workers.values() if w.process is not None and w.process.poll() is None]
+        removing = [worker for worker, _ in self.removing]
+        self.removing = []
+        running = [w for w in [*self.workers.values(), *removing] if w.process is not None and w.process.poll() is None]
         for worker in running:
             assert worker.process is not None
             worker.process.terminate()

@@ -198,11 +198,12 @@ class WorkerTransport:
         """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`);
         ``waiting_since``: unix time it began to wait for a learner, while it does; ``stuck``: an
         env call's line, from the watchdog (:mod:`rolloutfleet.fleet.env_watchdog`)."""
+        blocked = sum(p.stats.blocked_seconds for p in self.publishers.values())  # the autoscaler's signal
         write_heartbeat(
             self.client,
             self.keys,
             self.worker_index,
-            stats,
+            {**stats, "backpressure_seconds": blocked},
             refused=self.refused_weights(),
             waiting_since=waiting_since,
             stuck=stuck,

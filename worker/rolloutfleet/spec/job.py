@@ -23,6 +23,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from rolloutfleet.spec.autoscaling import AutoscalingSpec, check_autoscaling
 from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.error_lines import describe_errors
 from rolloutfleet.spec.exploration import ExplorationSpec
@@ -502,6 +503,9 @@ class RolloutJobSpec(_Model):
     """``metadata.labels`` / ``metadata.annotations`` of the worker pods (:mod:`rolloutfleet.spec.disruption`)."""
     disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
     """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.disruption`)."""
+    autoscaling: AutoscalingSpec | None = None
+    """``{minReplicas, maxReplicas, ...}``: the number of workers follows the learner's appetite
+    (:mod:`rolloutfleet.spec.autoscaling`); ``replicas`` is then only the size to start from."""
 
     @field_validator("tolerations")
     @classmethod
@@ -515,6 +519,7 @@ class RolloutJobSpec(_Model):
 
     @model_validator(mode="after")
     def _single_agent_env_options(self) -> RolloutJobSpec:
+        check_autoscaling(self.autoscaling, self.redis.backpressure)
         if self.multi_agent is not None:
             if self.env.external is not None:
                 raise _SubfieldError("env.external", "serves single-agent simulators; leave out multiAgent")

@@ -142,6 +142,12 @@ class JobKeys:
         return f"{tag}:learners" if self.policy is None else f"{tag}:learners:{self.policy}"
 
     @property
+    def appetite(self) -> str:
+        """Hash: ``<group>/<consumer>`` -> Redis time (ms) and JSON of the consumer's starved
+        time and rows (:mod:`rolloutfleet.spec.appetite`): what the autoscaler sizes the fleet by."""
+        return f"{self.tag}:appetite" if self.policy is None else f"{self.tag}:appetite:{self.policy}"
+
+    @property
     def heartbeats(self) -> str:
         """Hash: worker index -> JSON of the worker's latest sampling figures."""
         return f"{self.tag}:heartbeats"

@@ -58,6 +58,7 @@ the job's published weights version unless the learner sets it; should that go b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -73,6 +74,7 @@ from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
+from rolloutfleet.transport.appetite import AppetiteWriter
 from rolloutfleet.transport.backpressure import LEARNERS_TTL_MS, READING_SCRIPT
 from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, RetryLoop, connect, where_url
 from rolloutfleet.transport.declared_columns import SchemaReference, read_declared
@@ -235,6 +237,8 @@ class BatchConsumer:
         self.client = self._retry.call(lambda: connect(redis_url, password, socket_timeout=timeout))
         self._retry.client = self.client
         self._reading = self.client.register_script(READING_SCRIPT)
+        self.appetite = AppetiteWriter(self.client, self._job_keys, group, self.consumer)
+        """Starved time and rows, written with the read stamps: the autoscaler's signal (:mod:`rolloutfleet.spec.appetite`)."""
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._in_flight: set[tuple[int, str]] = set()
         self._carry: list[Message] = []
@@ -355,6 +359,8 @@ class BatchConsumer:
                 # Out of memory refuses the stamp, not the read: a learner draining a full
                 # Redis is what frees it (the workers trim what it consumed).
                 self._next_reading = 0.0
+        with contextlib.suppress(_Full):
+            self._call(lambda: _refusing_oom(self.appetite.write))
 
     def _read_shards(self, indices: list[int], count: int, block_ms: int | None) -> list[tuple[int, bytes, Any]]:
         def read() -> list[Any]:
@@ -543,9 +549,17 @@ class BatchConsumer:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
-            messages = self._fetch(count or self.read_count, int(max(remaining, 0.001) * 1000))
+            messages = self._metered_fetch(count or self.read_count, int(max(remaining, 0.001) * 1000))
             if messages or (deadline is not None and time.monotonic() >= deadline):
+                self.appetite.meter.delivered(sum(len(m.batch) for m in messages))
                 return messages
+
+    def _metered_fetch(self, count: int, block_ms: int) -> list[Message]:
+        """:meth:`_fetch`, its time counted as starved unless it came back full (:class:`AppetiteMeter`)."""
+        began = time.monotonic()
+        messages = self._fetch(count, block_ms)
+        self.appetite.meter.fetched(time.monotonic() - began, full=len(messages) >= count)
+        return messages
 
     def __iter__(self) -> Iterator[Message]:
         """Messages forever (break out of the loop to stop); ack each one."""
@@ -603,7 +617,7 @@ class BatchConsumer:
             if remaining <= 0 and polled:
                 return None
             wait = 0.001 if min_steps == 0 else max(remaining, 0.001)
-            fetched = self._fetch(self.read_count, int(wait * 1000))
+            fetched = self._metered_fetch(self.read_count, int(wait * 1000))
             polled = True
             self._schemas.saw([schema_of(m.batch) for m in fetched])
             # The held ones too: without a declaration, the reference may have moved on.
@@ -616,6 +630,7 @@ class BatchConsumer:
             self._carry = messages + self._carry
             raise
         self._uncommitted = messages
+        self.appetite.meter.delivered(sum(len(m.batch) for m in messages))
         return result
 
     @staticmethod

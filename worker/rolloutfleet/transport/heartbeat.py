@@ -5,7 +5,9 @@ One Redis hash per job (:attr:`rolloutfleet.spec.redis_keys.JobKeys.heartbeats`)
 -> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
 ``weights_seq_no``, ``time`` (unix seconds) and the worker's lifetime counts of rows with
 NaN/inf observations (``nonfinite_obs``) or rewards (``nonfinite_rewards``) and of
-observations its filter kept out of the statistics (``filter_quarantined``); and, while a
+observations its filter kept out of the statistics (``filter_quarantined``), the seconds its
+publishes waited for room under ``block`` backpressure (``blocked_s``, the autoscaler's
+signal, :mod:`rolloutfleet.spec.appetite`); and, while a
 weights version it refused is newer than the one it holds, ``weights_refused``: policy ->
 ``[version, reason]`` (:func:`rolloutfleet.spec.refusals.refused_versions` sums them over workers); and,
 while it waits for a learner (:mod:`rolloutfleet.fleet.learner_wait`), ``waiting_for_learner_since``
@@ -58,7 +60,7 @@ def beat(
 
     >>> beat({"num_env_steps_sampled_lifetime": 300, "env_steps_per_s": 12.5, "weights_seq_no": 2}, now=10.0)
     '{"env_steps": 300, "steps_per_s": 12.5, "episode_return_mean": NaN, "weights_seq_no": 2, "time": 10.0, \
-"nonfinite_obs": 0, "nonfinite_rewards": 0, "filter_quarantined": 0}'
+"nonfinite_obs": 0, "nonfinite_rewards": 0, "filter_quarantined": 0, "blocked_s": 0.0}'
     """
     fields: dict[str, Any] = {
         "env_steps": stats.get("num_env_steps_sampled_lifetime", 0),
@@ -69,6 +71,7 @@ def beat(
         "nonfinite_obs": stats.get("nonfinite_obs", 0),
         "nonfinite_rewards": stats.get("nonfinite_rewards", 0),
         "filter_quarantined": stats.get("filter_quarantined", 0),
+        "blocked_s": round(float(stats.get("backpressure_seconds", 0.0)), 3),
     }
     # An external env's server: clients, open episodes, timed-out / dropped episodes, refusals.
     fields.update({name: value for name, value in stats.items() if name.startswith("external/")})

@@ -1,0 +1,50 @@
+"""``spec.autoscaling`` for ``rolloutfleet run``: the same rule as the operator's
+(:mod:`rolloutfleet.spec.autoscale`), fed from the same Redis signals
+(:func:`rolloutfleet.transport.appetite.read_signals`), carried out by
+:meth:`LocalFleet.resize <rolloutfleet.fleet.supervisor.LocalFleet.resize>` (removed workers
+get SIGTERM and publish the fragment in hand). One line per decision worth saying: each
+change, and each new kind of hold (the figures alone changing is not one).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from rolloutfleet.fleet.supervisor import LocalFleet
+from rolloutfleet.spec.autoscale import Autoscaler, Decision
+from rolloutfleet.transport.appetite import read_signals
+
+LOOK_S = 2.0
+"""How often the local fleet looks at the signals (the operator: every timer tick, 5 s)."""
+
+
+class LocalAutoscaler:
+    """Sizes a started :class:`LocalFleet` whose job has ``spec.autoscaling``."""
+
+    def __init__(self, fleet: LocalFleet, look_s: float = LOOK_S) -> None:
+        spec = fleet.job.spec.autoscaling
+        if spec is None:
+            raise ValueError(f"{fleet.job.name}: spec.autoscaling is not set")
+        self.fleet = fleet
+        self.autoscaler = Autoscaler(spec, len(fleet.workers))
+        self.decision: Decision | None = None
+        self.look_s = look_s
+        self._next = 0.0
+        self._said = ""
+
+    def tick(self, now: float | None = None) -> str | None:
+        """Look at the signals if due and carry out the decision; the line to say, if any."""
+        now = time.monotonic() if now is None else now
+        if now < self._next:
+            return None
+        self._next = now + self.look_s
+        signals = read_signals(self.fleet.redis_url, self.fleet.job, self.fleet.redis_password)
+        decision = self.decision = self.autoscaler.observe(signals, now)
+        if decision.changed:
+            self.fleet.resize(decision.replicas, now)
+        kind = re.sub(r"\d[\d,.]*", "#", decision.reason)
+        if not decision.changed and kind == self._said:
+            return None
+        self._said = kind
+        return f"autoscaling: {decision.reason}"
