@@ -86,6 +86,7 @@ VALID: dict[str, Any] = {
     "multiAgent.policies.a.numThreads": 2,
     "multiAgent.policies.a.stateOut": True,
     "multiAgent.policiesToTrain[0]": "a",
+    "autoscaling.maxReplicas": 4,
     "env.external.observationSpace.type": "Discrete",
     "env.external.observationSpace.shape[0]": 4,
     "env.external.observationSpace.low": -1.0,
@@ -98,7 +99,7 @@ VALID: dict[str, Any] = {
     "env.external.actionSpace.n": 3,
 }
 """Fields without a CRD default or enum: a value the model accepts there."""
-OBJECTS: dict[str, dict[str, Any]] = {"passwordSecret": {"name": "redis"}}
+OBJECTS: dict[str, dict[str, Any]] = {"passwordSecret": {"name": "redis"}, "autoscaling": {"maxReplicas": 4}}
 """What an object made around the field tried holds besides it (its required fields)."""
 EXPLORATION = {"epsilon": "epsilonGreedy", "schedule": "epsilonGreedy", "perWorker": "epsilonGreedy",
                "sigma": "gaussian", "theta": "ornsteinUhlenbeck"}  # fmt: skip
