@@ -16,7 +16,7 @@ from typing import Any
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.transport.consumer import BatchConsumer
 from tests.cluster.kubelet import LocalKubelet
-from tests.e2e.cluster_kit import Cluster, OperatorFactory, wait_for
+from tests.e2e.cluster_kit import REPO, Cluster, OperatorFactory, wait_for
 from tests.e2e.jobs import Jobs, job_manifest
 
 APPETITE = 400.0  # rows/s the learner takes
@@ -68,6 +68,7 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
                      "scaleDownSeconds": 10},
     )  # fmt: skip
     manifest["spec"]["env"] = {"entryPoint": "tests.integration.fleet.paced_env:make", "config": {"step_s": STEP_S}}
+    manifest["spec"]["extraEnv"] = [{"name": "PYTHONPATH", "value": str(REPO)}]  # the env's module is in tests/
     jobs.create(manifest)
     wait_for(lambda: jobs.status("elastic").get("readyReplicas") == 1, 120, jobs.describe)
     learner = Learner(redis_server.url, namespace, "first")
