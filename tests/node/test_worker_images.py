@@ -110,10 +110,10 @@ def test_the_cartpole_example_runs_slim_and_a_torch_job_full(node: Node) -> None
             assert container["imageID"].endswith(podman_id(image)), (container["imageID"], image)
         assert status(node, job)["image"] == image
     # `kubectl get rj -o wide` says it; the plain table keeps its columns.
-    wide = {
-        line.split()[0]: line.split()[-1] for line in node.kubectl("-n", NS, "get", "rj", "-o", "wide").splitlines()
-    }
-    assert (wide["NAME"], wide["cartpole"], wide["cartpole-torch"]) == ("IMAGE", SLIM, FULL)
+    lines = node.kubectl("-n", NS, "get", "rj", "-o", "wide").splitlines()
+    column = lines[0].split().index("IMAGE")  # AUTOSCALING follows it, <none> for these jobs
+    wide = {line.split()[0]: line.split()[column] for line in lines[1:]}
+    assert (wide["cartpole"], wide["cartpole-torch"]) == (SLIM, FULL)
     assert "IMAGE" not in node.kubectl("-n", NS, "get", "rj").splitlines()[0]
     # Both publish: every worker's batches are in its job's stream (no learner needed for the first).
     client = redis_client(node)
