@@ -265,6 +265,8 @@ class _Creator:
         return cloudpickle.dumps(self.create)  # type: ignore[no-any-return]
 
     def __setstate__(self, state: bytes) -> None:
+        # Only ever the parent's own env creator, handed to its child process over the
+        # multiprocessing pipe it started; nothing read from Redis or the network comes here.
         self.create = cloudpickle.loads(state)
 
     def __call__(self, index: int) -> gym.Env[Any, Any]:
