@@ -275,6 +275,30 @@ load_image() { # ref
 load_image "$sandbox_image"
 for ref in $images; do load_image "$ref"; done
 
+# The image store lives in the cache across runs, and the CRI plugin keeps a second record
+# of every image it saw, named by its config digest (sha256:...): after each rebuild, the
+# old build stayed behind under that name (its layers and unpacked snapshots, ~6 GB for the
+# CUDA worker), and a few rebuilds filled the disk. Keep what this node loads (by name and
+# by config digest); remove the rest, which lets containerd's garbage collector drop their
+# content and snapshots.
+prune_images() {
+  local keep=" " ref digest config removed=0
+  for ref in "$sandbox_image" $images; do
+    keep+="$ref "
+    digest="$(node_ctr "$state" images ls "name==$ref" 2>/dev/null | awk 'NR == 2 {print $3}')"
+    [[ -n "$digest" ]] || continue
+    config="$(node_ctr "$state" content get "$digest" 2>/dev/null \
+      | python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])' 2>/dev/null || true)"
+    [[ -n "$config" ]] && keep+="$config "
+  done
+  while read -r ref; do
+    [[ -n "$ref" && "$keep" != *" $ref "* ]] || continue
+    node_ctr "$state" images rm --sync "$ref" >/dev/null && removed=$((removed + 1))
+  done < <(node_ctr "$state" images ls -q 2>/dev/null)
+  (( removed == 0 )) || log "removed $removed stale image record(s) from containerd's store (older builds)"
+}
+prune_images
+
 # The node's own services.
 cat >"$node/kube-scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
