@@ -116,7 +116,7 @@ class WorkerMetrics:
 
         # An external env's action server (spec.env.external): registered in every worker (so
         # the reference lists them), given samples only by a worker that serves one.
-        self._external = {
+        self._external: dict[str, Any] = {
             name: (Gauge if name in EXTERNAL_GAUGES else Counter)(
                 f"rolloutfleet_external_{name}", doc, names, registry=self.registry
             )
