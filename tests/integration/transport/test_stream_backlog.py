@@ -170,3 +170,31 @@ def test_a_cluster_job_spread_over_the_masters(cluster_url: str) -> None:
     length, groups = redis_says(client, shards)
     assert backlog.entries == length == 12
     assert backlog.groups == (groups["learner"],) == (GroupBacklog("learner", pending=3, lag=6, entries_read=6),)
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_two_round_trips_whatever_the_shards_and_groups(redis_url: str, shards: int, monkeypatch: Any) -> None:
+    client = connect(redis_url)
+    keys = job_keys("team", "cp")
+    record_shards(client, keys, shards)
+    for shard in keys.all_shards(shards):
+        fill(client, shard.batches, 3)
+        for group in ("a", "b", "c"):
+            client.xgroup_create(shard.batches, group, id="0")
+    pipelines: list[int] = []
+    singles: list[Any] = []
+    execute, command = redis.client.Pipeline.execute, redis.Redis.execute_command
+
+    def counted_execute(self: Any, raise_on_error: bool = True) -> Any:
+        pipelines.append(len(self.command_stack))
+        return execute(self, raise_on_error)
+
+    def counted_command(self: Any, *args: Any, **options: Any) -> Any:
+        singles.append(args[0])
+        return command(self, *args, **options)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted_execute)
+    monkeypatch.setattr(redis.Redis, "execute_command", counted_command)  # a Pipeline queues with its own
+    [backlog] = read_backlog(client, stream_keys(job(redis_url, redis={"url": redis_url, "shards": shards})))
+    assert (backlog.entries, len(backlog.groups)) == (3 * shards, 3)
+    assert pipelines == [1, 2 * shards] and singles == []  # the shard count, then XLEN + XINFO GROUPS per shard
