@@ -15,6 +15,9 @@ Then the recurrent section: EnvRunner on CartPole with the feed-forward 64x64 ML
 torch with ``inference: torch``) next to the same MLP under an LSTM (``policy.recurrent``,
 256 units) and a GRU, same run, interleaved.
 
+Both tables also go to ``out/bench/bench_sampling.json`` (``--out``), with the machine, for
+``python -m bench.plot_results`` to draw.
+
 Usage: ``python -m bench.bench_sampling [--seconds 2] [--repeats 3] [--envs 1 8 64 256 1024] [--only recurrent]``
 """
 
@@ -26,10 +29,12 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
+from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
 from rolloutfleet.sampling.heap import keep_freed_memory
@@ -102,8 +107,14 @@ RECURRENT_RUNS: dict[str, dict[str, Any]] = {  # all on the CPU, one torch threa
 }
 
 
-def recurrent_section(args: argparse.Namespace) -> None:
+def recurrent_section(args: argparse.Namespace) -> Table:
     """Stateful sampling's cost: the same job with and without a recurrent cell, interleaved."""
+    table = Table(
+        f"recurrent policies, CartPole-v1, trunk MLP 64x64: EnvRunner env steps/s, median of {args.repeats} x "
+        f"{args.seconds:g} s",
+        "envs",
+        list(RECURRENT_RUNS),
+    )
     print(
         f"\nrecurrent policies, CartPole-v1, trunk MLP 64x64, EnvRunner env steps/s, median of {args.repeats} x "
         f"{args.seconds}s"
@@ -118,6 +129,8 @@ def recurrent_section(args: argparse.Namespace) -> None:
         med = {k: statistics.median(v) for k, v in samples.items()}
         cells = " ".join(f"{med[name]:>10,.0f}" for name in RECURRENT_RUNS)
         print(f"{n:>5} {cells} {med['lstm 256'] / med['ff torch']:>13.0%}", flush=True)
+        table.rows.append({"envs": n, **med})
+    return table
 
 
 def main() -> None:
@@ -126,9 +139,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64, 256, 1024])
     parser.add_argument("--only", choices=["recurrent"], help="run only this section")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
     if args.only == "recurrent":
-        recurrent_section(args)
+        write("bench_sampling", [recurrent_section(args)], machine(), args.out)
         return
     print(
         f"sampling, CartPole-v1, MLP 64x64, env steps/s, median of {args.repeats} x {args.seconds}s (pid {os.getpid()})"
@@ -137,6 +151,14 @@ def main() -> None:
         f"{'envs':>5} {'ceiling':>11} {'sync':>11} {'ours':>11} {'rllib':>16} {'ours/ceiling':>13} {'ours/rllib':>11}"
     )
     print(header)
+    measured_peer = importlib.util.find_spec("ray") is not None
+    peer_column = "rllib" if measured_peer else "rllib (anchor: earlier run)"
+    table = Table(
+        f"sampling, CartPole-v1, MLP 64x64: env steps/s, median of {args.repeats} x {args.seconds:g} s",
+        "envs",
+        ["ceiling", "sync", "ours", peer_column],
+        log_y=True,
+    )
     for n in args.envs:
         runs: dict[str, Callable[[], int]] = {
             "ceiling": bare("vector_entry_point", n),
@@ -161,11 +183,14 @@ def main() -> None:
             f"{n:>5} {med['ceiling']:>11,.0f} {med['sync']:>11,.0f} {med['ours']:>11,.0f} {peer_label:>16}"
             f" {med['ours'] / med['ceiling']:>12.0%} {peer_ratio:>11}"
         )
-    if importlib.util.find_spec("ray") is None:
+        peer_value = None if peer_rate != peer_rate else peer_rate
+        table.rows.append({"envs": n, "ceiling": med["ceiling"], "sync": med["sync"], "ours": med["ours"],
+                           peer_column: peer_value})  # fmt: skip
+    if not measured_peer:
         print(
             "(anc): RLlib is not installed here; the figure is one measured earlier on a 2-core machine of this kind. `make bench-peer` measures it"
         )
-    recurrent_section(args)
+    write("bench_sampling", [table, recurrent_section(args)], machine(), args.out)
 
 
 if __name__ == "__main__":

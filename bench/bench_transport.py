@@ -10,7 +10,9 @@
 * weights: publish -> every one of N polling subscribers holding the decoded weights, for
   1 MB and 100 MB.
 
-Medians of 3 repeats; ratios are computed within this run (the machines are noisy).
+Medians of 3 repeats; ratios are computed within this run (the machines are noisy). The
+tables also go to ``out/bench/bench_transport.json`` (``--out``), with the machine, for
+``python -m bench.plot_results`` to draw.
 Usage: ``python -m bench.bench_transport [--quick] [--seconds 2]``
 """
 
@@ -26,11 +28,13 @@ import subprocess
 import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Event
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import redis
 
+from bench.results import OUT, Table, machine, write
 from rolloutfleet.data.codec import decode, encode
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.transport.consumer import BatchConsumer
@@ -100,7 +104,13 @@ def median_rate(work: Callable[[], Any], size: int, seconds: float) -> float:
     return statistics.median(rates)
 
 
-def bench_codec(seconds: float) -> None:
+def bench_codec(seconds: float) -> list[Table]:
+    codec = Table(
+        "codec: MB/s of column data, median of 3", "batch", ["encode", "decode", "pickle 5 dumps", "pickle 5 loads"],
+        unit="MB/s", log_y=True,
+    )  # fmt: skip
+    compressed = Table("codec, Atari batch compressed: MB/s of column data", "compression", ["encode", "decode"],
+                       unit="MB/s")  # fmt: skip
     print("\n## codec (MB/s of column data; median of 3)\n")
     print("| batch | size | encode | decode (zero-copy) | pickle 5 dumps | pickle 5 loads | decode / pickle loads |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -115,6 +125,8 @@ def bench_codec(seconds: float) -> None:
         print(
             f"| {name} | {size / 1e3:,.0f} KB | {enc:,.0f} | {dec:,.0f} | {pdump:,.0f} | {pload:,.0f} | {dec / pload:.1f}x |"
         )
+        codec.rows.append({"batch": name, "bytes": size, "encode": enc, "decode": dec, "pickle 5 dumps": pdump,
+                           "pickle 5 loads": pload})  # fmt: skip
     batch = atari_batch()
     size = nbytes(batch)
     print("\n| Atari, compressed | ratio | encode MB/s | decode MB/s |\n| --- | --- | --- | --- |")
@@ -123,6 +135,8 @@ def bench_codec(seconds: float) -> None:
         enc = median_rate(lambda c=compression: encode(batch, compression=c), size, seconds)  # type: ignore[misc]
         dec = median_rate(lambda p=payload: decode(p), size, seconds)
         print(f"| {compression} | {size / len(payload):.1f}x | {enc:,.0f} | {dec:,.0f} |")
+        compressed.rows.append({"compression": compression, "ratio": size / len(payload), "encode": enc, "decode": dec})
+    return [codec, compressed]
 
 
 # -- end to end ------------------------------------------------------------------------
@@ -214,7 +228,7 @@ def redis_benchmark_set(port: int, size: int, quick: bool) -> float | None:
     return float(match.group(1)) * size / 1e6 if match else None
 
 
-def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> None:
+def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> Table:
     batch = cartpole_batch()
     wire = len(encode(batch))
     print(f"\n## end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows)\n")
@@ -233,6 +247,19 @@ def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> None
     )
     if c_ceiling is not None:
         print(f"| redis-benchmark SET -d {wire} -c 2 (C client, writes only) | {c_ceiling:,.0f} | - | - |")
+    table = Table(
+        f"end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows), "
+        "median of 3",
+        "path",
+        ["MB/s"],
+        unit="MB/s",
+    )
+    table.rows = [
+        {"path": "BatchPublisher -> BatchConsumer", "MB/s": ours_mb, "env steps/s": ours_rows},
+        {"path": "raw redis-py XADD -> XREADGROUP + XACK", "MB/s": raw_mb, "env steps/s": raw_rows},
+        {"path": "redis-benchmark SET (writes only)", "MB/s": c_ceiling, "env steps/s": None},
+    ]
+    return table
 
 
 # -- weights ---------------------------------------------------------------------------
@@ -249,10 +276,17 @@ def subscribe(url: str, ready: Any, results: Any, stop: Event) -> None:
             time.sleep(0.001)
 
 
-def bench_weights(server: EmbeddedRedis, subscribers: int) -> None:
+def bench_weights(server: EmbeddedRedis, subscribers: int) -> Table:
     print(f"\n## weights: publish -> all {subscribers} subscribers (1 ms polling) hold the decoded version\n")
     print("| size | latency (median of 3) | per-subscriber download + decode bound |\n| --- | --- | --- |")
     context = mp.get_context("fork")
+    table = Table(
+        f"weights: publish -> all {subscribers} subscribers hold the decoded version, median of 3",
+        "size",
+        ["latency"],
+        unit="ms",
+        log_y=True,
+    )
     for label, elements in (("1 MB", 1 << 18), ("100 MB", 25 << 20)):
         redis.Redis.from_url(server.url).flushall()
         stop, ready, results = context.Event(), context.Queue(), context.Queue()
@@ -277,6 +311,8 @@ def bench_weights(server: EmbeddedRedis, subscribers: int) -> None:
         publisher.close()
         median = statistics.median(latencies)
         print(f"| {label} | {median * 1e3:,.1f} ms | {elements * 4 * subscribers / median / 1e6:,.0f} MB/s served |")
+        table.rows.append({"size": label, "latency": median * 1e3, "subscribers": subscribers})
+    return table
 
 
 def main() -> None:
@@ -285,13 +321,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test of the bench)")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 2, quick 0.5)")
     parser.add_argument("--subscribers", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
     seconds = args.seconds or (0.4 if args.quick else 2.0)
     print(f"# RolloutFleet transport bench ({'quick, ' if args.quick else ''}{seconds:g} s per measurement)")
-    bench_codec(seconds / 4)
+    tables = bench_codec(seconds / 4)
     with EmbeddedRedis() as server:
-        bench_end_to_end(server, seconds, args.quick)
-        bench_weights(server, 2 if args.quick else args.subscribers)
+        tables.append(bench_end_to_end(server, seconds, args.quick))
+        tables.append(bench_weights(server, 2 if args.quick else args.subscribers))
+    write("bench_transport", tables, machine(quick=args.quick, seconds_per_measurement=seconds), args.out)
 
 
 if __name__ == "__main__":

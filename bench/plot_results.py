@@ -33,10 +33,13 @@ def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
         values = [row.get(name) for row in table.rows]
         measured = [(x, float(v)) for x, v in zip(xs, values, strict=True) if isinstance(v, int | float)]
         if measured:
-            ax.bar([x for x, _ in measured], [v for _, v in measured], width, label=name, color=f"C{i % 10}")
-    ax.set_xticks(range(len(groups)), groups)
+            label = textwrap.fill(name, 20)
+            ax.bar([x for x, _ in measured], [v for _, v in measured], width, label=label, color=f"C{i % 10}")
+    ax.set_xticks(range(len(groups)), [textwrap.fill(group, 22) for group in groups], fontsize="small")
     ax.set_xlabel(table.x)
-    ax.set_ylabel(table.unit)
+    ax.set_ylabel(table.unit + (" (log scale)" if table.log_y else ""))
+    if table.log_y:
+        ax.set_yscale("log")
     ax.set_title(textwrap.fill(table.title, 80), loc="left", fontsize="small")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))

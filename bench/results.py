@@ -23,6 +23,7 @@ class Table:
     series: list[str]  # the numeric columns to draw, one bar each per row
     unit: str = "env steps/s"
     rows: list[dict[str, Value]] = field(default_factory=list)
+    log_y: bool = False  # rows of very different sizes (1 env and 1 024): a log axis shows them all
 
 
 def cpu_model() -> str:

@@ -9,7 +9,7 @@
 | ``ROLLOUTFLEET_WORKER_PORT_PER_INDEX`` | ``1``: worker *i* listens on port + *i* (test clusters whose pods share one host network) | ``0`` |
 | ``ROLLOUTFLEET_GRACE_SECONDS`` | terminationGracePeriodSeconds of worker pods | ``30`` |
 | ``ROLLOUTFLEET_MAX_UNAVAILABLE`` | share of a job's workers replaced at once after a spec change | ``0.25`` |
-| ``ROLLOUTFLEET_READ_PROGRESS`` | ``0``: don't read worker heartbeats from Redis (no Secret reads) | ``1`` |
+| ``ROLLOUTFLEET_READ_PROGRESS`` | ``0``: don't read worker heartbeats nor the stream's length and lag from Redis (no Secret reads, no progress in status, no stream gauges) | ``1`` |
 | ``ROLLOUTFLEET_WORKER_MEMORY`` | memory request = limit of a worker whose job sets no ``resources.memory`` and whose policy acts in numpy; ``none``: no default | ``192Mi`` |
 | ``ROLLOUTFLEET_WORKER_TORCH_MEMORY`` | the same for a job whose policy loads torch (:mod:`rolloutfleet.spec.footprint`) | ``1Gi`` |
 

@@ -35,6 +35,7 @@ from rolloutfleet_operator.pods import JOB_LABEL, MANAGED_BY, PodView
 from rolloutfleet_operator.progress import read_progress
 from rolloutfleet_operator.reconcile import JobIndex, PdbIndex, PodIndex, WorkloadIndex, reconcile
 from rolloutfleet_operator.runtime import Key, Runtime
+from rolloutfleet_operator.stream_metrics import read_stream_metrics
 
 POD_FILTER: dict[str, Any] = {
     "app.kubernetes.io/managed-by": MANAGED_BY,
@@ -173,6 +174,7 @@ async def tick(*, namespace: str | None, name: str, memo: Any, **indexes: Any) -
     key = (namespace or "", name)
     if runtime.config.read_progress:
         await read_progress(key, runtime, indexes["job_index"])
+        await read_stream_metrics(key, runtime, indexes["job_index"])
         await autoscale(key, runtime, indexes["job_index"])  # spec.autoscaling's jobs only
     await request_reconcile(
         key, runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"], indexes["pdb_index"]

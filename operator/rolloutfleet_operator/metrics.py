@@ -49,6 +49,47 @@ def forget_job(namespace: str, job_name: str) -> None:
     for gauge in (JOB_RESTARTS, JOB_MAX_RESTARTS):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, job_name)
+    set_stream_series(namespace, job_name, {})
+
+
+# A job's batch streams and their consumer groups, read from Redis on the operator's timer
+# (.stream_metrics): per job, not per pod. policy: a multi-agent job's policy id, else "".
+_STREAM = ["namespace", "job_name", "policy"]
+STREAM_ENTRIES = Gauge(
+    "rolloutfleet_operator_stream_entries", "Entries in the job's batch stream (XLEN, summed over its shards)", _STREAM
+)
+GROUP_LAG = Gauge(
+    "rolloutfleet_operator_consumer_group_lag",
+    "Stream entries not yet delivered to the consumer group (XINFO GROUPS lag, over the shards); absent while "
+    "Redis cannot tell",
+    [*_STREAM, "group"],
+)
+GROUP_PENDING = Gauge(
+    "rolloutfleet_operator_consumer_group_pending",
+    "Entries delivered to the group's consumers and not acknowledged yet (XINFO GROUPS pending, over the shards)",
+    [*_STREAM, "group"],
+)
+GROUP_ENTRIES_READ = Gauge(
+    "rolloutfleet_operator_consumer_group_entries_read",
+    "Entries the group has read since the stream began (XINFO GROUPS entries-read, over the shards; its rate is "
+    "the learner's intake); absent while Redis cannot tell",
+    [*_STREAM, "group"],
+)
+StreamSeries = tuple[Gauge, tuple[str, ...]]  # a gauge and its label values after namespace and job_name
+_stream_series: dict[tuple[str, str], set[StreamSeries]] = {}
+
+
+def set_stream_series(namespace: str, job_name: str, values: dict[StreamSeries, float]) -> None:
+    """Set the job's stream gauges to ``values`` and drop its series missing from them (a group
+    destroyed, a Redis that could not be read: a gap on the graph, not a frozen number)."""
+    key = (namespace, job_name)
+    for gauge, labels in _stream_series.pop(key, set()) - values.keys():
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, job_name, *labels)
+    for (gauge, labels), value in values.items():
+        gauge.labels(namespace, job_name, *labels).set(value)
+    if values:
+        _stream_series[key] = set(values)
 
 
 # The autoscaler's signals (spec.autoscaling), per job: what it decides by, for dashboards,

@@ -184,7 +184,7 @@ class OperatorFactory:
         self.cluster, self.namespace, self.tmp, self.port_base = cluster, namespace, tmp, port_base
         self.started: list[OperatorProcess] = []
 
-    def start(self, standalone: bool = True) -> OperatorProcess:
+    def start(self, standalone: bool = True, metrics_port: int = 0) -> OperatorProcess:
         from rolloutfleet.fleet.embedded_redis import free_port
 
         log = self.tmp / f"operator-{len(self.started)}.log"
@@ -197,7 +197,7 @@ class OperatorFactory:
             "ROLLOUTFLEET_GRACE_SECONDS": "5",
         }
         args = [sys.executable, "-m", "rolloutfleet_operator", "--namespace", self.namespace]
-        args += ["--liveness-port", str(free_port()), "--metrics-port", "0"]
+        args += ["--liveness-port", str(free_port()), "--metrics-port", str(metrics_port)]
         if standalone:
             args.append("--standalone")
         with log.open("wb") as out:

@@ -1,7 +1,8 @@
 """Names that exist: every metric and label the chart's dashboard, its alerts and the docs'
 metrics reference name is one a live worker serves on /metrics (a real worker process
-publishing to a real redis-server), or one the operator's registry declares (in-process:
-the operator's own /metrics serves that registry)."""
+publishing to a real redis-server, and one serving an external env to a PolicyClient), or
+one the operator's registry declares (in-process: the operator's own /metrics serves that
+registry)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from docsgen import metrics, names
+from rolloutfleet.client import PolicyClient
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.consumer import BatchConsumer
+from tests.integration.external.test_external_metrics import play, start_serving_worker
+from tests.integration.external.test_external_worker import external_job, stop
 from tests.integration.fleet.test_worker import start_worker, wait_probe
-from tests.integration.fleet_helpers import read_until, small_job
+from tests.integration.fleet_helpers import read_until, small_job, wait_until
 
 # Labels Prometheus adds to every scraped series (target labels of a PodMonitor/ServiceMonitor),
 # and the bucket bound of histograms.
@@ -53,8 +57,23 @@ def live_worker_series(redis_url: str, tmp_path: Path) -> dict[str, set[str]]:
         worker.wait(timeout=30)
 
 
+def live_external_series(redis_url: str, tmp_path: Path) -> dict[str, set[str]]:
+    """What a worker serving an external env serves once a simulator has played an episode."""
+    tmp_path.mkdir()
+    worker, address, port = start_serving_worker(external_job(fragment=4, port=9900), redis_url, tmp_path)
+    try:
+        play(PolicyClient(address), 8)
+        wait_until(lambda: "rolloutfleet_external_actions_total" in scrape(port), 60, "the external series")
+        return scrape(port)
+    finally:
+        stop(worker)
+
+
 def test_the_dashboard_the_alerts_and_the_reference_name_only_exported_metrics(redis_url: str, tmp_path: Path) -> None:
     worker = live_worker_series(redis_url, tmp_path)
+    assert not any(name.startswith("rolloutfleet_external_") for name in worker)  # only where an env is external
+    for name, labels in live_external_series(redis_url, tmp_path / "external").items():
+        worker.setdefault(name, set()).update(labels)
     operator = operator_series()
     assert "rolloutfleet_env_steps_total" in worker and "rolloutfleet_policy_device" in worker
     exported = {**worker, **operator}

@@ -45,3 +45,15 @@ def test_each_table_becomes_a_png_with_taller_bars_for_larger_values(tmp_path: P
 def test_no_results_is_one_line_and_exit_1(tmp_path: Path, capsys) -> None:
     assert plot_results.main([str(tmp_path)]) == 1
     assert "no bench results" in capsys.readouterr().err
+
+
+def test_a_log_axis_shows_small_rows_beside_large_ones(tmp_path: Path) -> None:
+    """1 env and 1 024 envs: on a linear axis the small row's bar is a sliver, on a log one a bar."""
+    rows = [{"envs": 1, "ours": 10.0}, {"envs": 1024, "ours": 1e6}]
+    write("lin", [Table("t", "envs", ["ours"], rows=rows)], machine(), out=tmp_path)
+    write("log", [Table("t", "envs", ["ours"], rows=rows, log_y=True)], machine(), out=tmp_path)
+    assert plot_results.main([str(tmp_path)]) == 0
+    _, linear = columns_of(imread(tmp_path / "lin-1.png")[:, :400], "C0")  # the left half: the 1-env bar
+    _, logged = columns_of(imread(tmp_path / "log-1.png")[:, :400], "C0")
+    assert logged > 20 * max(linear, 1)
+    assert read(tmp_path / "log.json")[2][0].log_y and not read(tmp_path / "lin.json")[2][0].log_y

@@ -24,5 +24,5 @@ def test_metrics_and_labels_of_a_query() -> None:
 
 
 def test_the_chart_files_have_queries() -> None:
-    assert len(names.alert_queries()) == 7
+    assert len(names.alert_queries()) == 8
     assert len(names.dashboard_queries()) > 20

@@ -344,6 +344,7 @@ class Worker:
         if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
             m.episode_return.set(stats["episode_return_mean"])
         m.record_custom(stats)
+        m.record_external(stats)
         m.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
 
     def _count_transport(self, transport: WorkerTransport) -> None:

@@ -13,6 +13,21 @@ if TYPE_CHECKING:
     from rolloutfleet.sampling.envs import VectorChoice
 
 
+EXTERNAL_SERIES = {
+    "clients": "Simulators connected to this worker's action server (spec.env.external)",
+    "open_episodes": "Episodes open on this worker's action server",
+    "actions": "Actions the action server computed for simulators (remote inference: one per get_action)",
+    "inference_passes": "Batched forward passes of the action server (one for all the observations waiting)",
+    "episodes_timed_out": "Episodes closed as truncated after spec.env.external.episodeTimeoutSeconds of silence",
+    "episodes_dropped": "Episodes dropped on bad input from their simulator (wrong obs shape or dtype, a bad reward)",
+    "calls_refused": "Simulator calls refused: an unknown or ended episode, bad input",
+    "clients_refused": "Simulators or episodes refused: beyond spec.env.external.maxClients, or too many episodes open",
+    "backpressure_waits": "Simulator calls that waited for room while the worker's publish was blocked",
+}
+"""``rolloutfleet_external_<name>``: an external env's action server, from its runner's ``external/<name>``."""
+EXTERNAL_GAUGES = frozenset({"clients", "open_episodes"})
+
+
 class WorkerMetrics:
     """The worker's Prometheus series (one registry per process, labelled by job and index)."""
 
@@ -98,6 +113,32 @@ class WorkerMetrics:
         self.env_step_seconds = gauge(
             "rolloutfleet_env_step_seconds", "One sub-env step as auto timed it at start-up (0: not timed)"
         )
+
+        # An external env's action server (spec.env.external): registered in every worker (so
+        # the reference lists them), given samples only by a worker that serves one.
+        self._external: dict[str, Any] = {
+            name: (Gauge if name in EXTERNAL_GAUGES else Counter)(
+                f"rolloutfleet_external_{name}", doc, names, registry=self.registry
+            )
+            for name, doc in EXTERNAL_SERIES.items()
+        }
+        self._external_seen: dict[str, float] = {}
+
+    def record_external(self, stats: Mapping[str, float | int]) -> None:
+        """The runner's ``external/<name>`` numbers (lifetime counts, and the clients and
+        episodes open now) as ``rolloutfleet_external_<name>``; nothing for other runners."""
+        for name, metric in self._external.items():
+            value = stats.get(f"external/{name}")
+            if value is None:
+                continue
+            child = metric.labels(**self._labels)
+            if name in EXTERNAL_GAUGES:
+                child.set(value)
+            elif value > self._external_seen.get(name, 0):
+                child.inc(value - self._external_seen.get(name, 0))
+                self._external_seen[name] = value
+            else:
+                child.inc(0)  # the series exists from the first report on, at 0
 
     def record_custom(self, stats: Mapping[str, float | int]) -> None:
         """``custom/<key>_mean`` (``_min``, ``_max``) of the runner's metrics as

@@ -13,6 +13,7 @@ import redis
 from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.backpressure import group_idle_ms
 from rolloutfleet.transport.connection import node_client
+from rolloutfleet.transport.stream_backlog import group_backlog
 
 
 @dataclass(frozen=True)
@@ -85,22 +86,22 @@ def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
     idle_ms = group_idle_ms(names, consumers, reading, now)
     statuses = []
     for group in groups:
-        name = group["name"].decode() if isinstance(group["name"], bytes) else str(group["name"])
+        backlog = group_backlog(group)
+        name = backlog.name
         age = None
-        if int(group["pending"]):
+        if backlog.pending:
             summary = client.xpending(keys.batches, name)
             oldest = summary.get("min")
             if oldest:
                 oldest_ms = int((oldest.decode() if isinstance(oldest, bytes) else oldest).split("-")[0])
                 age = max(0.0, (now_ms - oldest_ms) / 1000)
         idle = idle_ms[name]
-        lag = group.get("lag")
         statuses.append(
             GroupStatus(
                 name,
                 int(group["consumers"]),
-                int(group["pending"]),
-                None if lag is None else int(lag),
+                backlog.pending,
+                backlog.lag,
                 age,
                 None if idle is None else idle / 1000,
             )
