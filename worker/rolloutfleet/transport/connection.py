@@ -43,6 +43,10 @@ from redis.retry import Retry
 from rolloutfleet.spec.redis_url import BadRedisURL, RedisURL, parse_redis_url, redacted_url
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
+CA_FILE_ENV = "ROLLOUTFLEET_REDIS_CA_FILE"
+"""A PEM file of the CA(s) that verify a ``rediss://`` server (the operator mounts
+``spec.redis.tls.caSecret`` there); unset: the system's trust store. A URL's own
+``?ssl_ca_certs=PATH`` wins."""
 
 RETRYABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,
@@ -187,7 +191,15 @@ def _options(password: str | None, socket_timeout: float, connect_timeout: float
         "socket_keepalive": True,
         # Retries are ours (RetryLoop), so a re-sent XADD is a decision we make and count.
         "retry": Retry(NoBackoff(), 0),
+        **_tls_options(url),
     }
+
+
+def _tls_options(url: RedisURL) -> dict[str, Any]:
+    """For ``rediss://``: the server's certificate is verified (chain and host name, redis-py's
+    defaults) against ``$ROLLOUTFLEET_REDIS_CA_FILE`` when set."""
+    ca_file = os.environ.get(CA_FILE_ENV)
+    return {"ssl_ca_certs": ca_file} if url.scheme == "rediss" and ca_file else {}
 
 
 def _cluster_state(client: redis.Redis) -> str | None:
@@ -342,6 +354,8 @@ def failure_line(exc: BaseException, where: str) -> str:
         "no route to host": "no route to host",
         "network is unreachable": "network is unreachable",
         "connection reset": "the connection was reset (not a Redis server, or TLS expected: rediss://?)",
+        "certificate verify failed": f"TLS: its certificate is not trusted (the CA: ${CA_FILE_ENV}, spec.redis.tls.caSecret)",
+        "wrong version number": "TLS handshake failed (rediss:// to a server that speaks plain TCP?)",
     }
     reason = next((why for needle, why in known.items() if needle in lower), None)
     return f"redis at {where}: {reason or explain(exc)}"
@@ -362,11 +376,18 @@ def wait_for_redis(
         except redis.AuthenticationError as exc:
             raise RedisUnavailable(failure_line(exc, where)) from exc
         except RETRYABLE as exc:
+            if untrusted_certificate(exc):  # waiting does not make a certificate trusted
+                raise RedisUnavailable(failure_line(exc, where)) from exc
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if remaining <= 0 or (stopped is not None and stopped()):
                 raise RedisUnavailable(f"{failure_line(exc, where)} (tried for {timeout_s or 0:g} s)") from exc
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 2.0)
+
+
+def untrusted_certificate(exc: BaseException) -> bool:
+    """Whether ``exc`` is a TLS server whose certificate the CA given does not verify."""
+    return "certificate verify failed" in str(exc).lower()
 
 
 def check_reachable(url: str, password: str | None = None, timeout_s: float | None = DEFAULT_STARTUP_TIMEOUT_S) -> None:
