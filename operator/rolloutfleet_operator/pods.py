@@ -18,6 +18,7 @@ from rolloutfleet.spec.job import API_VERSION, KIND, RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.images import worker_image
+from rolloutfleet_operator.network import ca_mount
 
 GROUP = "rolloutfleet.io"
 JOB_LABEL = f"{GROUP}/job"
@@ -31,7 +32,7 @@ WORKER_LABELS = {
 }
 # Spec fields that change how a running worker behaves. replicas, suspend, restartPolicy, autoscaling
 # and the PodDisruptionBudget only steer the operator: changing them replaces no pod.
-_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling")
+_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling", "network")
 _OPERATOR_ONLY_DISRUPTION = ("maxUnavailable",)
 # A worker on a node that stops reporting: replaced after spec.disruption.nodeLossSeconds.
 NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -110,6 +111,8 @@ def _worker_env(job: RolloutJob, index: int, config: OperatorConfig) -> list[dic
     if spec.redis.password_secret is not None:
         ref = {"name": spec.redis.password_secret.name, "key": spec.redis.password_secret.key}
         env.append({"name": "ROLLOUTFLEET_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}})
+    if (ca := ca_mount(job)) is not None:
+        env.append(ca[2])
     env.append({"name": "ROLLOUTFLEET_TERMINATION_LOG", "value": "/dev/termination-log"})
     # The env processes of async (and of auto, should it pick async) follow the pod's CPU request.
     env.append({"name": "ROLLOUTFLEET_CPUS", "value": str(pod_cpus(job))})
@@ -173,6 +176,8 @@ def _container(job: RolloutJob, index: int, config: OperatorConfig) -> dict[str,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    if (ca := ca_mount(job)) is not None:
+        container["volumeMounts"].append(ca[1])
     if job.spec.image_pull_policy is not None:
         container["imagePullPolicy"] = job.spec.image_pull_policy
     return container
@@ -195,6 +200,8 @@ def _pod_spec(job: RolloutJob, config: OperatorConfig, container: dict[str, Any]
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {}}],
     }
+    if (ca := ca_mount(job)) is not None:
+        pod_spec["volumes"].append(ca[0])
     if spec.service_account_name is not None:
         pod_spec["serviceAccountName"] = spec.service_account_name
     if spec.node_selector:

@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.transport.connection import CA_FILE_ENV, RedisUnavailable, check_reachable
+from rolloutfleet.spec.network import CA_FILE_ENV
+from rolloutfleet.transport.connection import RedisUnavailable, check_reachable
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 from tests.integration.redis_server import redis_server_binary, tool_binary
@@ -71,7 +72,9 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
                 break
             except redis.ConnectionError:
                 if server.poll() is not None:
-                    pytest.fail(f"redis-server --tls-port exited: {server.stdout.read().decode() if server.stdout else ''}")
+                    pytest.fail(
+                        f"redis-server --tls-port exited: {server.stdout.read().decode() if server.stdout else ''}"
+                    )
                 time.sleep(0.05)
         client.close()
         yield port, ca[1], other

@@ -18,6 +18,10 @@ from rolloutfleet.spec.model_base import SpecModel
 MAX_EGRESS_RULES = 32
 CA_MOUNT_DIR = "/etc/rolloutfleet/redis-ca"
 """Where the operator mounts ``spec.redis.tls.caSecret`` (read-only) in a worker pod."""
+CA_FILE_ENV = "ROLLOUTFLEET_REDIS_CA_FILE"
+"""A PEM file of the CA(s) that verify a ``rediss://`` server (the operator mounts
+``spec.redis.tls.caSecret`` there); unset: the system's trust store. A URL's own
+``?ssl_ca_certs=PATH`` wins."""
 
 
 class CASecretRef(SpecModel):

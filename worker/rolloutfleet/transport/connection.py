@@ -40,13 +40,10 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from rolloutfleet.spec.network import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import BadRedisURL, RedisURL, parse_redis_url, redacted_url
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
-CA_FILE_ENV = "ROLLOUTFLEET_REDIS_CA_FILE"
-"""A PEM file of the CA(s) that verify a ``rediss://`` server (the operator mounts
-``spec.redis.tls.caSecret`` there); unset: the system's trust store. A URL's own
-``?ssl_ca_certs=PATH`` wins."""
 
 RETRYABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,
