@@ -313,7 +313,12 @@ def apply_job(node: Node, name: str, spec: dict[str, Any]) -> None:
     base: dict[str, Any] = {
         "replicas": 1,
         "env": {"id": "CartPole-v1", "numEnvs": 2},
-        "redis": {"url": url, "passwordSecret": {"name": "rolloutfleet-redis", "key": "password"}, "maxLen": 8, "tls": tls},
+        "redis": {
+            "url": url,
+            "passwordSecret": {"name": "rolloutfleet-redis", "key": "password"},
+            "maxLen": 8,
+            "tls": tls,
+        },
         "resources": {"cpu": "250m", "memory": "1Gi"},
         "restartPolicy": {"maxRestarts": 0},
     }

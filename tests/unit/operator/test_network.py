@@ -67,7 +67,9 @@ def test_a_unix_socket_needs_no_redis_rule_and_the_policy_is_off_unless_configur
 
 
 def test_bad_egress_rules_are_refused_naming_the_field() -> None:
-    with pytest.raises(SpecError, match=r"^spec\.network\.egress\[0\]\.ports\[0\]: port must be from 1 to 65535, got 70000$"):
+    with pytest.raises(
+        SpecError, match=r"^spec\.network\.egress\[0\]\.ports\[0\]: port must be from 1 to 65535, got 70000$"
+    ):
         job(network={"egress": [{"ports": [{"port": 70000}]}]})
     with pytest.raises(SpecError, match="endPort needs a numeric port"):
         job(network={"egress": [{"ports": [{"port": "https", "endPort": 9000}]}]})
