@@ -117,3 +117,16 @@ def test_the_tls_port_refuses_plain_tcp(tls_redis: tuple[int, Path, Path]) -> No
     port, _, _ = tls_redis
     with pytest.raises(RedisUnavailable):
         check_reachable(f"redis://localhost:{port}/0", timeout_s=1)
+
+
+def test_a_learner_is_told_at_once_not_after_its_reconnect_deadline(
+    tls_redis: tuple[int, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, _, other = tls_redis
+    monkeypatch.setenv(CA_FILE_ENV, str(other))
+    with pytest.raises(RedisUnavailable) as refused:  # an hour of retries would outlast the test's timeout
+        BatchConsumer(f"rediss://localhost:{port}/0", "tls-job", reconnect_timeout_s=3600)
+    message = str(refused.value)
+    assert (
+        "\n" not in message and f"Redis at localhost:{port}/0 refused: TLS: its certificate is not trusted" in message
+    )

@@ -131,6 +131,8 @@ def explain(exc: BaseException) -> str:
         return "it refuses writes: it is a read-only replica (failing over?)"
     if isinstance(exc, redis.exceptions.BusyLoadingError):
         return "it is still loading its data set"
+    if untrusted_certificate(exc):
+        return f"TLS: its certificate is not trusted (the CA: ${CA_FILE_ENV}, spec.redis.tls.caSecret): {' '.join(str(exc).split())}"
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -269,6 +271,10 @@ class RetryLoop:
                     f"Redis {'at ' + self.where + ' ' if self.where else ''}refused the connection: {explain(exc)}"
                 ) from exc
             except RETRYABLE as exc:
+                if untrusted_certificate(exc):  # as a refused password: waiting does not fix it
+                    raise RedisUnavailable(
+                        f"Redis {'at ' + self.where + ' ' if self.where else ''}refused: {explain(exc)}"
+                    ) from exc
                 remaining = deadline - time.monotonic()
                 if self._stopped():
                     raise
