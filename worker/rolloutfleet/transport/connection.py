@@ -358,7 +358,6 @@ def failure_line(exc: BaseException, where: str) -> str:
         "network is unreachable": "network is unreachable",
         "connection reset": "the connection was reset (not a Redis server, or TLS expected: rediss://?)",
         "certificate verify failed": f"TLS: its certificate is not trusted (the CA: ${CA_FILE_ENV}, spec.redis.tls.caSecret)",
-        "wrong version number": "TLS handshake failed (rediss:// to a server that speaks plain TCP?)",
     }
     reason = next((why for needle, why in known.items() if needle in lower), None)
     return f"redis at {where}: {reason or explain(exc)}"
