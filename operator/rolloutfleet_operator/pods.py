@@ -55,6 +55,8 @@ def job_labels(job_name: str) -> dict[str, str]:
 def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     spec = {k: v for k, v in job.to_dict()["spec"].items() if k not in _OPERATOR_ONLY_FIELDS}
     spec["disruption"] = {k: v for k, v in spec["disruption"].items() if k not in _OPERATOR_ONLY_DISRUPTION}
+    if spec["redis"].get("tls") is None:  # unset: hashed as before it existed (an upgrade replaces no pod)
+        spec["redis"] = {k: v for k, v in spec["redis"].items() if k != "tls"}
     material = {
         "spec": spec,
         "image": worker_image(job, config),

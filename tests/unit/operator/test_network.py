@@ -80,6 +80,16 @@ def test_changing_the_egress_replaces_no_pod() -> None:
     assert template_hash(job(network={"egress": [{"ports": [{"port": 443}]}]}), ON) == before
 
 
+def test_an_operator_upgrade_replaces_no_pod_of_a_job_without_tls() -> None:
+    """The hash the operator before spec.redis.tls and spec.network wrote for this job
+    (computed by the main branch's operator): pods it made are current for this one."""
+    plain = RolloutJob.from_dict({"metadata": {"name": "a"}, "spec": {"env": {"id": "CartPole-v1"}}})
+    assert template_hash(plain, OperatorConfig()) == "c8a5d464eaa47fe3"
+    tls = {"url": "rediss://localhost:6379/0", "tls": {"caSecret": {"name": "ca"}}}
+    rediss = {"url": "rediss://localhost:6379/0"}
+    assert template_hash(job(redis=tls), OperatorConfig()) != template_hash(job(redis=rediss), OperatorConfig())
+
+
 def test_the_ca_secret_is_mounted_read_only_and_named_in_the_environment() -> None:
     the_job = job(redis={"url": "rediss://redis:6379/0", "tls": {"caSecret": {"name": "redis-ca", "key": "root.pem"}}})
     pod = build_pod(the_job, "uid", 0, OperatorConfig())
