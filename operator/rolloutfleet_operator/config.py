@@ -12,6 +12,8 @@
 | ``ROLLOUTFLEET_READ_PROGRESS`` | ``0``: don't read worker heartbeats nor the stream's length and lag from Redis (no Secret reads, no progress in status, no stream gauges) | ``1`` |
 | ``ROLLOUTFLEET_WORKER_MEMORY`` | memory request = limit of a worker whose job sets no ``resources.memory`` and whose policy acts in numpy; ``none``: no default | ``192Mi`` |
 | ``ROLLOUTFLEET_WORKER_TORCH_MEMORY`` | the same for a job whose policy loads torch (:mod:`rolloutfleet.spec.footprint`) | ``1Gi`` |
+| ``ROLLOUTFLEET_WORKER_NETWORK_POLICY`` | ``1``: each job gets a NetworkPolicy ``<job>-egress``: its workers reach Redis, DNS and ``spec.network.egress`` only (:mod:`.network`) | ``0`` |
+| ``ROLLOUTFLEET_REDIS_PEERS`` | the NetworkPolicyPeers Redis is, a JSON list (the chart's Redis pods); empty: any address on the Redis URL's port | ``[]`` |
 
 The memory defaults follow ``make bench`` (``bench/bench_footprint.py``): a default-MLP
 worker holds about 70 MB (90 MB with 256 CartPoles), a torch one about 560 MB.
@@ -23,6 +25,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rolloutfleet_operator import __version__
 
@@ -47,6 +50,8 @@ class OperatorConfig:
     read_progress: bool = True
     worker_memory: str | None = "192Mi"
     worker_torch_memory: str | None = "1Gi"
+    worker_network_policy: bool = False
+    redis_peers: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -104,14 +109,29 @@ class OperatorConfig:
             "grace_seconds": number("GRACE_SECONDS", int, 0, 3600),
             "max_unavailable": number("MAX_UNAVAILABLE", float, 0.01, 1.0),
             "read_progress": flag("READ_PROGRESS"),
+            "worker_network_policy": flag("WORKER_NETWORK_POLICY"),
         }
         return cls(
             worker_command=command,
             worker_slim_image=slim_image,
             worker_memory=memory("WORKER_MEMORY", cls.worker_memory),
             worker_torch_memory=memory("WORKER_TORCH_MEMORY", cls.worker_torch_memory),
+            redis_peers=_peers(get("REDIS_PEERS")),
             **{k: v for k, v in found.items() if v is not None},  # type: ignore[arg-type]
         )
 
     def metrics_port(self, index: int) -> int:
         return self.worker_metrics_port + index if self.worker_port_per_index else self.worker_metrics_port
+
+
+def _peers(raw: str | None) -> tuple[dict[str, Any], ...]:
+    """``ROLLOUTFLEET_REDIS_PEERS``: a JSON list of objects (NetworkPolicyPeers)."""
+    if raw is None or not raw.strip():
+        return ()
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, list) or not all(isinstance(p, dict) for p in parsed):
+        raise ConfigError(f"ROLLOUTFLEET_REDIS_PEERS: must be a JSON list of NetworkPolicyPeer objects, got {raw!r}")
+    return tuple(parsed)

@@ -84,7 +84,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     _load_kube_config()
     memo.runtime = Runtime(
         config=OperatorConfig.from_environ(os.environ),
-        api=Api(core=k8s.CoreV1Api(), custom=k8s.CustomObjectsApi(), policy=k8s.PolicyV1Api()),
+        api=Api(
+            core=k8s.CoreV1Api(),
+            custom=k8s.CustomObjectsApi(),
+            policy=k8s.PolicyV1Api(),
+            networking=k8s.NetworkingV1Api(),
+        ),
     )
 
 

@@ -18,6 +18,7 @@ from rolloutfleet.spec.job import API_VERSION, KIND, RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.images import worker_image
+from rolloutfleet_operator.network import ca_mount
 
 GROUP = "rolloutfleet.io"
 JOB_LABEL = f"{GROUP}/job"
@@ -31,7 +32,7 @@ WORKER_LABELS = {
 }
 # Spec fields that change how a running worker behaves. replicas, suspend, restartPolicy, autoscaling
 # and the PodDisruptionBudget only steer the operator: changing them replaces no pod.
-_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling")
+_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling", "network")
 _OPERATOR_ONLY_DISRUPTION = ("maxUnavailable",)
 # A worker on a node that stops reporting: replaced after spec.disruption.nodeLossSeconds.
 NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -54,6 +55,8 @@ def job_labels(job_name: str) -> dict[str, str]:
 def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     spec = {k: v for k, v in job.to_dict()["spec"].items() if k not in _OPERATOR_ONLY_FIELDS}
     spec["disruption"] = {k: v for k, v in spec["disruption"].items() if k not in _OPERATOR_ONLY_DISRUPTION}
+    if spec["redis"].get("tls") is None:  # unset: hashed as before it existed (an upgrade replaces no pod)
+        spec["redis"] = {k: v for k, v in spec["redis"].items() if k != "tls"}
     material = {
         "spec": spec,
         "image": worker_image(job, config),
@@ -110,6 +113,8 @@ def _worker_env(job: RolloutJob, index: int, config: OperatorConfig) -> list[dic
     if spec.redis.password_secret is not None:
         ref = {"name": spec.redis.password_secret.name, "key": spec.redis.password_secret.key}
         env.append({"name": "ROLLOUTFLEET_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}})
+    if (ca := ca_mount(job)) is not None:
+        env.append(ca[2])
     env.append({"name": "ROLLOUTFLEET_TERMINATION_LOG", "value": "/dev/termination-log"})
     # The env processes of async (and of auto, should it pick async) follow the pod's CPU request.
     env.append({"name": "ROLLOUTFLEET_CPUS", "value": str(pod_cpus(job))})
@@ -173,6 +178,8 @@ def _container(job: RolloutJob, index: int, config: OperatorConfig) -> dict[str,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    if (ca := ca_mount(job)) is not None:
+        container["volumeMounts"].append(ca[1])
     if job.spec.image_pull_policy is not None:
         container["imagePullPolicy"] = job.spec.image_pull_policy
     return container
@@ -195,6 +202,8 @@ def _pod_spec(job: RolloutJob, config: OperatorConfig, container: dict[str, Any]
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {}}],
     }
+    if (ca := ca_mount(job)) is not None:
+        pod_spec["volumes"].append(ca[0])
     if spec.service_account_name is not None:
         pod_spec["serviceAccountName"] = spec.service_account_name
     if spec.node_selector:

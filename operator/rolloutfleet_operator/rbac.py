@@ -8,6 +8,7 @@ chart's rules equal to these, and the e2e tests run the operator under them).
 | pods: list, watch, create, delete | the worker pods (deterministic names; never updated in place) |
 | poddisruptionbudgets (policy): list, watch, create, patch | each job's ``<job>-workers`` budget, kept as the spec says (watched: no read per reconcile) |
 | services: create, patch | an external env's ``<job>-external`` Service (``spec.env.external``; owner reference: the garbage collector deletes it) |
+| networkpolicies (networking.k8s.io): create, patch | each job's ``<job>-egress`` policy (``ROLLOUTFLEET_WORKER_NETWORK_POLICY``; owner reference: deleted with the job); never read, listed or deleted |
 | secrets: get | the Redis password of a job (``spec.redis.passwordSecret``), to read worker heartbeats for status progress; drop it with ``ROLLOUTFLEET_READ_PROGRESS=0`` |
 | events (core/v1): create | what the operator did and why (kopf only ever posts new core Events) |
 | kopfpeerings (namespaced) / clusterkopfpeerings: get, list, watch, patch | several replicas: one active |
@@ -30,6 +31,7 @@ NAMESPACED: list[Rule] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch", "create", "patch"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create", "patch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},

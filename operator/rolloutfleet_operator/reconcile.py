@@ -19,14 +19,32 @@ from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
-from rolloutfleet_operator.api_calls import apply_pdb, apply_service, create_pod, delete_pod, patch_status, post_event
+from rolloutfleet_operator.api_calls import (
+    apply_network_policy,
+    apply_pdb,
+    apply_service,
+    create_pod,
+    delete_pod,
+    patch_status,
+    post_event,
+)
 from rolloutfleet_operator.autoscale_tick import announce
 from rolloutfleet_operator.disruptions import counts_from_status
 from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
+from rolloutfleet_operator.network import build_network_policy
 from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
-from rolloutfleet_operator.pods import PodView, build_pdb, build_pod, build_service, pdb_spec, template_hash
+from rolloutfleet_operator.pods import (
+    PodView,
+    build_pdb,
+    build_pod,
+    build_service,
+    job_labels,
+    owner_reference,
+    pdb_spec,
+    template_hash,
+)
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 from rolloutfleet_operator.scaling import scaling_status, sync_scaling
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
@@ -107,6 +125,7 @@ async def reconcile(
         if count > counted.get(kind, 0):
             metrics.WORKER_DISRUPTIONS.labels(kind=kind).inc(count - counted.get(kind, 0))
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
+    await _keep_network_policy(runtime, state, body, job, uid, clock)  # before the pods it restricts
     await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock, gate)
     await _keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
     await _keep_service(runtime, state, body, job, uid, clock)
@@ -246,6 +265,24 @@ async def _keep_service(
     if refusal is not None and refusal != state.reported_service:  # a missing RBAC rule: say so once
         post_event(body["metadata"], "Warning", "ServiceFailed", f"the API server refused it: {refusal}")
     state.reported_service = refusal or ""
+
+
+async def _keep_network_policy(
+    runtime: Runtime, state: JobRuntime, body: dict[str, Any], job: RolloutJob, uid: str, clock: float
+) -> None:
+    """The job's NetworkPolicy (:mod:`.network`), kept as :func:`_keep_service` keeps a Service."""
+    policy = build_network_policy(job, runtime.config, job_labels(job.name), owner_reference(job, uid))
+    if policy is None:
+        return
+    wanted = policy["spec"]
+    sent = state.network_policy_sent
+    if sent is not None and sent[0] == wanted and clock - sent[1] < SERVICE_REFRESH_S:
+        return
+    refusal = await apply_network_policy(runtime.api, policy)
+    state.network_policy_sent = (wanted, clock if refusal is None else clock - SERVICE_REFRESH_S + PDB_RETRY_S)
+    if refusal is not None and refusal != state.reported_network_policy:  # a bad spec.network rule: say so once
+        post_event(body["metadata"], "Warning", "NetworkPolicyFailed", f"the API server refused it: {refusal}")
+    state.reported_network_policy = refusal or ""
 
 
 def shown(indexes: Iterable[int], limit: int = 10) -> str:

@@ -35,6 +35,9 @@ class JobRuntime:
     # the spec changes or after reconcile.SERVICE_REFRESH_S (it is not watched).
     service_sent: tuple[dict[str, Any], float] | None = None
     reported_service: str = ""
+    # The job's NetworkPolicy spec last applied, and when (as service_sent).
+    network_policy_sent: tuple[dict[str, Any], float] | None = None
+    reported_network_policy: str = ""
     # The status this process wrote last, with the uid of the job it was written for.
     # The operator is the only writer of status (peering: one active replica), so this
     # is newer than the watch's copy, which can lag behind our own patches; after a

@@ -13,8 +13,10 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,8 +44,15 @@ def redis_url_and_password(node: Node) -> tuple[str, str]:
     service = node.get(NS, "service", "rolloutfleet-redis")
     secret = node.get(NS, "secret", "rolloutfleet-redis")
     password = base64.b64decode(secret["data"]["password"]).decode()
-    # The Service's virtual address, reached from the host through kube-proxy's rules.
-    return f"redis://{service['spec']['clusterIP']}:6379/0", password
+    # The chart's Redis serves TLS: the host verifies it with the chart's CA (Secret
+    # rolloutfleet-redis-ca). The Service's virtual address, reached from the host through
+    # kube-proxy's rules, is not among the certificate's names (the Service's DNS names
+    # are): the chain is verified, the host name not.
+    ca = base64.b64decode(node.get(NS, "secret", "rolloutfleet-redis-ca")["data"]["ca.crt"])
+    ca_file = Path(tempfile.gettempdir()) / "rolloutfleet-node-redis-ca.crt"
+    ca_file.write_bytes(ca)
+    address = service["spec"]["clusterIP"]
+    return f"rediss://{address}:6379/0?ssl_ca_certs={ca_file}&ssl_check_hostname=false", password
 
 
 def in_container(node: Node, pod: str, code: str) -> Any:
@@ -299,11 +308,17 @@ def test_sigkilled_worker_is_replaced_and_counted_once(node: Node) -> None:
 
 
 def apply_job(node: Node, name: str, spec: dict[str, Any]) -> None:
-    url = "redis://rolloutfleet-redis:6379/0"
+    url = "rediss://rolloutfleet-redis:6379/0"  # the chart's Redis serves TLS; its CA in rolloutfleet-redis-ca
+    tls = {"caSecret": {"name": "rolloutfleet-redis-ca"}}
     base: dict[str, Any] = {
         "replicas": 1,
         "env": {"id": "CartPole-v1", "numEnvs": 2},
-        "redis": {"url": url, "passwordSecret": {"name": "rolloutfleet-redis", "key": "password"}, "maxLen": 8},
+        "redis": {
+            "url": url,
+            "passwordSecret": {"name": "rolloutfleet-redis", "key": "password"},
+            "maxLen": 8,
+            "tls": tls,
+        },
         "resources": {"cpu": "250m", "memory": "1Gi"},
         "restartPolicy": {"maxRestarts": 0},
     }
@@ -398,7 +413,7 @@ def test_a_deleted_worker_publishes_the_fragment_in_hand_then_exits_and_counts_a
 
 def test_readiness_follows_the_real_probe(node: Node) -> None:
     # Nothing listens on 6390: the worker runs, retries, and its /readyz says not ready.
-    apply_job(node, "unready", {"redis": {"url": "redis://rolloutfleet-redis:6390/0"}})
+    apply_job(node, "unready", {"redis": {"url": "rediss://rolloutfleet-redis:6390/0"}})
 
     def running_unready() -> list[dict[str, Any]] | None:
         pods = [p for p in worker_pods(node, "unready") if p["status"].get("phase") == "Running"]
@@ -412,7 +427,7 @@ def test_readiness_follows_the_real_probe(node: Node) -> None:
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0  # not crash-looping
     assert job_status(node, "unready").get("readyReplicas", 0) == 0
     # Pointed at the right port, the same job becomes ready.
-    apply_job(node, "unready", {"redis": {"url": "redis://rolloutfleet-redis:6379/0"}})
+    apply_job(node, "unready", {"redis": {"url": "rediss://rolloutfleet-redis:6379/0"}})
     wait_for(lambda: job_status(node, "unready").get("readyReplicas") == 1, 180, lambda: node.diagnostics(NS))
     node.kubectl("-n", NS, "delete", "rj", "unready", "--wait=true", "--timeout=60s")
 

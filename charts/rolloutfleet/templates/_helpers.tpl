@@ -82,9 +82,22 @@ none
 {{/* The Redis URL jobs and learners use: the bundled Redis, or externalUrl. */}}
 {{- define "rolloutfleet.redis.url" -}}
 {{- if .Values.redis.enabled -}}
-{{- printf "redis://%s.%s.svc:6379/0" (include "rolloutfleet.redis.fullname" .) .Release.Namespace -}}
+{{- printf "%s://%s.%s.svc:6379/0" (ternary "rediss" "redis" .Values.redis.tls.enabled) (include "rolloutfleet.redis.fullname" .) .Release.Namespace -}}
 {{- else -}}
 {{- .Values.redis.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret whose key ca.crt is the CA clients verify Redis with; empty for none. */}}
+{{- define "rolloutfleet.redis.caSecretName" -}}
+{{- if and .Values.redis.enabled .Values.redis.tls.enabled -}}
+{{- if .Values.redis.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "rolloutfleet.redis.fullname" .) -}}
+{{- else -}}
+{{- printf "%s-ca" (include "rolloutfleet.redis.fullname" .) -}}
+{{- end -}}
+{{- else if not .Values.redis.enabled -}}
+{{- .Values.redis.tls.existingCASecret -}}
 {{- end -}}
 {{- end -}}
 

@@ -39,6 +39,7 @@ class FakeKube:
         self.pods: dict[str, dict[str, Any]] = {}
         self.pdbs: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
+        self.network_policies: dict[str, dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.failing: dict[str, ApiException] = {}
         self.delay_s = 0.0
@@ -47,7 +48,7 @@ class FakeKube:
         self._lock = threading.Lock()
 
     def api(self, slots: int = 16) -> Api:
-        return Api(core=self, custom=self, policy=self, slots=asyncio.Semaphore(slots))  # type: ignore[arg-type]
+        return Api(core=self, custom=self, policy=self, networking=self, slots=asyncio.Semaphore(slots))  # type: ignore[arg-type]
 
     def fail(self, method: str, status: int, message: str | None = None, reason: str = "") -> None:
         """``method`` raises as the server answering ``status`` would (a Status body with ``message``)."""
@@ -112,6 +113,19 @@ class FakeKube:
         self._call("patch_service", name=name, namespace=namespace, body=body)
         self.services[name] = {**self.services[name], "spec": {**self.services[name]["spec"], **body["spec"]}}
         return SimpleNamespace(data=json.dumps(self.services[name]).encode())
+
+    def create_namespaced_network_policy(self, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
+        self._call("create_network_policy", namespace=namespace, body=body)
+        name = body["metadata"]["name"]
+        if name in self.network_policies:
+            raise _api_error(409, f'networkpolicies.networking.k8s.io "{name}" already exists', "AlreadyExists")
+        self.network_policies[name] = body
+        return SimpleNamespace(data=json.dumps(body).encode())
+
+    def patch_namespaced_network_policy(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
+        self._call("patch_network_policy", name=name, namespace=namespace, body=body)
+        self.network_policies[name] = {**self.network_policies[name], "spec": body["spec"]}
+        return SimpleNamespace(data=json.dumps(self.network_policies[name]).encode())
 
     def read_namespaced_secret(self, name: str, namespace: str) -> Any:
         self._call("read_namespaced_secret", name=name, namespace=namespace)

@@ -41,6 +41,7 @@ ITEMS: dict[str, dict[str, Any]] = {
     "rules": {"prefix": "x", "policy": "a"},
     "tolerations": {"key": "gpu", "operator": "Exists"},
     "extraEnv": {"name": "A", "value": "1"},
+    "ports": {"port": 443},
 }
 """A valid item of an array of objects, around the field tried."""
 VALID: dict[str, Any] = {
@@ -61,6 +62,9 @@ VALID: dict[str, Any] = {
     "sampling.callbacks": "pkg.mod:Callbacks",
     "redis.passwordSecret.name": "redis",
     "redis.shards": 2,
+    "redis.tls.caSecret.name": "redis-ca",
+    "network.egress[0].ports[0].port": 443,
+    "network.egress[0].ports[0].endPort": 8443,
     "image": "worker:1",
     "imagePullPolicy": "Never",
     "resources.cpu": "2",
@@ -99,7 +103,11 @@ VALID: dict[str, Any] = {
     "env.external.actionSpace.n": 3,
 }
 """Fields without a CRD default or enum: a value the model accepts there."""
-OBJECTS: dict[str, dict[str, Any]] = {"passwordSecret": {"name": "redis"}, "autoscaling": {"maxReplicas": 4}}
+OBJECTS: dict[str, dict[str, Any]] = {
+    "passwordSecret": {"name": "redis"},
+    "caSecret": {"name": "redis-ca"},
+    "autoscaling": {"maxReplicas": 4},
+}
 """What an object made around the field tried holds besides it (its required fields)."""
 EXPLORATION = {"epsilon": "epsilonGreedy", "schedule": "epsilonGreedy", "perWorker": "epsilonGreedy",
                "sigma": "gaussian", "theta": "ornsteinUhlenbeck"}  # fmt: skip
@@ -163,6 +171,8 @@ def manifest_with(path: str, value: Any) -> dict[str, Any]:
         section["exploration"] = {"type": EXPLORATION.get(field, "stochastic")}
         if field == "schedule":
             section["exploration"]["schedule"] = {"initial": 1.0, "final": 0.1, "steps": 10}
+    if path.startswith("redis.tls."):
+        spec["redis"] = {"url": "rediss://redis:6379/0"}  # a CA verifies a TLS server
     if path == "env.entryPoint":
         del spec["env"]["id"]  # one of the two
     if path.startswith(("env.external.observationSpace.", "env.external.actionSpace.")):

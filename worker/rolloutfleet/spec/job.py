@@ -32,6 +32,7 @@ from rolloutfleet.spec.manifest_yaml import load_documents, yaml_problem
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 from rolloutfleet.spec.model_base import plain_json
+from rolloutfleet.spec.network import NetworkSpec, RedisTLSSpec
 from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.redis_url import parse_redis_url
@@ -426,6 +427,8 @@ class RedisSpec(_Model):
     """``redis://`` or ``rediss://`` (TLS). Never put a password here: use passwordSecret."""
     password_secret: PasswordSecretRef | None = None
     """Kubernetes Secret holding the password; workers read it from ROLLOUTFLEET_REDIS_PASSWORD."""
+    tls: RedisTLSSpec | None = None
+    """``caSecret``: the CA that verifies a ``rediss://`` server, mounted read-only in the workers."""
     max_len: int = Field(default=1000, ge=1)
     """Upper bound on entries kept in the job's batch stream."""
     backpressure: Literal["block", "dropOldest"] = "block"
@@ -444,6 +447,12 @@ class RedisSpec(_Model):
         if parsed.password is not None:
             raise ValueError("must not contain a password; use passwordSecret")
         return value
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> RedisSpec:
+        if self.tls is not None and self.tls.ca_secret is not None and not self.url.lower().startswith("rediss://"):
+            raise ValueError("tls.caSecret verifies a TLS server: the url must start with rediss://")
+        return self
 
 
 class RestartPolicySpec(_Model):
@@ -503,6 +512,8 @@ class RolloutJobSpec(_Model):
     """``metadata.labels`` / ``metadata.annotations`` of the worker pods (:mod:`rolloutfleet.spec.disruption`)."""
     disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
     """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.disruption`)."""
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    """``egress``: what the workers may reach beyond Redis and DNS (:mod:`rolloutfleet.spec.network`)."""
     autoscaling: AutoscalingSpec | None = None
     """``{minReplicas, maxReplicas, ...}``: the number of workers follows the learner's appetite
     (:mod:`rolloutfleet.spec.autoscaling`); ``replicas`` is then only the size to start from."""

@@ -40,6 +40,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from rolloutfleet.spec.network import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import BadRedisURL, RedisURL, parse_redis_url, redacted_url
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
@@ -130,6 +131,8 @@ def explain(exc: BaseException) -> str:
         return "it refuses writes: it is a read-only replica (failing over?)"
     if isinstance(exc, redis.exceptions.BusyLoadingError):
         return "it is still loading its data set"
+    if untrusted_certificate(exc):
+        return f"TLS: its certificate is not trusted (the CA: ${CA_FILE_ENV}, spec.redis.tls.caSecret): {' '.join(str(exc).split())}"
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -187,7 +190,15 @@ def _options(password: str | None, socket_timeout: float, connect_timeout: float
         "socket_keepalive": True,
         # Retries are ours (RetryLoop), so a re-sent XADD is a decision we make and count.
         "retry": Retry(NoBackoff(), 0),
+        **_tls_options(url),
     }
+
+
+def _tls_options(url: RedisURL) -> dict[str, Any]:
+    """For ``rediss://``: the server's certificate is verified (chain and host name, redis-py's
+    defaults) against ``$ROLLOUTFLEET_REDIS_CA_FILE`` when set."""
+    ca_file = os.environ.get(CA_FILE_ENV)
+    return {"ssl_ca_certs": ca_file} if url.scheme == "rediss" and ca_file else {}
 
 
 def _cluster_state(client: redis.Redis) -> str | None:
@@ -260,6 +271,10 @@ class RetryLoop:
                     f"Redis {'at ' + self.where + ' ' if self.where else ''}refused the connection: {explain(exc)}"
                 ) from exc
             except RETRYABLE as exc:
+                if untrusted_certificate(exc):  # as a refused password: waiting does not fix it
+                    raise RedisUnavailable(
+                        f"Redis {'at ' + self.where + ' ' if self.where else ''}refused: {explain(exc)}"
+                    ) from exc
                 remaining = deadline - time.monotonic()
                 if self._stopped():
                     raise
@@ -342,6 +357,7 @@ def failure_line(exc: BaseException, where: str) -> str:
         "no route to host": "no route to host",
         "network is unreachable": "network is unreachable",
         "connection reset": "the connection was reset (not a Redis server, or TLS expected: rediss://?)",
+        "certificate verify failed": f"TLS: its certificate is not trusted (the CA: ${CA_FILE_ENV}, spec.redis.tls.caSecret)",
     }
     reason = next((why for needle, why in known.items() if needle in lower), None)
     return f"redis at {where}: {reason or explain(exc)}"
@@ -362,11 +378,18 @@ def wait_for_redis(
         except redis.AuthenticationError as exc:
             raise RedisUnavailable(failure_line(exc, where)) from exc
         except RETRYABLE as exc:
+            if untrusted_certificate(exc):  # waiting does not make a certificate trusted
+                raise RedisUnavailable(failure_line(exc, where)) from exc
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if remaining <= 0 or (stopped is not None and stopped()):
                 raise RedisUnavailable(f"{failure_line(exc, where)} (tried for {timeout_s or 0:g} s)") from exc
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 2.0)
+
+
+def untrusted_certificate(exc: BaseException) -> bool:
+    """Whether ``exc`` is a TLS server whose certificate the CA given does not verify."""
+    return "certificate verify failed" in str(exc).lower()
 
 
 def check_reachable(url: str, password: str | None = None, timeout_s: float | None = DEFAULT_STARTUP_TIMEOUT_S) -> None:
