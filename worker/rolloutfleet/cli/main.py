@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
 from rolloutfleet.cli.evaluate import add_evaluate_parser
+from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
 from rolloutfleet.cli.record import add_record_parser, add_replay_parser
 from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.spec.job import RolloutJob, SpecError

@@ -56,7 +56,7 @@ class EpisodePlayer:
         box = self.env.action_space
         self._clip = (box.low, box.high) if spec.sampling.clip_actions and isinstance(box, spaces.Box) else None
         self._vector = VectorPolicy(self.policy, 1)
-        self._batch = create_empty_array(self.env.observation_space, 1)
+        self._batch: Any = create_empty_array(self.env.observation_space, 1)
         self.alive: Callable[[], None] = lambda: None
         """Called every :data:`ALIVE_EVERY` steps: a long episode is no stalled worker."""
 
@@ -88,7 +88,7 @@ class EpisodePlayer:
 
     def _batched(self, obs: Any) -> Any:
         """``obs`` as a batch of one (Dict and Tuple observations leaf by leaf), filtered."""
-        batch = concatenate(self.env.observation_space, [obs], self._batch)
+        batch: Any = concatenate(self.env.observation_space, [obs], self._batch)
         return batch if self.filter is None else self.filter(batch, update=False)
 
     def _state_columns(self) -> dict[str, np.ndarray]:

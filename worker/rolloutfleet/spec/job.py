@@ -526,7 +526,9 @@ class RolloutJobSpec(_Model):
         check_autoscaling(self.autoscaling, self.redis.backpressure)
         if self.evaluation is not None and (self.multi_agent is not None or self.env.external is not None):
             what = "multiAgent" if self.multi_agent is not None else "env.external"
-            raise _SubfieldError("evaluation", f"evaluates single-agent envs the worker steps; leave it out with {what}")
+            raise _SubfieldError(
+                "evaluation", f"evaluates single-agent envs the worker steps; leave it out with {what}"
+            )
         if self.multi_agent is not None:
             if self.env.external is not None:
                 raise _SubfieldError("env.external", "serves single-agent simulators; leave out multiAgent")

@@ -76,11 +76,11 @@ class EvaluationBoard:
 
 def read_results(client: redis.Redis, keys: JobKeys, count: int = 20) -> list[dict[str, Any]]:
     """The newest ``count`` summaries, by version (oldest first); malformed entries skipped."""
-    entries = client.xrevrange(results_key(keys), count=count)
+    entries: list[tuple[Any, dict[Any, Any]]] = client.xrevrange(results_key(keys), count=count) or []  # type: ignore[assignment]
     results: dict[int, dict[str, Any]] = {}
     for _, fields in entries:
         try:
-            summary = json.loads(fields[b"summary" if b"summary" in fields else "summary"])
+            summary = json.loads(fields.get(b"summary") or fields["summary"])
             results.setdefault(int(summary["version"]), summary)  # newest entry of a version wins
         except (KeyError, ValueError, TypeError):
             continue
