@@ -31,7 +31,7 @@ WORKER_LABELS = {
 }
 # Spec fields that change how a running worker behaves. replicas, suspend, restartPolicy, autoscaling
 # and the PodDisruptionBudget only steer the operator: changing them replaces no pod.
-_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling")
+_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling", "evaluation")
 _OPERATOR_ONLY_DISRUPTION = ("maxUnavailable",)
 # A worker on a node that stops reporting: replaced after spec.disruption.nodeLossSeconds.
 NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -310,6 +310,7 @@ class PodView:
     disruption: str = ""  # reason of a DisruptionTarget=True condition (EvictionByEvictionAPI, ...)
     disruption_message: str = ""
     deletion_at: str | None = None  # metadata.deletionTimestamp: the end of its grace period
+    role: str = "worker"  # or "evaluator": an evaluation pod (.evaluators), outside the worker plan
 
     @property
     def terminated(self) -> bool:

@@ -74,6 +74,7 @@ def test_each_version_is_judged_once_with_gymnasiums_own_episodes(
     wait_until(lambda: len(read_results(client, keys)) == 2, 120, "version 2's evaluation")
 
     results = read_results(client, keys)
+    assert all(isinstance(result.pop("evaluated_at"), float) for result in results)
     assert results == [expected(1, ANGLE), expected(2, slice(2, 4))]
     assert results[1]["return_mean"] == 500.0 and results[1]["return_half_width"] == 0.0
     assert results[0]["return_mean"] < 500.0 and results[0]["return_half_width"] > 0.0

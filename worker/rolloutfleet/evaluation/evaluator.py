@@ -109,7 +109,7 @@ class EvaluationWorker:
             played = board.record(self.version, index, episode_return, length)
             if played is not None:
                 summary = summarize(self.version, played)
-                board.publish(summary.to_json())
+                board.publish({**summary.to_json(), "evaluated_at": time.time()})
                 self.version_return.set(summary.return_mean)
                 log.info("%s", summary.describe())
             return True
