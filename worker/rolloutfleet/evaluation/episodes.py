@@ -21,7 +21,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.sampling.envs import env_creator, env_name, reset_or_fail
+from rolloutfleet.sampling.envs import env_build_errors, env_creator, env_name, reset_or_fail
 from rolloutfleet.sampling.vector_policy import VectorPolicy
 from rolloutfleet.spec.evaluation import EvaluationSpec
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -44,7 +44,8 @@ class EpisodePlayer:
         self.evaluation = evaluation_spec(job)
         env_spec = spec.env.model_copy(update={"config": {**spec.env.config, **self.evaluation.env_config}})
         self.name = env_name(env_spec)
-        self.env = env_creator(env_spec, index, count)(0)
+        with env_build_errors(env_spec):  # one line naming spec.env's field, not a traceback
+            self.env = env_creator(env_spec, index, count)(0)
         self.policy = Policy(spec.policy, self.env.observation_space, self.env.action_space,
                              seed=self.evaluation.seed + index, worker=(index, count))  # fmt: skip
         self.filter: MeanStdFilter | None = None

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from rolloutfleet.data.weights_check import WeightsRefused
 from rolloutfleet.evaluation.confidence import summarize
 from rolloutfleet.evaluation.episodes import EpisodePlayer
+from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.fleet.probes import Probes, serve
 from rolloutfleet.fleet.worker import EXIT_BAD_SPEC, report_fatal
 from rolloutfleet.spec.job import SpecError
@@ -150,6 +151,9 @@ def main(environ: Mapping[str, str], log_level: str | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.append(signum))
     signal.signal(signal.SIGINT, lambda signum, frame: stop_requested.append(signum))
     try:
+        parent_pid = parent_pid_from(environ)  # started by `rolloutfleet run`: stop with it
+        if parent_pid is not None:
+            watch_parent(parent_pid, stop_self)
         worker = EvaluationWorker(WorkerConfig.from_environ(environ))
         worker.stopping = bool(stop_requested)
         signal.signal(signal.SIGTERM, worker.request_stop)
