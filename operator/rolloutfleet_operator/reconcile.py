@@ -21,6 +21,7 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import apply_pdb, apply_service, create_pod, delete_pod, patch_status, post_event
 from rolloutfleet_operator.autoscale_tick import announce
+from rolloutfleet_operator.custom_metrics import custom_metrics_status
 from rolloutfleet_operator.disruptions import counts_from_status
 from rolloutfleet_operator.evaluators import build_evaluator_pod, evaluation_status, evaluator_hash, plan_evaluators
 from rolloutfleet_operator.images import worker_image
@@ -101,7 +102,9 @@ async def reconcile(
     status = build_status(
         name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued,
         image=worker_image(job, config),
-    ) | scaling_status(scaling) | evaluation_status(job, evaluators, state.evaluation, now)  # fmt: skip
+    ) | scaling_status(scaling)  # fmt: skip
+    status |= evaluation_status(job, evaluators, state.evaluation, now)  # spec.evaluation's pods and numbers
+    status |= custom_metrics_status(state.beats, the_plan.desired)  # callbacks' per-episode metrics
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)

@@ -1,7 +1,11 @@
 """spec.evaluation against a real API server and the test kubelet: the operator runs the
-evaluation pods, they judge the learner's weights, and the job's status shows the numbers."""
+evaluation pods, they judge the learner's weights, and the job's status shows the numbers
+(and the mean of the custom metrics the workers' callbacks set)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -17,6 +21,7 @@ from tests.evaluation_kit import ANGLE, gymnasium_return, lean_weights, leaning
 
 SEED = 500
 EPISODES = 3
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_evaluation_pods_judge_each_version_and_the_status_shows_it(
@@ -29,7 +34,12 @@ def test_evaluation_pods_judge_each_version_and_the_status_shows_it(
 ) -> None:
     operators.start()
     evaluation = {"workers": 1, "episodes": EPISODES, "seed": SEED}
-    jobs.create(job_manifest("judged", redis_server.url, replicas=1, evaluation=evaluation))
+    manifest = job_manifest("judged", redis_server.url, replicas=1, evaluation=evaluation)
+    # The workers' callbacks set custom metrics (their module is in tests/): steps and return_gap (always 0).
+    manifest["spec"]["sampling"]["callbacks"] = "tests.integration.fleet.custom_callbacks:ReturnCheck"
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(REPO)) if p)
+    manifest["spec"]["extraEnv"] = [{"name": "PYTHONPATH", "value": path}]
+    jobs.create(manifest)
 
     def both_running() -> bool:
         pods = jobs.pods("judged")
@@ -47,6 +57,8 @@ def test_evaluation_pods_judge_each_version_and_the_status_shows_it(
     status = jobs.status("judged")
     assert status["desiredReplicas"] == 1 and status["replicas"] == 1  # the evaluation pod is no worker
     assert status["evaluation"]["message"] == "no weights version judged yet"
+    custom = wait_for(lambda: jobs.status("judged").get("customMetrics"), 60, jobs.describe)
+    assert set(custom) == {"steps", "return_gap"} and custom["return_gap"] == 0.0 and custom["steps"] > 0
 
     env_ = gym.make("CartPole-v1")
     like = Policy(PolicySpec(), env_.observation_space, env_.action_space).get_weights()

@@ -166,7 +166,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         evaluators.start()
         console.print(
             f"fleet: {len(fleet.workers)} workers of {job.name}"
-            + (f" and {evaluators.count} evaluation workers" if evaluators.count else "")
+            + (f" and {evaluators.count} evaluation worker(s)" if evaluators.count else "")
             + f", redis {redacted_url(fleet.redis_url)}, "
             f"logs in {fleet.log_dir}"
         )
