@@ -8,6 +8,7 @@ workers share a version's episodes. It publishes no training batches and no hear
 is ready once env, policy and Redis are up (``/readyz``), and Redis errors are waited out
 with backoff, unready. SIGTERM: the episode being played is finished and recorded, then
 exit 0. A weights version that does not fit the model is refused once, as by a worker.
+Redis refusing the password: one line, exit 4 (as a worker).
 A worker killed mid-episode leaves that version unfinished (never published); the next
 version is judged as usual.
 """
@@ -28,11 +29,11 @@ from rolloutfleet.evaluation.confidence import summarize
 from rolloutfleet.evaluation.episodes import EpisodePlayer
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.fleet.probes import Probes, serve
-from rolloutfleet.fleet.worker import EXIT_BAD_SPEC, report_fatal
+from rolloutfleet.fleet.worker import EXIT_BAD_SPEC, EXIT_REDIS, report_fatal
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
-from rolloutfleet.transport.connection import RETRYABLE, connect
+from rolloutfleet.transport.connection import RETRYABLE, address, connect, failure_line
 from rolloutfleet.transport.evaluation_results import EvaluationBoard
 from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.weights import WeightSubscriber
@@ -82,8 +83,11 @@ class EvaluationWorker:
                 if not self._step(player, *parts):
                     self._sleep(POLL_S)
                 backoff = 0.5
-            except redis.AuthenticationError as exc:
-                raise SpecError(f"redis refused the password: {exc}") from None
+            except redis.AuthenticationError as exc:  # before RETRYABLE: it is a ConnectionError
+                report_fatal(failure_line(exc, address(config.redis_url)))
+                player.close()
+                server.shutdown()
+                return EXIT_REDIS  # replaced after a pause: a rotated Secret is read by the next pod
             except RETRYABLE as exc:
                 self.probes.set_ready(False, f"redis: {exc}")
                 log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
