@@ -30,6 +30,7 @@ from rolloutfleet_operator.api_calls import API_CONCURRENCY, JOBS, PDBS, Api
 from rolloutfleet_operator.autoscale_tick import autoscale
 from rolloutfleet_operator.coalescing import run_coalesced
 from rolloutfleet_operator.config import OperatorConfig
+from rolloutfleet_operator.evaluators import evaluator_view
 from rolloutfleet_operator.kueue import WORKLOADS
 from rolloutfleet_operator.pods import JOB_LABEL, MANAGED_BY, PodView
 from rolloutfleet_operator.progress import read_progress
@@ -115,7 +116,7 @@ def job_index(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) ->
 def pod_index(
     *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
 ) -> dict[Key, PodView] | None:
-    view = PodView.from_pod(body)
+    view = PodView.from_pod(body) or evaluator_view(body)
     return None if view is None else {(namespace or "", labels[JOB_LABEL]): view}
 
 

@@ -32,7 +32,7 @@ WORKER_LABELS = {
 }
 # Spec fields that change how a running worker behaves. replicas, suspend, restartPolicy, autoscaling
 # and the PodDisruptionBudget only steer the operator: changing them replaces no pod.
-_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling", "network")
+_OPERATOR_ONLY_FIELDS = ("replicas", "suspend", "restartPolicy", "autoscaling", "network", "evaluation")
 _OPERATOR_ONLY_DISRUPTION = ("maxUnavailable",)
 # A worker on a node that stops reporting: replaced after spec.disruption.nodeLossSeconds.
 NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -319,6 +319,7 @@ class PodView:
     disruption: str = ""  # reason of a DisruptionTarget=True condition (EvictionByEvictionAPI, ...)
     disruption_message: str = ""
     deletion_at: str | None = None  # metadata.deletionTimestamp: the end of its grace period
+    role: str = "worker"  # or "evaluator": an evaluation pod (.evaluators), outside the worker plan
 
     @property
     def terminated(self) -> bool:

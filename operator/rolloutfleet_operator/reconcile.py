@@ -29,7 +29,9 @@ from rolloutfleet_operator.api_calls import (
     post_event,
 )
 from rolloutfleet_operator.autoscale_tick import announce
+from rolloutfleet_operator.custom_metrics import custom_metrics_status
 from rolloutfleet_operator.disruptions import counts_from_status
+from rolloutfleet_operator.evaluators import build_evaluator_pod, evaluation_status, evaluator_hash, plan_evaluators
 from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
 from rolloutfleet_operator.network import build_network_policy
@@ -93,7 +95,9 @@ async def reconcile(
     if scaling is not None:
         announce(body, key, scaling)  # a kubectl scale seen here first
         job = job.model_copy(update={"spec": job.spec.model_copy(update={"replicas": scaling.autoscaler.replicas})})
-    observation = observe(state.memory, pod_index.get(key, []), clock)
+    views = list(pod_index.get(key, []))
+    evaluators = [view for view in views if view.role == "evaluator"]  # spec.evaluation's, planned apart
+    observation = observe(state.memory, [view for view in views if view.role == "worker"], clock)
     # Kueue (a queue-name label): no pods without an admitted Workload; deleting them then is no failure.
     gate = await kueue_gate(runtime.api, body, job, observation.pods, (workload_index or {}).get(key, []),
                             lambda: build_pod(job, uid, 0, config, current_hash))  # fmt: skip
@@ -117,6 +121,8 @@ async def reconcile(
         name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued,
         image=worker_image(job, config),
     ) | scaling_status(scaling)  # fmt: skip
+    status |= evaluation_status(job, evaluators, state.evaluation, now)  # spec.evaluation's pods and numbers
+    status |= custom_metrics_status(state.beats, the_plan.desired)  # callbacks' per-episode metrics
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)
@@ -127,6 +133,7 @@ async def reconcile(
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
     await _keep_network_policy(runtime, state, body, job, uid, clock)  # before the pods it restricts
     await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock, gate)
+    await _keep_evaluators(runtime, body, job, uid, evaluators, gate.allowed and not job.spec.suspend, now)
     await _keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
     await _keep_service(runtime, state, body, job, uid, clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -218,6 +225,28 @@ async def _create_pods(
     state.reported_refusal = refusal
     if created:
         post_event(body["metadata"], "Normal", "CreatedWorkers", f"created worker pod(s) {shown(created)}")
+
+
+async def _keep_evaluators(
+    runtime: Runtime, body: dict[str, Any], job: RolloutJob, uid: str, pods: list[PodView], active: bool, now: float
+) -> None:
+    """Create and delete evaluation pods as :func:`.evaluators.plan_evaluators` says (an
+    Event per batch of them); a refused create is said in an Event and tried next round."""
+    current = evaluator_hash(job, runtime.config)
+    create, delete = plan_evaluators(job, pods, current, active, now)
+    by_name = {p.name: p for p in pods}
+    grace = runtime.config.grace_seconds
+    await asyncio.gather(*(delete_pod(runtime.api, job.namespace, name, by_name[name].uid,
+                                      0 if by_name[name].terminated else grace, why) for name, why in delete))  # fmt: skip
+    for name, why in delete:
+        post_event(body["metadata"], "Normal", "DeletedEvaluator", f"deleted evaluation pod {name}: {why}")
+    pods_made = [build_evaluator_pod(job, uid, index, runtime.config, current) for index in create]
+    outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods_made))
+    created = [pod["metadata"]["name"] for pod, (pod_uid, _) in zip(pods_made, outcomes, strict=True) if pod_uid]
+    if created:
+        post_event(body["metadata"], "Normal", "CreatedEvaluators", f"created evaluation pod(s) {', '.join(created)}")
+    if refusal := next((error for _, error in outcomes if error), None):
+        post_event(body["metadata"], "Warning", "CreateFailed", f"the API server refused an evaluation pod: {refusal}")
 
 
 async def _keep_pdb(

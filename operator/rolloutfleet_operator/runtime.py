@@ -24,6 +24,7 @@ class JobRuntime:
     rounds: Rounds = field(default_factory=Rounds)
     memory: PodMemory = field(default_factory=PodMemory)
     beats: dict[int, dict[str, float]] = field(default_factory=dict)  # worker index -> last heartbeat
+    evaluation: dict[str, Any] | None = None  # the newest evaluation summary read from Redis (spec.evaluation)
     # The last reason reported in an Event, so that each is reported once, not every round.
     reported_invalid: str = ""
     reported_refusal: str = ""

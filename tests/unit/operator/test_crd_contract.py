@@ -41,9 +41,20 @@ def test_every_printer_column_and_scale_path_exists_in_the_schema() -> None:
     assert resolve(scale["statusReplicasPath"])["type"] == "integer"
     assert resolve(scale["labelSelectorPath"])["type"] == "string"
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Desired", "Ready", "Phase", "Restarts", "Steps/s", "Reason", "Age", "Image", "Autoscaling"]
-    # The image and the autoscaler's reason only under `kubectl get rj -o wide`: they are long.
-    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0] * 7 + [1, 1]
+    assert names == [
+        "Desired",
+        "Ready",
+        "Phase",
+        "Restarts",
+        "Steps/s",
+        "Reason",
+        "Age",
+        "Image",
+        "Autoscaling",
+        "Eval",
+    ]
+    # The image, the autoscaler's reason and the evaluation only under `kubectl get rj -o wide`: they are long.
+    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0] * 7 + [1, 1, 1]
 
 
 def _model_fields(model: type[BaseModel]) -> dict[str, Any]:
@@ -108,6 +119,7 @@ SECTIONS = [
     "template.metadata",
     "disruption",
     "autoscaling",
+    "evaluation",
 ]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rolloutfleet_operator.config import OperatorConfig
+from rolloutfleet_operator.evaluators import evaluator_view
 from rolloutfleet_operator.pods import PodView
 from rolloutfleet_operator.reconcile import reconcile, shown
 from rolloutfleet_operator.runtime import Runtime
@@ -250,3 +251,37 @@ async def test_an_autoscaled_job_keeps_the_autoscaler_s_size_says_each_change_on
     labels = {"namespace": "team", "job_name": "cp"}
     assert REGISTRY.get_sample_value("rolloutfleet_autoscaler_desired_replicas", labels) == 0
     assert REGISTRY.get_sample_value("rolloutfleet_autoscaler_changes_total", labels) == 1
+
+
+@pytest.mark.asyncio
+async def test_evaluation_pods_are_kept_apart_from_the_workers(kube: Any, posted: list[dict[str, Any]]) -> None:
+    runtime = Runtime(config=OperatorConfig(), api=kube.api())
+    job = indexed_job(replicas=2, evaluation={"workers": 2, "episodes": 4})
+    await run(runtime, job, [])
+    assert sorted(made(kube)) == ["cp-eval-0", "cp-eval-1", "cp-worker-0", "cp-worker-1"]
+    assert ("CreatedEvaluators", "created evaluation pod(s) cp-eval-0, cp-eval-1") in [
+        (e["reason"], e["message"]) for e in posted
+    ]
+
+    def seen(name: str) -> PodView:
+        pod = {**kube.pods[name], "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        view = PodView.from_pod(pod) or evaluator_view(pod)
+        assert view is not None
+        return view
+
+    pods = [seen(name) for name in sorted(kube.pods)]
+    kube.calls.clear()
+    await run(runtime, job, pods)
+    assert kube.named("create_namespaced_pod") == [] and kube.named("delete_namespaced_pod") == []
+    status = job["status"]
+    assert (status["replicas"], status["readyReplicas"], status["desiredReplicas"]) == (2, 2, 2)  # workers only
+    assert status["evaluation"]["workers"] == 2 and status["evaluation"]["readyWorkers"] == 2
+
+    # More episodes: the evaluation pods are replaced, the workers are not; suspended: none kept.
+    job["spec"]["evaluation"] = {"workers": 2, "episodes": 8}
+    await run(runtime, job, pods)
+    assert sorted(c["name"] for c in kube.named("delete_namespaced_pod")) == ["cp-eval-0", "cp-eval-1"]
+    kube.calls.clear()
+    job["spec"]["suspend"] = True
+    await run(runtime, job, [p for p in pods if p.role == "worker"])
+    assert kube.named("create_namespaced_pod") == []

@@ -91,6 +91,7 @@ VALID: dict[str, Any] = {
     "multiAgent.policies.a.stateOut": True,
     "multiAgent.policiesToTrain[0]": "a",
     "autoscaling.maxReplicas": 4,
+    "evaluation.maxEpisodeSteps": 500,
     "env.external.observationSpace.type": "Discrete",
     "env.external.observationSpace.shape[0]": 4,
     "env.external.observationSpace.low": -1.0,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rolloutfleet.cli.evaluate import add_evaluate_parser
 from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
 from rolloutfleet.cli.record import add_record_parser, add_replay_parser
 from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
@@ -101,8 +102,12 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from rolloutfleet.evaluation.evaluator import is_evaluator
+    from rolloutfleet.evaluation.evaluator import main as evaluator_main
     from rolloutfleet.fleet.worker import main as worker_main
 
+    if is_evaluator(os.environ):  # the operator's evaluation pods (spec.evaluation)
+        return evaluator_main(os.environ, log_level=args.log_level)
     return worker_main(log_level=args.log_level)
 
 
@@ -168,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_streams_parser(commands)
     add_record_parser(commands)
     add_replay_parser(commands)
+    add_evaluate_parser(commands)
     return parser
 
 

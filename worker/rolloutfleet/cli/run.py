@@ -27,6 +27,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
+from rolloutfleet.fleet.local_evaluators import LocalEvaluators
 from rolloutfleet.fleet.parent_watch import die_with_parent
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.spec.external import local_port
@@ -153,6 +154,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     command = list(args.command)
     console = Console(stderr=True)
     fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"))
+    evaluators = LocalEvaluators(fleet)  # spec.evaluation's workers; none without it
+    judged: list[int] = []  # the newest evaluation version said
     learner: subprocess.Popen[bytes] | None = None
     code = 0
     started = time.monotonic()
@@ -160,8 +163,11 @@ def run_fleet(args: argparse.Namespace) -> int:
     try:
         stop.install()
         fleet.start()
+        evaluators.start()
         console.print(
-            f"fleet: {len(fleet.workers)} workers of {job.name}, redis {redacted_url(fleet.redis_url)}, "
+            f"fleet: {len(fleet.workers)} workers of {job.name}"
+            + (f" and {evaluators.count} evaluation worker(s)" if evaluators.count else "")
+            + f", redis {redacted_url(fleet.redis_url)}, "
             f"logs in {fleet.log_dir}"
         )
         addresses = external_addresses(job, len(fleet.workers))
@@ -177,11 +183,16 @@ def run_fleet(args: argparse.Namespace) -> int:
         live = None if args.no_status else Live(console=console, refresh_per_second=2, transient=False)
         if live is not None:
             live.start()
-        last_log = 0.0
+        last_log = last_judged = 0.0
         try:
             while True:
                 fleet.poll()
+                evaluators.poll()
                 now = time.monotonic()
+                if evaluators.count and now - last_judged >= 2.0:  # one Redis read per 2 s
+                    last_judged = now
+                    if (said := _new_evaluation(fleet, judged)) is not None:
+                        console.print(f"fleet: evaluation {said}")
                 if scaler is not None and (said := scaler.tick(now)) is not None:
                     log.info("%s", said)
                     console.print(f"fleet: {said}")
@@ -218,6 +229,7 @@ def run_fleet(args: argparse.Namespace) -> int:
                 learner.wait(10)
             except subprocess.TimeoutExpired:
                 learner.kill()
+        evaluators.stop()  # before the fleet's embedded Redis goes
         codes = fleet.stop()
         stop.restore()
         unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
@@ -225,6 +237,18 @@ def run_fleet(args: argparse.Namespace) -> int:
         if fleet.kept_logs is not None:
             console.print(f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}")
     return code
+
+
+def _new_evaluation(fleet: LocalFleet, judged: list[int]) -> str | None:
+    """The newest evaluation result in words when it is of a version not said yet (``judged``)."""
+    from rolloutfleet.evaluation.confidence import VersionSummary
+    from rolloutfleet.transport.evaluation_results import read_latest
+
+    latest = read_latest(fleet.redis_url, fleet.job, fleet.redis_password)
+    if latest is None or (judged and int(latest["version"]) <= judged[-1]):
+        return None
+    judged.append(int(latest["version"]))
+    return VersionSummary.from_json(latest).describe()
 
 
 def _unreachable(url: str, timeout_s: float) -> int | None:

@@ -80,7 +80,8 @@ def add_streams_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         "streams",
         help="per job (per policy for multi-agent jobs): stream length, groups (consumers, last read, pending, "
-        "lag), dead letters, weights version, and which group holds the workers back since when",
+        "lag), dead letters, weights version, which group holds the workers back since when, and the newest "
+        "evaluation results (spec.evaluation)",
     )
     parser.add_argument(
         "--redis", required=True, help="redis:// or rediss:// URL (password: $ROLLOUTFLEET_REDIS_PASSWORD)"
@@ -308,6 +309,7 @@ def run_streams(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from rolloutfleet.evaluation.report import evaluation_lines
     from rolloutfleet.transport.connection import connect, explain, where_url
     from rolloutfleet.transport.sharding import read_shards
     from rolloutfleet.transport.stream_status import GroupStatus, read_stream_status
@@ -340,6 +342,7 @@ def run_streams(args: argparse.Namespace) -> int:
             )
         ]
         refused = _refused(client, streams)
+        evaluated = evaluation_lines(client)
     except redis.RedisError as exc:
         print(f"rolloutfleet streams: Redis at {where_url(args.redis)}: {explain(exc)}", file=sys.stderr)
         return 1
@@ -383,7 +386,7 @@ def run_streams(args: argparse.Namespace) -> int:
             holds.append(f"{name}: {hold_line(status.hold)}")
     console = Console()
     console.print(table)
-    for line in holds + refused:
+    for line in holds + refused + evaluated:
         console.print(line, highlight=False, soft_wrap=True)
     return 0
 

@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 from rolloutfleet.spec.autoscaling import AutoscalingSpec, check_autoscaling
 from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.error_lines import describe_errors
+from rolloutfleet.spec.evaluation import EvaluationSpec
 from rolloutfleet.spec.exploration import ExplorationSpec
 from rolloutfleet.spec.external import ExternalSpec
 from rolloutfleet.spec.manifest_yaml import load_documents, yaml_problem
@@ -517,6 +518,9 @@ class RolloutJobSpec(_Model):
     autoscaling: AutoscalingSpec | None = None
     """``{minReplicas, maxReplicas, ...}``: the number of workers follows the learner's appetite
     (:mod:`rolloutfleet.spec.autoscaling`); ``replicas`` is then only the size to start from."""
+    evaluation: EvaluationSpec | None = None
+    """``{workers, episodes, explore, seed, ...}``: evaluation workers that play whole episodes of
+    each new weights version and publish its return (:mod:`rolloutfleet.spec.evaluation`)."""
 
     @field_validator("tolerations")
     @classmethod
@@ -531,6 +535,11 @@ class RolloutJobSpec(_Model):
     @model_validator(mode="after")
     def _single_agent_env_options(self) -> RolloutJobSpec:
         check_autoscaling(self.autoscaling, self.redis.backpressure)
+        if self.evaluation is not None and (self.multi_agent is not None or self.env.external is not None):
+            what = "multiAgent" if self.multi_agent is not None else "env.external"
+            raise _SubfieldError(
+                "evaluation", f"evaluates single-agent envs the worker steps; leave it out with {what}"
+            )
         if self.multi_agent is not None:
             if self.env.external is not None:
                 raise _SubfieldError("env.external", "serves single-agent simulators; leave out multiAgent")

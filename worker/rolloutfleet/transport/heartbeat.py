@@ -75,6 +75,10 @@ def beat(
     }
     # An external env's server: clients, open episodes, timed-out / dropped episodes, refusals.
     fields.update({name: value for name, value in stats.items() if name.startswith("external/")})
+    # Callbacks' custom per-episode metrics: their mean over the worker's last episodes (the job's status).
+    fields.update(
+        {name: value for name, value in stats.items() if name.startswith("custom/") and name.endswith("_mean")}
+    )
     if waiting_since is not None:
         fields["steps_per_s"] = 0.0
         fields["waiting_for_learner_since"] = waiting_since
