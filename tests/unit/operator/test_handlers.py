@@ -168,7 +168,7 @@ async def events(server: Any) -> list[dict[str, Any]]:
     return list((await get(server, EVENTS_URL))["items"])
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
+async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 60.0) -> Any:
     """Poll ``check`` until it returns something truthy; its last error says what was missing."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -386,7 +386,7 @@ async def test_refused_creations_stop_early_and_are_reported_once(server: Any, o
         attempts = pod_creations(server)
         again = await refused()
         server.refuse_pods = None  # the quota is raised: the next reconcile (timer) creates them all
-        await eventually(lambda: _names_are(server, {f"cp-worker-{i}" for i in range(50)}), timeout=20)
+        await eventually(lambda: _names_are(server, {f"cp-worker-{i}" for i in range(50)}), timeout=60)
     # Slow start: one refused pod per reconcile, not fifty; one Event per distinct reason.
     assert 1 <= attempts <= 3
     assert len(again) == 1 and quota in reported[0]["message"] and reported[0]["type"] == "Warning"
