@@ -12,6 +12,8 @@
 | ``ROLLOUTFLEET_READ_PROGRESS`` | ``0``: don't read worker heartbeats from Redis (no Secret reads) | ``1`` |
 | ``ROLLOUTFLEET_WORKER_MEMORY`` | memory request = limit of a worker whose job sets no ``resources.memory`` and whose policy acts in numpy; ``none``: no default | ``192Mi`` |
 | ``ROLLOUTFLEET_WORKER_TORCH_MEMORY`` | the same for a job whose policy loads torch (:mod:`rolloutfleet.spec.footprint`) | ``1Gi`` |
+| ``ROLLOUTFLEET_REDIS_ADMIN_URL`` | the Redis whose admin credential the operator holds (the chart's): jobs whose ``spec.redis.url`` names its host and port get per-job users (:mod:`.redis_users`) | none |
+| ``ROLLOUTFLEET_REDIS_ADMIN_USERNAME``, ``ROLLOUTFLEET_REDIS_ADMIN_PASSWORD`` | its admin user (``default`` when unset) and password, from a Secret by ``secretKeyRef`` | none |
 
 The memory defaults follow ``make bench`` (``bench/bench_footprint.py``): a default-MLP
 worker holds about 70 MB (90 MB with 256 CartPoles), a torch one about 560 MB.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rolloutfleet_operator import __version__
 
@@ -47,6 +49,9 @@ class OperatorConfig:
     read_progress: bool = True
     worker_memory: str | None = "192Mi"
     worker_torch_memory: str | None = "1Gi"
+    redis_admin_url: str | None = None
+    redis_admin_username: str | None = None
+    redis_admin_password: str | None = field(default=None, repr=False)  # never printed
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -104,6 +109,9 @@ class OperatorConfig:
             "grace_seconds": number("GRACE_SECONDS", int, 0, 3600),
             "max_unavailable": number("MAX_UNAVAILABLE", float, 0.01, 1.0),
             "read_progress": flag("READ_PROGRESS"),
+            "redis_admin_url": _admin_url(get("REDIS_ADMIN_URL")),
+            "redis_admin_username": get("REDIS_ADMIN_USERNAME"),
+            "redis_admin_password": get("REDIS_ADMIN_PASSWORD"),
         }
         return cls(
             worker_command=command,
@@ -115,3 +123,18 @@ class OperatorConfig:
 
     def metrics_port(self, index: int) -> int:
         return self.worker_metrics_port + index if self.worker_port_per_index else self.worker_metrics_port
+
+
+def _admin_url(raw: str | None) -> str | None:
+    """The admin URL, checked; it must hold no password (that comes by secretKeyRef)."""
+    from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
+
+    if raw is None:
+        return None
+    try:
+        parsed = parse_redis_url(raw)
+    except BadRedisURL as error:
+        raise ConfigError(f"ROLLOUTFLEET_REDIS_ADMIN_URL: {error}") from None
+    if parsed.password is not None:
+        raise ConfigError("ROLLOUTFLEET_REDIS_ADMIN_URL: must hold no password; set ROLLOUTFLEET_REDIS_ADMIN_PASSWORD")
+    return raw

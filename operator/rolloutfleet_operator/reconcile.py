@@ -27,6 +27,7 @@ from rolloutfleet_operator.kueue_api import Gate, kueue_gate
 from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import PodView, build_pdb, build_pod, build_service, pdb_spec, template_hash
+from rolloutfleet_operator.redis_users import isolation_condition, keep_users
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 from rolloutfleet_operator.scaling import scaling_status, sync_scaling
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
@@ -91,6 +92,7 @@ async def reconcile(
     )
     state.memory = observation.memory
     to_create = observation.creatable(the_plan.create)
+    isolation = await keep_users(runtime, state, body, job, uid, observation.pods)  # before any pod reads them
 
     # Records first: a failure is persisted before its pod is deleted.
     generation = int(body["metadata"]["generation"])
@@ -99,6 +101,8 @@ async def reconcile(
         name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued,
         image=worker_image(job, config),
     ) | scaling_status(scaling)  # fmt: skip
+    old_conditions = (own_status or {}).get("conditions") or []
+    status["conditions"] = [*status["conditions"], isolation_condition(isolation, generation, now, old_conditions)]
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)

@@ -97,6 +97,7 @@ SECTIONS = [
     "multiAgent.policyMapping.rules",
     "redis",
     "redis.passwordSecret",
+    "redis.adminSecret",
     "restartPolicy",
     "resources",
     "template",

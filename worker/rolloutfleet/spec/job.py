@@ -426,6 +426,9 @@ class RedisSpec(_Model):
     """``redis://`` or ``rediss://`` (TLS). Never put a password here: use passwordSecret."""
     password_secret: PasswordSecretRef | None = None
     """Kubernetes Secret holding the password; workers read it from ROLLOUTFLEET_REDIS_PASSWORD."""
+    admin_secret: PasswordSecretRef | None = None
+    """A Secret in the job's namespace with an admin password (and optionally ``username``) of
+    the job's own Redis: the operator mints the job's Redis users there (docs/operations/security.md)."""
     max_len: int = Field(default=1000, ge=1)
     """Upper bound on entries kept in the job's batch stream."""
     backpressure: Literal["block", "dropOldest"] = "block"
