@@ -184,7 +184,8 @@ class OperatorFactory:
         self.cluster, self.namespace, self.tmp, self.port_base = cluster, namespace, tmp, port_base
         self.started: list[OperatorProcess] = []
 
-    def start(self, standalone: bool = True) -> OperatorProcess:
+    def start(self, standalone: bool = True, **extra_env: str) -> OperatorProcess:
+        """``extra_env``: more of the operator's settings (``ROLLOUTFLEET_...``), as the chart's env."""
         from rolloutfleet.fleet.embedded_redis import free_port
 
         log = self.tmp / f"operator-{len(self.started)}.log"
@@ -195,6 +196,7 @@ class OperatorFactory:
             "ROLLOUTFLEET_WORKER_METRICS_PORT": str(self.port_base),
             "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
             "ROLLOUTFLEET_GRACE_SECONDS": "5",
+            **extra_env,
         }
         args = [sys.executable, "-m", "rolloutfleet_operator", "--namespace", self.namespace]
         args += ["--liveness-port", str(free_port()), "--metrics-port", "0"]
