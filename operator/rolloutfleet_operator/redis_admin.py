@@ -76,7 +76,7 @@ def _nodes(admin: Admin) -> list[redis.Redis]:
         enabled = 0
     if not enabled:
         return [seed]
-    reply: Any = seed.execute_command("CLUSTER", "NODES")
+    reply: Any = seed.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
     text = reply.decode() if isinstance(reply, bytes) else str(reply)
     seed.close()
     return [_client(admin, host, port) for host, port in cluster_nodes(text)]
@@ -90,7 +90,7 @@ def apply_users(admin: Admin, users: list[tuple[AclUser, list[str]]]) -> int:
             try:
                 pipe = node.pipeline(transaction=False)
                 for user, hashes in users:
-                    pipe.execute_command("ACL", "SETUSER", *user.setuser_args(hashes))
+                    pipe.execute_command("ACL", "SETUSER", *user.setuser_args(hashes))  # type: ignore[no-untyped-call]
                 pipe.execute()
             finally:
                 node.close()
@@ -103,7 +103,7 @@ def current_hashes(admin: Admin, user: str) -> list[str]:
     """The password hashes ``user`` has on the URL's node (none: no such user)."""
     client = _client(admin)
     try:
-        found = client.acl_getuser(user)
+        found: Any = client.acl_getuser(user)
     except (redis.RedisError, BadRedisURL, OSError) as error:
         raise AdminError(_line(admin, error)) from None
     finally:

@@ -43,8 +43,29 @@ def admin_source(job: RolloutJob, config: OperatorConfig) -> str | None:
     if config.redis_admin_url is None or config.redis_admin_password is None:
         return None
     ours, theirs = parse_redis_url(config.redis_admin_url), parse_redis_url(job.spec.redis.url)
-    same = (ours.scheme == "unix") == (theirs.scheme == "unix") and ours.address == theirs.address
-    return "operator" if same else None
+    if (ours.scheme == "unix") != (theirs.scheme == "unix"):
+        return None
+    if ours.scheme == "unix":
+        return "operator" if ours.path == theirs.path else None
+    same_host = service_host(ours.host, None) == service_host(theirs.host, job.namespace)
+    return "operator" if same_host and ours.port == theirs.port else None
+
+
+def service_host(host: str, namespace: str | None) -> str:
+    """A host name as ``<service>.<namespace>`` where it names a Kubernetes Service (``redis``
+    in the job's namespace, ``redis.ns``, ``redis.ns.svc``, ``redis.ns.svc.cluster.local``
+    are one), else as written (pure)::
+
+        >>> service_host("redis", "rl"), service_host("redis.rl.svc.cluster.local", None)
+        ('redis.rl', 'redis.rl')
+    """
+    host = host.lower().rstrip(".")
+    for suffix in (".svc.cluster.local", ".svc"):
+        if host.endswith(suffix):
+            return host.removesuffix(suffix)
+    if "." not in host and namespace and host != "localhost":
+        return f"{host}.{namespace}"
+    return host
 
 
 def secret_manifest(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from rolloutfleet.spec.job import RolloutJob
@@ -161,7 +162,7 @@ async def _read_secret(api: Api, namespace: str, name: str) -> dict[str, Any] | 
             if error.status == 404:
                 return None
             raise AdminError(f"Secret {name}: {refusal_reason(error)}") from None
-    meta = secret.metadata
+    meta = secret.metadata or client.V1ObjectMeta()
     owners = [{"uid": o.uid} for o in (meta.owner_references or [])]
     return {"metadata": {"annotations": meta.annotations or {}, "ownerReferences": owners}, "data": secret.data or {}}
 

@@ -97,6 +97,7 @@ def test_the_operator_mints_owned_secrets_and_workers_publish_as_their_job_user(
     assert value(back, "password") != minted["worker"]
     hashes = admin.acl_getuser(job_users(namespace, "iso").worker.name)["passwords"]
     assert len(hashes) == 2  # the new one, and the one the running pod holds
+
     def last() -> bytes:  # the stream is capped (maxLen): its newest entry tells new batches
         return bytes(admin.xrevrange(batches, count=1)[0][0])
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -40,12 +39,12 @@ def apply(admin: redis.Redis, users: JobUsers) -> None:
 
 
 @pytest.fixture
-def acl_redis(own_redis: RedisServer) -> Iterator[tuple[RedisServer, JobUsers, JobUsers]]:
+def acl_redis(own_redis: RedisServer) -> tuple[RedisServer, JobUsers, JobUsers]:
     admin = own_redis.client()
     a, b = job_users("team-a", "cartpole"), job_users("team-b", "cartpole")  # same name, two namespaces
     apply(admin, a)
     apply(admin, b)
-    yield own_redis, a, b
+    return own_redis, a, b
 
 
 def job(namespace: str) -> RolloutJob:

@@ -60,6 +60,7 @@ VALID: dict[str, Any] = {
     "sampling.seed": 7,
     "sampling.callbacks": "pkg.mod:Callbacks",
     "redis.passwordSecret.name": "redis",
+    "redis.adminSecret.name": "redis-admin",
     "redis.shards": 2,
     "image": "worker:1",
     "imagePullPolicy": "Never",
@@ -99,7 +100,11 @@ VALID: dict[str, Any] = {
     "env.external.actionSpace.n": 3,
 }
 """Fields without a CRD default or enum: a value the model accepts there."""
-OBJECTS: dict[str, dict[str, Any]] = {"passwordSecret": {"name": "redis"}, "autoscaling": {"maxReplicas": 4}}
+OBJECTS: dict[str, dict[str, Any]] = {
+    "passwordSecret": {"name": "redis"},
+    "adminSecret": {"name": "redis-admin"},
+    "autoscaling": {"maxReplicas": 4},
+}
 """What an object made around the field tried holds besides it (its required fields)."""
 EXPLORATION = {"epsilon": "epsilonGreedy", "schedule": "epsilonGreedy", "perWorker": "epsilonGreedy",
                "sigma": "gaussian", "theta": "ornsteinUhlenbeck"}  # fmt: skip
