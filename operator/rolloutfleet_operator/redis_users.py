@@ -45,6 +45,7 @@ from rolloutfleet_operator.status import condition
 
 REFRESH_S = 60.0
 RETRY_S = 10.0  # after a failure
+MAX_HELD = 8  # old password hashes kept valid through a re-mint
 log = logging.getLogger(__name__)
 
 
@@ -112,7 +113,9 @@ async def _keep(
         password = decoded(secret["data"], "password") if secret else None
         if secret is None or password is None:
             password = secrets.token_urlsafe(32)
-            held = await asyncio.to_thread(current_hashes, admin, user.name)  # running pods may hold them
+            # Running pods may hold these; the newest first (we apply them so): a Secret that
+            # keeps failing to be created must not grow the list without bound.
+            held = (await asyncio.to_thread(current_hashes, admin, user.name))[:MAX_HELD]
             minted = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             manifest = secret_manifest(job, owner_reference(job, uid), role, user.name, password, held, minted)
             to_create.append((manifest, user.name))
