@@ -17,7 +17,7 @@ from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet.transport.appetite import read_signals
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import post_event
-from rolloutfleet_operator.progress import redis_password
+from rolloutfleet_operator.progress import redis_login
 from rolloutfleet_operator.runtime import Key, Runtime
 from rolloutfleet_operator.scaling import Scaling, sync_scaling
 
@@ -43,8 +43,8 @@ async def autoscale(
     scaling = state.scaling = sync_scaling(state.scaling, job, own_status, now)
     if scaling is None or job.spec.suspend:
         return
-    password = await redis_password(runtime, state, job)
-    signals = await asyncio.to_thread(read_signals, job.spec.redis.url, job, password)
+    url, password = await redis_login(runtime, state, job)
+    signals = await asyncio.to_thread(read_signals, url, job, password)
     scaling.decision = scaling.autoscaler.observe(signals, now)
     announce(body, key, scaling)
 

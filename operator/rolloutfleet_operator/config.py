@@ -14,6 +14,8 @@
 | ``ROLLOUTFLEET_WORKER_TORCH_MEMORY`` | the same for a job whose policy loads torch (:mod:`rolloutfleet.spec.footprint`) | ``1Gi`` |
 | ``ROLLOUTFLEET_WORKER_NETWORK_POLICY`` | ``1``: each job gets a NetworkPolicy ``<job>-egress``: its workers reach Redis, DNS and ``spec.network.egress`` only (:mod:`.network`) | ``0`` |
 | ``ROLLOUTFLEET_REDIS_PEERS`` | the NetworkPolicyPeers Redis is, a JSON list (the chart's Redis pods); empty: any address on the Redis URL's port | ``[]`` |
+| ``ROLLOUTFLEET_REDIS_ADMIN_URL`` | the Redis whose admin credential the operator holds (the chart's): jobs whose ``spec.redis.url`` names its host and port get per-job users (:mod:`.redis_users`) | none |
+| ``ROLLOUTFLEET_REDIS_ADMIN_USERNAME``, ``ROLLOUTFLEET_REDIS_ADMIN_PASSWORD`` | its admin user (``default`` when unset) and password, from a Secret by ``secretKeyRef`` | none |
 
 The memory defaults follow ``make bench`` (``bench/bench_footprint.py``): a default-MLP
 worker holds about 70 MB (90 MB with 256 CartPoles), a torch one about 560 MB.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rolloutfleet_operator import __version__
@@ -52,6 +54,9 @@ class OperatorConfig:
     worker_torch_memory: str | None = "1Gi"
     worker_network_policy: bool = False
     redis_peers: tuple[dict[str, Any], ...] = ()
+    redis_admin_url: str | None = None
+    redis_admin_username: str | None = None
+    redis_admin_password: str | None = field(default=None, repr=False)  # never printed
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -110,6 +115,9 @@ class OperatorConfig:
             "max_unavailable": number("MAX_UNAVAILABLE", float, 0.01, 1.0),
             "read_progress": flag("READ_PROGRESS"),
             "worker_network_policy": flag("WORKER_NETWORK_POLICY"),
+            "redis_admin_url": _admin_url(get("REDIS_ADMIN_URL")),
+            "redis_admin_username": get("REDIS_ADMIN_USERNAME"),
+            "redis_admin_password": get("REDIS_ADMIN_PASSWORD"),
         }
         return cls(
             worker_command=command,
@@ -135,3 +143,18 @@ def _peers(raw: str | None) -> tuple[dict[str, Any], ...]:
     if not isinstance(parsed, list) or not all(isinstance(p, dict) for p in parsed):
         raise ConfigError(f"ROLLOUTFLEET_REDIS_PEERS: must be a JSON list of NetworkPolicyPeer objects, got {raw!r}")
     return tuple(parsed)
+
+
+def _admin_url(raw: str | None) -> str | None:
+    """The admin URL, checked; it must hold no password (that comes by secretKeyRef)."""
+    from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
+
+    if raw is None:
+        return None
+    try:
+        parsed = parse_redis_url(raw)
+    except BadRedisURL as error:
+        raise ConfigError(f"ROLLOUTFLEET_REDIS_ADMIN_URL: {error}") from None
+    if parsed.password is not None:
+        raise ConfigError("ROLLOUTFLEET_REDIS_ADMIN_URL: must hold no password; set ROLLOUTFLEET_REDIS_ADMIN_PASSWORD")
+    return raw

@@ -19,6 +19,7 @@ from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.network import ca_mount
+from rolloutfleet_operator.redis_secrets import admin_source, worker_env
 
 GROUP = "rolloutfleet.io"
 JOB_LABEL = f"{GROUP}/job"
@@ -110,7 +111,9 @@ def _worker_env(job: RolloutJob, index: int, config: OperatorConfig) -> list[dic
         metrics_port=config.metrics_port(index),
     )
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in worker.to_environ().items()]
-    if spec.redis.password_secret is not None:
+    if admin_source(job, config) is not None:  # per-job Redis users (.redis_users): the job's worker user
+        env += worker_env(job)
+    elif spec.redis.password_secret is not None:
         ref = {"name": spec.redis.password_secret.name, "key": spec.redis.password_secret.key}
         env.append({"name": "ROLLOUTFLEET_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": ref}})
     if (ca := ca_mount(job)) is not None:

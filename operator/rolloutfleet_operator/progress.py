@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import urllib.parse
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -35,13 +36,23 @@ async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Coll
     except SpecError:
         return
     state = runtime.job(key)
-    password = await redis_password(runtime, state, job)
+    url, password = await redis_login(runtime, state, job)
     try:
-        state.beats = await asyncio.to_thread(read_heartbeats, job.spec.redis.url, job, password)
+        state.beats = await asyncio.to_thread(read_heartbeats, url, job, password)
         if job.spec.evaluation is not None:
-            state.evaluation = await asyncio.to_thread(read_latest, job.spec.redis.url, job, password)
+            state.evaluation = await asyncio.to_thread(read_latest, url, job, password)
     except Exception as error:  # noqa: BLE001 - progress is best effort; the reconcile must go on
         log.debug("no progress for %s/%s: %s", key[0], key[1], error)
+
+
+async def redis_login(runtime: Runtime, state: JobRuntime, job: RolloutJob) -> tuple[str, str | None]:
+    """The URL and password to read the job's keys with: as its learner user where the operator
+    minted the job's users (:mod:`.redis_users`), else the job's URL and passwordSecret."""
+    login = getattr(state.redis_users, "learner_login", None)
+    if login is not None:
+        scheme, _, rest = job.spec.redis.url.partition("://")
+        return f"{scheme}://{urllib.parse.quote(login[0], safe='')}@{rest}", login[1]
+    return job.spec.redis.url, await redis_password(runtime, state, job)
 
 
 async def redis_password(runtime: Runtime, state: JobRuntime, job: RolloutJob) -> str | None:

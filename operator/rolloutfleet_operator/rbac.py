@@ -9,7 +9,7 @@ chart's rules equal to these, and the e2e tests run the operator under them).
 | poddisruptionbudgets (policy): list, watch, create, patch | each job's ``<job>-workers`` budget, kept as the spec says (watched: no read per reconcile) |
 | services: create, patch | an external env's ``<job>-external`` Service (``spec.env.external``; owner reference: the garbage collector deletes it) |
 | networkpolicies (networking.k8s.io): create, patch | each job's ``<job>-egress`` policy (``ROLLOUTFLEET_WORKER_NETWORK_POLICY``; owner reference: deleted with the job); never read, listed or deleted |
-| secrets: get | the Redis password of a job (``spec.redis.passwordSecret``), to read worker heartbeats for status progress; drop it with ``ROLLOUTFLEET_READ_PROGRESS=0`` |
+| secrets: get, create, patch | get: the Redis password of a job (``spec.redis.passwordSecret``) for status progress, its ``spec.redis.adminSecret``, and its per-job users' Secrets; create: ``<job>-redis-worker`` and ``<job>-redis-learner`` (owner reference: the garbage collector deletes them, so no delete); patch: retire their previous passwords' hashes (:mod:`.redis_users`). No list or watch: the operator never reads Secrets it does not name |
 | events (core/v1): create | what the operator did and why (kopf only ever posts new core Events) |
 | kopfpeerings (namespaced) / clusterkopfpeerings: get, list, watch, patch | several replicas: one active |
 | workloads (kueue.x-k8s.io): list, watch, create, delete | a Kueue-queued job's Workload (never updated: a changed job gets a new one) |
@@ -32,7 +32,7 @@ NAMESPACED: list[Rule] = [
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list", "watch", "create", "patch"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create", "patch"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch", "create", "delete"]},

@@ -47,6 +47,7 @@ from rolloutfleet_operator.pods import (
     pdb_spec,
     template_hash,
 )
+from rolloutfleet_operator.redis_users import isolation_condition, keep_users
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 from rolloutfleet_operator.scaling import scaling_status, sync_scaling
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
@@ -113,6 +114,7 @@ async def reconcile(
     )
     state.memory = observation.memory
     to_create = observation.creatable(the_plan.create)
+    isolation = await keep_users(runtime, state, body, job, uid, observation.pods)  # before any pod reads them
 
     # Records first: a failure is persisted before its pod is deleted.
     generation = int(body["metadata"]["generation"])
@@ -123,6 +125,8 @@ async def reconcile(
     ) | scaling_status(scaling)  # fmt: skip
     status |= evaluation_status(job, evaluators, state.evaluation, now)  # spec.evaluation's pods and numbers
     status |= custom_metrics_status(state.beats, the_plan.desired)  # callbacks' per-episode metrics
+    old_conditions = (own_status or {}).get("conditions") or []
+    status["conditions"] = [*status["conditions"], isolation_condition(isolation, generation, now, old_conditions)]
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)

@@ -47,6 +47,7 @@ class JobRuntime:
     written_for: str = ""
     password: tuple[float, str | None] = (0.0, None)  # (monotonic time read, the Redis password)
     scaling: Scaling | None = None  # spec.autoscaling's autoscaler, its last decision (.scaling)
+    redis_users: Any = None  # .redis_users.Isolation: the job's Redis users, as last applied
 
 
 @dataclass

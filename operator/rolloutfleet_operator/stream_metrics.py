@@ -16,7 +16,7 @@ from typing import Any
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet.transport.stream_backlog import PolicyBacklog, read_job_backlog
 from rolloutfleet_operator import metrics
-from rolloutfleet_operator.progress import redis_password
+from rolloutfleet_operator.progress import redis_login
 from rolloutfleet_operator.runtime import Key, Runtime
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,8 @@ async def read_stream_metrics(key: Key, runtime: Runtime, job_index: Mapping[Key
         return
     backlogs: list[PolicyBacklog] = []
     try:
-        password = await redis_password(runtime, runtime.job(key), job)
-        backlogs = await asyncio.to_thread(read_job_backlog, job.spec.redis.url, job, password)
+        url, password = await redis_login(runtime, runtime.job(key), job)
+        backlogs = await asyncio.to_thread(read_job_backlog, url, job, password)
     except Exception as error:  # noqa: BLE001 - best effort, as progress: the reconcile must go on
         log.debug("no stream metrics for %s/%s: %s", key[0], key[1], error)
     metrics.set_stream_series(key[0], key[1], stream_series(backlogs))

@@ -185,8 +185,9 @@ class OperatorFactory:
         self.started: list[OperatorProcess] = []
 
     def start(
-        self, standalone: bool = True, metrics_port: int = 0, extra_env: dict[str, str] | None = None
+        self, standalone: bool = True, metrics_port: int = 0, extra_env: dict[str, str] | None = None, **more_env: str
     ) -> OperatorProcess:
+        """``extra_env`` / ``more_env``: more of the operator's settings (``ROLLOUTFLEET_...``), as the chart's env."""
         from rolloutfleet.fleet.embedded_redis import free_port
 
         log = self.tmp / f"operator-{len(self.started)}.log"
@@ -198,6 +199,7 @@ class OperatorFactory:
             "ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1",
             "ROLLOUTFLEET_GRACE_SECONDS": "5",
             **(extra_env or {}),
+            **more_env,
         }
         args = [sys.executable, "-m", "rolloutfleet_operator", "--namespace", self.namespace]
         args += ["--liveness-port", str(free_port()), "--metrics-port", str(metrics_port)]

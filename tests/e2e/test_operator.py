@@ -220,6 +220,8 @@ def test_the_operator_user_has_only_what_it_needs(cluster: Cluster, operator_rba
     assert can("patch", "poddisruptionbudgets.policy", "-n", "default") == "yes"
     assert can("create", "services", "-n", "default") == "yes"  # an external env's Service
     assert can("patch", "services", "-n", "default") == "yes"
+    assert can("create", "secrets", "-n", "default") == "yes"  # a job's <job>-redis-worker/-learner
+    assert can("patch", "secrets", "-n", "default") == "yes"
     for verb, resource in [
         ("delete", "poddisruptionbudgets.policy"),
         ("update", "poddisruptionbudgets.policy"),
@@ -228,6 +230,9 @@ def test_the_operator_user_has_only_what_it_needs(cluster: Cluster, operator_rba
         ("get", "nodes"),
         ("update", "pods"),
         ("list", "secrets"),
+        ("watch", "secrets"),
+        ("update", "secrets"),
+        ("delete", "secrets"),  # the garbage collector deletes a job's Secrets, by owner reference
         ("create", "deployments"),
         ("delete", "rolloutjobs.rolloutfleet.io"),
         ("create", "rolebindings"),

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +487,63 @@ def test_helm_upgrade_keeps_jobs_and_password(node: Node) -> None:
     time.sleep(10)
     assert job_status(node)["phase"] == "Running"
     assert job_status(node)["restarts"] == restarts
+
+
+def test_a_worker_of_one_job_gets_noperm_for_anything_outside_its_job(node: Node) -> None:
+    """issue 28: from inside a worker container of A (kubectl exec), with A's worker user."""
+    import redis
+
+    from rolloutfleet.spec.redis_keys import job_keys
+    from tests.node.tenants_kit import secret_values, tries_from_worker
+
+    status = job_status(node)
+    isolated = next(c for c in status["conditions"] if c["type"] == "RedisIsolated")
+    assert (isolated["status"], isolated["reason"]) == ("True", "PerJobUsers"), isolated
+    other = {"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob", "metadata": {"name": "other"},
+             "spec": {"suspend": True, "env": {"id": "CartPole-v1"},
+                      "redis": {"url": "rediss://rolloutfleet-redis:6379/0",
+                                "tls": {"caSecret": {"name": "rolloutfleet-redis-ca"}}}}}  # fmt: skip
+    node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(other))
+    wait_for(lambda: secret_values(node, NS, "other-redis-learner") or None, 120, lambda: node.diagnostics(NS))
+    for role in ("worker", "learner"):
+        [owner] = node.get(NS, "secret", f"{JOB}-redis-{role}")["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("RolloutJob", JOB)
+    url, admin_password = redis_url_and_password(node)
+    admin = redis.Redis.from_url(url, password=admin_password)
+    admin.xadd(job_keys(NS, "other").batches, {"x": "b's"})
+    pod = worker_pods(node)[0]
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["ROLLOUTFLEET_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == f"{JOB}-redis-worker"
+    tries = tries_from_worker(node, NS, pod["metadata"]["name"], JOB, "other")
+    refused = {k for k, v in tries.items() if v.startswith("NOPERM")}
+    assert refused == {"append to B's stream", "read B's stream", "publish A's weights", "FLUSHALL",
+                       "CONFIG GET", "KEYS *"}, tries  # fmt: skip
+    assert tries["read A's weights"] == "ok" and admin.xlen(job_keys(NS, "other").batches) == 1
+    # A's learner user, over TLS verified with the chart's CA, trains on A and cannot read B.
+    learner = secret_values(node, NS, f"{JOB}-redis-learner")
+    assert url.startswith("rediss://"), url
+    user_url = url.replace("rediss://", f"rediss://{urllib.parse.quote(learner['username'], safe='')}@")
+    consumer = BatchConsumer(user_url, JOB, namespace=NS, group="tenant-check", password=learner["password"])
+    wait_for(lambda: consumer.get(timeout=2.0) is not None, 120, lambda: node.diagnostics(NS))
+    consumer.close()
+    as_learner = redis.Redis.from_url(url, username=learner["username"], password=learner["password"])
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        as_learner.xrange(job_keys(NS, "other").batches)
+    node.kubectl("-n", NS, "delete", "rj", "other", "--timeout=120s", timeout=130)
+
+
+def test_no_password_in_any_log_status_event_argv_or_client_name(node: Node) -> None:
+    import redis
+
+    from tests.node.tenants_kit import client_names, secrets_of, where_passwords_must_not_be
+
+    passwords = secrets_of(node, NS)
+    assert len(passwords) >= 3, "the chart's Redis password and the job's two users' passwords"
+    url, admin_password = redis_url_and_password(node)
+    texts = where_passwords_must_not_be(node, NS)
+    texts["redis client names"] = client_names(redis.Redis.from_url(url, password=admin_password))
+    leaks = [where for where, text in texts.items() for p in passwords if p in text]
+    assert not leaks, leaks
 
 
 def test_delete_job_garbage_collects_pods_then_uninstall(node: Node) -> None:

@@ -113,6 +113,7 @@ SECTIONS = [
     "network",
     "network.egress",
     "network.egress.ports",
+    "redis.adminSecret",
     "restartPolicy",
     "resources",
     "template",

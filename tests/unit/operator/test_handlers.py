@@ -249,6 +249,7 @@ async def test_a_new_job_gets_its_indexed_owned_pods_once_and_a_status(server: A
         "Ready": "False",
         "Degraded": "False",
         "Failed": "False",
+        "RedisIsolated": "False",  # no admin credential of its Redis: the shared password, said so
     }
     assert any(e["reason"] == "CreatedWorkers" for e in posted)
 

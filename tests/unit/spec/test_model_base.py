@@ -61,6 +61,7 @@ VALID: dict[str, Any] = {
     "sampling.seed": 7,
     "sampling.callbacks": "pkg.mod:Callbacks",
     "redis.passwordSecret.name": "redis",
+    "redis.adminSecret.name": "redis-admin",
     "redis.shards": 2,
     "redis.tls.caSecret.name": "redis-ca",
     "network.egress[0].ports[0].port": 443,
@@ -107,6 +108,7 @@ VALID: dict[str, Any] = {
 OBJECTS: dict[str, dict[str, Any]] = {
     "passwordSecret": {"name": "redis"},
     "caSecret": {"name": "redis-ca"},
+    "adminSecret": {"name": "redis-admin"},
     "autoscaling": {"maxReplicas": 4},
 }
 """What an object made around the field tried holds besides it (its required fields)."""

@@ -97,6 +97,7 @@ class Worker:
         self._stats: Mapping[str, float | int] = {}  # the last fragment's, for heartbeats while waiting
         self._waiting_beat: tuple[float, float | None] = (0.0, None)  # (monotonic time, since) of the last
         self.watchdog: EnvWatchdog | None = None
+        self._last_refusal = ""  # the last NOPERM line said (each distinct one once)
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
@@ -187,6 +188,7 @@ class Worker:
                 transport.heartbeat(self._stats)
                 self.probes.set_ready(True)
                 backoff = 0.5
+                self._last_refusal = ""
             except PublishInterrupted:
                 self._say(self.learner_wait.end(time.time(), "stopping"))
                 log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
@@ -200,6 +202,11 @@ class Worker:
                 report_fatal(failure_line(exc, address(config.redis_url)))
                 code = EXIT_REDIS
                 break
+            except redis.exceptions.NoPermissionError as exc:  # a revoked ACL user: wait (unready) for it back
+                if self.stopping:
+                    pending = None
+                    continue
+                backoff = self._refused(exc, backoff)
             except transport.retryable as exc:
                 self.metrics.redis_errors.inc()
                 self.probes.set_ready(False, f"redis: {exc}")
@@ -252,6 +259,19 @@ class Worker:
             if transport is not None:
                 last_beat = lambda: transport.heartbeat(self._stats, stuck=verdict.line)  # noqa: E731
         leave(verdict, report_fatal, kill_env_processes, last_beat)
+
+    def _refused(self, exc: redis.exceptions.NoPermissionError, backoff: float) -> float:
+        """Redis refused a command of this worker's ACL user (NOPERM: the user was revoked or
+        narrowed mid-run): said in one line when the refusal is new, not ready, retried with
+        backoff (the operator re-applies the job's users), never a crash loop; the next backoff."""
+        line = f"redis at {address(self.config.redis_url)} refused a command: NOPERM {' '.join(str(exc).split())}"
+        self.metrics.redis_errors.inc()
+        self.probes.set_ready(False, "redis: NOPERM (the job's Redis user lacks a permission)")
+        if line != self._last_refusal:
+            self._last_refusal = line
+            log.error("%s; retrying until the job's Redis user allows it again", line)
+        self._sleep(backoff)
+        return min(backoff * 2, 30.0)
 
     def _no_room(self, exc: BackpressureTimeout) -> None:
         """A publish gave up waiting for room after ``blockTimeoutSeconds``: Redis answered, so
@@ -320,6 +340,8 @@ class Worker:
             except redis.AuthenticationError as exc:  # before retryable: it is a ConnectionError
                 report_fatal(failure_line(exc, address(self.config.redis_url)))
                 return EXIT_REDIS
+            except redis.exceptions.NoPermissionError as exc:
+                backoff = self._refused(exc, backoff)
             except WorkerTransport.retryable as exc:
                 self.metrics.redis_errors.inc()
                 self.probes.set_ready(False, f"redis: {exc}")

@@ -430,6 +430,9 @@ class RedisSpec(_Model):
     """Kubernetes Secret holding the password; workers read it from ROLLOUTFLEET_REDIS_PASSWORD."""
     tls: RedisTLSSpec | None = None
     """``caSecret``: the CA that verifies a ``rediss://`` server, mounted read-only in the workers."""
+    admin_secret: PasswordSecretRef | None = None
+    """A Secret in the job's namespace with an admin password (and optionally ``username``) of
+    the job's own Redis: the operator mints the job's Redis users there (docs/operations/security.md)."""
     max_len: int = Field(default=1000, ge=1)
     """Upper bound on entries kept in the job's batch stream."""
     backpressure: Literal["block", "dropOldest"] = "block"

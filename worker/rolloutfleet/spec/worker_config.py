@@ -6,6 +6,7 @@
 | ``ROLLOUTFLEET_WORKER_INDEX``, ``ROLLOUTFLEET_NUM_WORKERS`` | this worker's place in the job |
 | ``ROLLOUTFLEET_SPEC`` or ``ROLLOUTFLEET_SPEC_FILE`` | the job's spec (or whole manifest) as JSON / a file |
 | ``ROLLOUTFLEET_REDIS_URL``, ``ROLLOUTFLEET_REDIS_PASSWORD`` | where to publish (overrides ``spec.redis.url``) |
+| ``ROLLOUTFLEET_REDIS_USERNAME`` | the Redis ACL user (the operator's ``<job>-redis-worker`` Secret; read by the client) |
 | ``ROLLOUTFLEET_METRICS_PORT`` | Prometheus ``/metrics``, ``/healthz``, ``/readyz`` (default 9100; 0: any free port) |
 | ``ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS`` | give up (one line, exit 4) when Redis was never reached for this long; unset (the operator's pods): retry without bound, unready |
 | ``ROLLOUTFLEET_CPUS`` | the CPUs the pod requested (1 where none): at most this many env processes (``async``); read by :mod:`rolloutfleet.sampling.env_processes`; unset: the CPUs the process may use |

@@ -44,6 +44,8 @@ from rolloutfleet.spec.network import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import BadRedisURL, RedisURL, parse_redis_url, redacted_url
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
+USERNAME_ENV = "ROLLOUTFLEET_REDIS_USERNAME"
+"""The Redis ACL user (the operator's per-job users, :mod:`rolloutfleet.spec.redis_acl`) when the URL names none."""
 
 RETRYABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,
@@ -183,7 +185,7 @@ def _options(password: str | None, socket_timeout: float, connect_timeout: float
     ``$ROLLOUTFLEET_REDIS_PASSWORD``. Credentials go as arguments, never inside the URL the
     client parses (:mod:`rolloutfleet.spec.redis_url`)."""
     return {
-        "username": url.username,
+        "username": url.username or os.environ.get(USERNAME_ENV) or None,
         "password": url.password or (password if password is not None else os.environ.get(PASSWORD_ENV) or None),
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
