@@ -6,7 +6,7 @@ pays a round trip per sub-env and, with more sub-envs than CPUs, has them fight 
 cores; here ``P = min(numEnvs, CPUs)`` processes each hold a contiguous group of sub-envs
 (8 sub-envs on 2 CPUs: 2 processes x 4 sub-envs) and step them one after another.
 
-Semantics match :class:`~rolloutfleet.sampling.envs.ResilientSyncVectorEnv` (``sync``):
+Semantics match :class:`~rolloutfleet.sampling.sync_vector_env.ResilientSyncVectorEnv` (``sync``):
 SAME_STEP autoreset (an ended sub-env is reset within the step, its last observation in
 ``info["final_obs"]``), sub-env ``i`` reset with the ``i``-th seed of the list, no other
 info keys. So ``async`` and ``sync`` give the same trajectories for the same seed.

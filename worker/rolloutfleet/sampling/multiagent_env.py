@@ -19,7 +19,7 @@ a PettingZoo module, or an AEC env), so single-agent workers run without it.
 ``parallel_env`` factory when it has one (``pettingzoo.classic.rps_v2``), else its AEC
 ``env`` factory (``pettingzoo.classic.tictactoe_v3``); ``spec.config`` is passed as keyword
 arguments. ``spec.env.entryPoint`` is a callable taking an
-:class:`~rolloutfleet.sampling.envs.EnvContext`, as for single-agent envs.
+:class:`~rolloutfleet.sampling.env_creators.EnvContext`, as for single-agent envs.
 
 >>> from rolloutfleet.examples.team_tag import TeamTag
 >>> env = MultiAgentEnvAdapter(TeamTag({}))
@@ -38,7 +38,8 @@ from gymnasium import spaces
 
 from rolloutfleet.sampling.aec_env import AECDriver, is_aec
 from rolloutfleet.sampling.env_calls import watched_creator
-from rolloutfleet.sampling.envs import EnvContext, reset_or_fail
+from rolloutfleet.sampling.env_creators import EnvContext
+from rolloutfleet.sampling.env_failures import reset_or_fail
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
 
