@@ -37,7 +37,7 @@ from rolloutfleet.transport.dead_letters import DEAD_LETTER_MAX_LEN, DeadLetters
 from rolloutfleet.transport.declared_columns import SchemaReference, read_declared
 from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, check_versions, concat_messages, decode_entry, schema_of
-from rolloutfleet.transport.learner_args import count_arg, seconds_arg
+from rolloutfleet.transport.learner_args import consumer_args, count_arg, seconds_arg
 from rolloutfleet.transport.policy_lag import PolicyLag
 from rolloutfleet.transport.stream_status import as_text, read_stream_status, weights_version
 
@@ -98,13 +98,7 @@ class BatchConsumer(JobClient):
         self.policy = policy
         self.group = group
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
-        seconds_arg("reclaim_idle_s", reclaim_idle_s, zero=False)
-        count_arg("max_deliveries", max_deliveries, 1)
-        count_arg("read_count", read_count, 1)
-        seconds_arg("block_s", block_s, zero=False, finite=True)
-        seconds_arg("reconnect_timeout_s", reconnect_timeout_s)
-        if max_policy_lag is not None:
-            count_arg("max_policy_lag", max_policy_lag, 0)
+        consumer_args(reclaim_idle_s, max_deliveries, read_count, block_s, reconnect_timeout_s, max_policy_lag)
         self.read_count = read_count
         self.block_s = block_s
         self.start = start
