@@ -31,9 +31,10 @@ def run(tree: Path, bench: str, args: list[str]) -> tuple[str, dict[str, list[fl
     """One run of ``bench`` from ``tree``: its header columns and each row's numbers."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("worker", "operator", "."))}
     script = tree / "bench" / f"{bench}.py"
-    out = subprocess.run(
-        [sys.executable, str(script), *args], cwd=tree, env=env, capture_output=True, text=True, check=True
-    ).stdout
+    done = subprocess.run([sys.executable, str(script), *args], cwd=tree, env=env, capture_output=True, text=True)
+    if done.returncode != 0:  # say why, not only that it failed
+        sys.exit(f"{bench} of {tree} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    out = done.stdout
     header, table = "", 0
     rows: dict[str, list[float]] = {}
     for line in out.splitlines():
