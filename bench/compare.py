@@ -7,7 +7,8 @@ REF is checked out in a temporary git worktree; the two trees' benches run alter
 ``rolloutfleet`` on ``PYTHONPATH`` and the same interpreter and dependencies. For every table
 row (a first column that is a number, e.g. ``envs``) it prints the median of each column for
 REF and for this tree, and their ratio (this / REF); rows of a bench's second or later table
-are keyed ``<first column>#<table>`` (e.g. ``64#2``). Ratios of the "ours/ceiling" kind
+are keyed ``<first column>#<table>`` (e.g. ``64#2``); a markdown table's rows (``| path | 606 | ...``,
+``bench_transport``) by their first cell and table. Ratios of the "ours/ceiling" kind
 compare best: both sides measure their ceiling in the same process.
 """
 
@@ -30,20 +31,37 @@ def run(tree: Path, bench: str, args: list[str]) -> tuple[str, dict[str, list[fl
     """One run of ``bench`` from ``tree``: its header columns and each row's numbers."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / p) for p in ("worker", "operator", "."))}
     script = tree / "bench" / f"{bench}.py"
-    out = subprocess.run(
-        [sys.executable, str(script), *args], cwd=tree, env=env, capture_output=True, text=True, check=True
-    ).stdout
+    done = subprocess.run([sys.executable, str(script), *args], cwd=tree, env=env, capture_output=True, text=True)
+    if done.returncode != 0:  # say why, not only that it failed
+        sys.exit(f"{bench} of {tree} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    out = done.stdout
     header, table = "", 0
     rows: dict[str, list[float]] = {}
     for line in out.splitlines():
         tokens = line.split()
-        if tokens and tokens[0] in ("envs", "policies", "size", "workers"):
+        if line.startswith("|"):  # a markdown table (bench_transport): keyed by its first cell
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if set(cells[0]) <= set("-: "):
+                table += 1
+                continue
+            numbers = [_first_number(cell) for cell in cells[1:]]
+            if any(n is not None for n in numbers):
+                rows[f"{cells[0][:40]}#{table}"] = [n for n in numbers if n is not None]
+            else:
+                header = header or line.strip()
+        elif tokens and tokens[0] in ("envs", "policies", "size", "workers"):
             header = header or line.strip()
             table += 1  # a bench may print several tables with the same first column (envs)
         elif tokens and tokens[0].isdigit():
             key = tokens[0] if table <= 1 else f"{tokens[0]}#{table}"
             rows[key] = [float(t.rstrip("%x").replace(",", "")) for t in tokens[1:] if NUMBER.fullmatch(t)]
     return header, rows
+
+
+def _first_number(cell: str) -> float | None:
+    """The first number of a table cell (``1,234 MB/s`` -> 1234.0), None if it has none."""
+    match = NUMBER.search(cell)
+    return float(match.group().rstrip("%").replace(",", "")) if match else None
 
 
 def main() -> None:

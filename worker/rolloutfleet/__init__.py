@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
     from rolloutfleet.inference.recurrent_model import is_stateful
     from rolloutfleet.sampling.callbacks import Callbacks
+    from rolloutfleet.sampling.env_creators import EnvContext, env_creator
     from rolloutfleet.sampling.env_runner import EnvRunner
-    from rolloutfleet.sampling.envs import EnvContext, env_creator, env_spaces
+    from rolloutfleet.sampling.envs import env_spaces
     from rolloutfleet.sampling.policy_mapping import EpisodeInfo
     from rolloutfleet.sampling.runners import build_model, build_policy_models
     from rolloutfleet.spec.redis_url import redacted_url
@@ -56,8 +57,8 @@ _LAZY = {
     # Sampling, and what custom envs and callbacks are handed.
     "EnvRunner": "rolloutfleet.sampling.env_runner",
     "Callbacks": "rolloutfleet.sampling.callbacks",
-    "EnvContext": "rolloutfleet.sampling.envs",
-    "env_creator": "rolloutfleet.sampling.envs",
+    "EnvContext": "rolloutfleet.sampling.env_creators",
+    "env_creator": "rolloutfleet.sampling.env_creators",
     "env_spaces": "rolloutfleet.sampling.envs",
     "EpisodeInfo": "rolloutfleet.sampling.policy_mapping",
     # The job's models, as the workers build them (a learner trains the same ones).

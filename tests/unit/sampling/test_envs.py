@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rolloutfleet import EnvRunner, RolloutJob
-from rolloutfleet.sampling import envs
+from rolloutfleet.sampling import env_failures
 from rolloutfleet.sampling.envs import EnvFailed, EnvInterrupted, FailureBudget
 from rolloutfleet.spec.job import SpecError
 
@@ -73,9 +73,9 @@ def test_successes_in_between_keep_a_flaky_env_alive() -> None:
 
 
 def test_after_a_stop_request_the_next_failure_ends_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(envs, "_STOPPING", threading.Event())
+    monkeypatch.setattr(env_failures, "_STOPPING", threading.Event())
     runner = EnvRunner(job({"entryPoint": FAILING, "maxConsecutiveFailures": 1000}))
-    envs.interrupt_failing_envs()
+    env_failures.interrupt_failing_envs()
     with pytest.raises(EnvInterrupted, match="physics blew up"):
         runner.sample()
     assert runner.env.restarts == 0  # type: ignore[attr-defined]

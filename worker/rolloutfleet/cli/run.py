@@ -141,23 +141,15 @@ def external_addresses(job: RolloutJob, workers: int) -> list[str]:
 
 def run_fleet(args: argparse.Namespace) -> int:
     from rolloutfleet.spec.redis_url import redacted_url
-    from rolloutfleet.transport.heartbeat import read_heartbeats
 
     job = RolloutJob.from_file(args.manifest)
     if args.redis is not None and (code := _unreachable(args.redis, args.redis_timeout)) is not None:
         return code
-    replicas = job.spec.replicas if args.replicas is None else args.replicas
-    if job.spec.autoscaling is not None:
-        replicas = job.spec.autoscaling.clamp(replicas)  # the size to start from
-    if replicas != job.spec.replicas:
-        job = RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": replicas}})
-    command = list(args.command)
+    job = _sized(job, args.replicas)
     console = Console(stderr=True)
     fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"))
     evaluators = LocalEvaluators(fleet)  # spec.evaluation's workers; none without it
-    judged: list[int] = []  # the newest evaluation version said
     learner: subprocess.Popen[bytes] | None = None
-    code = 0
     started = time.monotonic()
     stop = StopSignals()
     try:
@@ -167,76 +159,119 @@ def run_fleet(args: argparse.Namespace) -> int:
         console.print(
             f"fleet: {len(fleet.workers)} workers of {job.name}"
             + (f" and {evaluators.count} evaluation worker(s)" if evaluators.count else "")
-            + f", redis {redacted_url(fleet.redis_url)}, "
-            f"logs in {fleet.log_dir}"
+            + f", redis {redacted_url(fleet.redis_url)}, logs in {fleet.log_dir}"
         )
         addresses = external_addresses(job, len(fleet.workers))
         if addresses:
             console.print(f"fleet: external env: simulators connect to {', '.join(addresses)}")
         scaler = None if job.spec.autoscaling is None else LocalAutoscaler(fleet)
-        if command:
-            env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
-            if addresses:
-                env["ROLLOUTFLEET_EXTERNAL_ADDRESSES"] = ",".join(addresses)
-            # SIGTERMed by the kernel should this process be SIGKILLed: it outlives nothing either.
-            learner = subprocess.Popen(command, env=env, preexec_fn=die_with_parent())
-        live = None if args.no_status else Live(console=console, refresh_per_second=2, transient=False)
-        if live is not None:
-            live.start()
-        last_log = last_judged = 0.0
-        try:
-            while True:
-                fleet.poll()
-                evaluators.poll()
-                now = time.monotonic()
-                if evaluators.count and now - last_judged >= 2.0:  # one Redis read per 2 s
-                    last_judged = now
-                    if (said := _new_evaluation(fleet, judged)) is not None:
-                        console.print(f"fleet: evaluation {said}")
-                if scaler is not None and (said := scaler.tick(now)) is not None:
-                    log.info("%s", said)
-                    console.print(f"fleet: {said}")
-                if live is not None:
-                    beats = read_heartbeats(fleet.redis_url, job, fleet.redis_password)
-                    scaling = None if scaler is None or scaler.decision is None else scaler.decision.reason
-                    live.update(status_table(fleet, beats, now - started, scaling=scaling))
-                elif now - last_log > 10:
-                    last_log = now
-                    beats = read_heartbeats(fleet.redis_url, job, fleet.redis_password)
-                    log.info("fleet: %s", fleet_line(fleet, beats, time.time()))
-                if learner is not None and (learner_code := learner.poll()) is not None:
-                    console.print(f"fleet: the command exited with {learner_code}; stopping the fleet")
-                    code = learner_code
-                    break
-                if fleet.alive() == 0 and all(w.state == "failed" for w in fleet.workers.values()) and fleet.workers:
-                    console.print("fleet: every worker is down and the restart budget is spent; stopping")
-                    code = 1
-                    break
-                if args.duration is not None and now - started >= args.duration:
-                    break
-                if stop.received.wait(0.25):
-                    break
-        finally:
-            if live is not None:
-                live.stop()
+        if args.command:
+            learner = _start_learner(list(args.command), fleet, job, addresses)
+        code = _watch(args, fleet, job, (scaler, evaluators, learner, stop), console, started)
         if stop.signum is not None:
             console.print(f"fleet: {signal.Signals(stop.signum).name}; stopping workers")
             code = 128 + stop.signum
     finally:
-        if learner is not None and learner.poll() is None:
-            learner.terminate()
-            try:
-                learner.wait(10)
-            except subprocess.TimeoutExpired:
-                learner.kill()
-        evaluators.stop()  # before the fleet's embedded Redis goes
-        codes = fleet.stop()
-        stop.restore()
-        unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
-        console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
-        if fleet.kept_logs is not None:
-            console.print(f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}")
+        _shut_down(fleet, evaluators, learner, stop, console)
     return code
+
+
+def _sized(job: RolloutJob, replicas: int | None) -> RolloutJob:
+    """``job`` with ``--replicas`` (else its own), within its autoscaling bounds: the size to start from."""
+    size = job.spec.replicas if replicas is None else replicas
+    if job.spec.autoscaling is not None:
+        size = job.spec.autoscaling.clamp(size)
+    if size == job.spec.replicas:
+        return job
+    return RolloutJob.from_dict({**job.to_dict(), "spec": {**job.to_dict()["spec"], "replicas": size}})
+
+
+def _start_learner(
+    command: list[str], fleet: LocalFleet, job: RolloutJob, addresses: list[str]
+) -> subprocess.Popen[bytes]:
+    """The learner ``command``, told the fleet's Redis, the job and the external addresses."""
+    env = {**os.environ, "ROLLOUTFLEET_REDIS_URL": fleet.redis_url, "ROLLOUTFLEET_JOB_NAME": job.name}
+    if addresses:
+        env["ROLLOUTFLEET_EXTERNAL_ADDRESSES"] = ",".join(addresses)
+    # SIGTERMed by the kernel should this process be SIGKILLed: it outlives nothing either.
+    return subprocess.Popen(command, env=env, preexec_fn=die_with_parent())
+
+
+def _watch(
+    args: argparse.Namespace,
+    fleet: LocalFleet,
+    job: RolloutJob,
+    watched: tuple[LocalAutoscaler | None, LocalEvaluators, subprocess.Popen[bytes] | None, StopSignals],
+    console: Console,
+    started: float,
+) -> int:
+    """Poll the fleet (the autoscaler, the evaluation workers) until the command exits, every worker is down for
+    good, ``--duration`` passes (since ``started``) or a signal comes; the exit code. The status
+    table or a log line meanwhile."""
+    from rolloutfleet.transport.heartbeat import read_heartbeats
+
+    scaler, evaluators, learner, stop = watched
+    judged: list[int] = []  # the newest evaluation version said
+    live = None if args.no_status else Live(console=console, refresh_per_second=2, transient=False)
+    if live is not None:
+        live.start()
+    last_log = last_judged = 0.0
+    try:
+        while True:
+            fleet.poll()
+            evaluators.poll()
+            now = time.monotonic()
+            if evaluators.count and now - last_judged >= 2.0:  # one Redis read per 2 s
+                last_judged = now
+                if (said := _new_evaluation(fleet, judged)) is not None:
+                    console.print(f"fleet: evaluation {said}")
+            if scaler is not None and (said := scaler.tick(now)) is not None:
+                log.info("%s", said)
+                console.print(f"fleet: {said}")
+            if live is not None:
+                beats = read_heartbeats(fleet.redis_url, job, fleet.redis_password)
+                scaling = None if scaler is None or scaler.decision is None else scaler.decision.reason
+                live.update(status_table(fleet, beats, now - started, scaling=scaling))
+            elif now - last_log > 10:
+                last_log = now
+                beats = read_heartbeats(fleet.redis_url, job, fleet.redis_password)
+                log.info("fleet: %s", fleet_line(fleet, beats, time.time()))
+            if learner is not None and (learner_code := learner.poll()) is not None:
+                console.print(f"fleet: the command exited with {learner_code}; stopping the fleet")
+                return learner_code
+            if fleet.alive() == 0 and all(w.state == "failed" for w in fleet.workers.values()) and fleet.workers:
+                console.print("fleet: every worker is down and the restart budget is spent; stopping")
+                return 1
+            if args.duration is not None and now - started >= args.duration:
+                return 0
+            if stop.received.wait(0.25):
+                return 0
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def _shut_down(
+    fleet: LocalFleet,
+    evaluators: LocalEvaluators,
+    learner: subprocess.Popen[bytes] | None,
+    stop: StopSignals,
+    console: Console,
+) -> None:
+    """Stop the command, then the workers; say how they ended and where failed workers' logs are."""
+    if learner is not None and learner.poll() is None:
+        learner.terminate()
+        try:
+            learner.wait(10)
+        except subprocess.TimeoutExpired:
+            learner.kill()
+    evaluators.stop()  # before the fleet's embedded Redis goes
+    codes = fleet.stop()
+    stop.restore()
+    unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
+    console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
+    if fleet.kept_logs is not None:
+        console.print(f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}")
 
 
 def _new_evaluation(fleet: LocalFleet, judged: list[int]) -> str | None:

@@ -31,7 +31,9 @@ from rolloutfleet.external.local import local_policy, parse_shipped
 from rolloutfleet.external.server import ActionServer, LocalHooks, ServerThread
 from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.sampling.callbacks import Callbacks
-from rolloutfleet.sampling.envs import EnvInterrupted, env_spaces, episode_id_base, stop_requested
+from rolloutfleet.sampling.env_creators import episode_id_base
+from rolloutfleet.sampling.env_failures import EnvInterrupted, stop_requested
+from rolloutfleet.sampling.envs import env_spaces
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError

@@ -1,29 +1,12 @@
 """Nothing outlives ``rolloutfleet run``, even when the supervisor dies by SIGKILL.
 
-The supervisor stops its workers and its embedded redis-server itself on SIGTERM, SIGINT
-and SIGHUP. A SIGKILL (the OOM killer, ``kill -9``, a CI runner's hard timeout) gives it
-no chance, so each child makes sure by itself:
-
-* **Workers** (our own Python) watch their parent: the fleet passes its pid in
-  ``ROLLOUTFLEET_PARENT_PID``, and a daemon thread compares it with ``os.getppid()``
-  four times a second. Once they differ the worker has been re-parented, i.e. the
-  supervisor is gone: the worker SIGTERMs itself (the same graceful stop as ever: it
-  finishes the fragment in hand) and, if that stop has not ended after the grace
-  period, exits hard.
-* **redis-server** (a binary we cannot change) gets ``prctl(PR_SET_PDEATHSIG, SIGTERM)``
-  between fork and exec: :func:`die_with_parent`.
-
-Why two mechanisms: the kernel's parent-death signal fires when the *thread* that forked
-the child exits, not the process. :class:`rolloutfleet.fleet.supervisor.LocalFleet` is a library
-class a learner may drive from any thread (a background thread, a thread pool); a worker
-restarted from such a thread would be SIGTERMed when that thread ends while the fleet is
-alive and well. A watcher asks the question we mean ("is my supervisor alive?"): it is
-immune to that, needs no code between fork and exec (unsafe with threads: Rich's live
-table runs one), and can enforce a deadline on the stop, which a signal cannot. Comparing
-``getppid()`` with the recorded pid, rather than with 1, stays right under a subreaper
-(``systemd --user``, tini, ``docker --init``) that adopts orphans. For redis-server the
-signal is the only way in, so it is set only when forking from the main thread, whose
-end is the process's end; from another thread it is not set (documented limit).
+Workers (our own Python) watch their parent: the fleet passes its pid in
+``ROLLOUTFLEET_PARENT_PID``, and a daemon thread compares it with ``os.getppid()`` four times
+a second; once re-parented, the worker SIGTERMs itself and, past the grace period, exits hard.
+redis-server (a binary we cannot change) gets ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` between
+fork and exec (:func:`die_with_parent`), only when forked from the main thread. Why two
+mechanisms (the kernel's signal follows the forking *thread*): docs/architecture.md
+("Nothing outlives rolloutfleet run").
 """
 
 from __future__ import annotations

@@ -45,9 +45,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
+    from rolloutfleet.sampling.runner import AnyRunner
     from rolloutfleet.transport.backpressure import StreamLoad
 
 from rolloutfleet.fleet.env_watchdog import EnvWatchdog, Verdict, leave
@@ -78,6 +80,19 @@ STOP_RETRY_S = 1.0
 WAITING_BEAT_S = 10.0
 """How often a worker waiting for a learner refreshes its heartbeat (which says since when)."""
 TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
+
+
+@dataclass
+class _Loop:
+    """What :meth:`Worker.run`'s loop carries from one fragment to the next."""
+
+    pending: SampleBatch | MultiAgentBatch | None = None
+    """A fragment sampled and not yet published (kept through a Redis outage)."""
+    backoff: float = 0.5
+    restarts_seen: int = 0
+    filters_pulled: bool = False
+    stop_deadline: float = 0.0
+    """Set at the first Redis error after a stop request."""
 
 
 class Worker:
@@ -111,10 +126,26 @@ class Worker:
             self.transport.interrupt()
 
     def run(self) -> int:
+        started = self._start()
+        if isinstance(started, int):  # stopped while Redis was away, or gave up (said in one line)
+            return started
+        server, watchdog, runner, transport, began = started
+        code = self._sample_and_publish(runner, transport, began)
+        transport.close()
+        runner.close()
+        server.shutdown()
+        watchdog.close()
+        if code == 0:
+            log.info("stopped cleanly")
+        return code
+
+    def _start(self) -> tuple[Any, EnvWatchdog, AnyRunner, WorkerTransport, float] | int:
+        """Probes and metrics, the env-call watchdog, the runner, then Redis: what :meth:`run`
+        samples with (and when Redis was reached first), or the exit code, all closed."""
         from rolloutfleet.fleet.probes import serve
         from rolloutfleet.fleet.worker_transport import WorkerTransport
         from rolloutfleet.inference.cpu_threads import limit_cpu_threads
-        from rolloutfleet.sampling.envs import EnvInterrupted, interrupt_failing_envs
+        from rolloutfleet.sampling.envs import interrupt_failing_envs
         from rolloutfleet.sampling.heap import keep_freed_memory
         from rolloutfleet.sampling.runners import make_env_runner
         from rolloutfleet.sampling.sizes import check_sizes
@@ -142,7 +173,7 @@ class Worker:
         began = time.monotonic()
         self.probes.set_ready(False, f"connecting to redis at {address(config.redis_url)}")
         made = self._connect(lambda: WorkerTransport(config), began)
-        if isinstance(made, int):  # stopped while Redis was away, or gave up (said in one line)
+        if isinstance(made, int):
             runner.close()
             server.shutdown()
             watchdog.close()
@@ -154,87 +185,93 @@ class Worker:
         if self.stopping:
             transport.interrupt()
             interrupt_failing_envs()
-        backoff = 0.5
-        pending: SampleBatch | MultiAgentBatch | None = None
-        restarts_seen = 0
-        filters_pulled = False
-        stop_deadline = 0.0  # set at the first Redis error after a stop request
-        code = 0
-        while not self.stopping or pending is not None:
+        return server, watchdog, runner, transport, began
+
+    def _sample_and_publish(self, runner: AnyRunner, transport: WorkerTransport, began: float) -> int:
+        """Sample and publish fragments until stopped (the fragment in hand published first,
+        unless Redis stays away); the exit code. Redis errors are ridden out with a backoff."""
+        from rolloutfleet.sampling.envs import EnvInterrupted
+
+        loop = _Loop()
+        while not self.stopping or loop.pending is not None:
             self.probes.beat()
             self._count_transport(transport)
             try:
-                if not filters_pulled:
-                    transport.record_models(runner)  # what a learner's WeightPublisher checks against
-                    transport.pull_filters(runner)  # a replacement worker normalizes like the fleet
-                    filters_pulled = True
-                if pending is None:
-                    loaded = transport.load_weights(runner)
-                    if loaded is not None:
-                        self.metrics.weights_seq_no.set(runner.weights_seq_no)
-                    pending = runner.sample()
-                    quarantined = sum(f.quarantined for f in runner.get_filters().values())
-                    news = self.nonfinite.observe(pending, quarantined)
-                    stats = self._stats = {**runner.get_metrics(), **self.nonfinite.lifetime()}
-                    self._record(stats, restarts_seen, news)
-                    restarts_seen = int(stats["num_env_restarts"])
-                started = time.perf_counter()
-                transport.publish(pending)
-                self.metrics.publish_latency.observe(time.perf_counter() - started)
-                self.metrics.batches.inc()
-                pending = None
-                self._say(*self.learner_wait.published(time.time()))
-                transport.sync_filters(runner)
-                transport.heartbeat(self._stats)
-                self.probes.set_ready(True)
-                backoff = 0.5
-                self._last_refusal = ""
+                self._one_fragment(runner, transport, loop)
             except PublishInterrupted:
                 self._say(self.learner_wait.end(time.time(), "stopping"))
                 log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
-                pending = None
+                loop.pending = None
             except BackpressureTimeout as exc:  # before retryable: it is one, but Redis answered
                 self._no_room(exc)
             except EnvInterrupted as exc:
                 log.warning("stopping: %s; the fragment being sampled is dropped", exc)
-                pending = None
+                loop.pending = None
             except redis.AuthenticationError as exc:  # before retryable: it is a ConnectionError
-                report_fatal(failure_line(exc, address(config.redis_url)))
-                code = EXIT_REDIS
-                break
+                report_fatal(failure_line(exc, address(self.config.redis_url)))
+                return EXIT_REDIS
             except redis.exceptions.NoPermissionError as exc:  # a revoked ACL user: wait (unready) for it back
                 if self.stopping:
-                    pending = None
+                    loop.pending = None
                     continue
-                backoff = self._refused(exc, backoff)
+                loop.backoff = self._refused(exc, loop.backoff)
             except transport.retryable as exc:
-                self.metrics.redis_errors.inc()
-                self.probes.set_ready(False, f"redis: {exc}")
-                if not filters_pulled and self._gave_up(exc, began):
-                    code = EXIT_REDIS
-                    break
-                if self.stopping:
-                    # The backoff is for riding out an outage; a stop has a grace period that
-                    # a Redis which is gone must not use up: a short last try, then drop.
-                    now = time.monotonic()
-                    stop_deadline = stop_deadline or now + STOP_RETRY_S
-                    if pending is not None and now < stop_deadline:
-                        time.sleep(0.1)
-                        continue
-                    if pending is not None:
-                        log.warning("stopping with Redis unreachable (%s): dropping one unpublished fragment", exc)
-                    pending = None
-                    continue
-                log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
-                self._sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-        transport.close()
-        runner.close()
-        server.shutdown()
-        watchdog.close()
-        if code == 0:
-            log.info("stopped cleanly")
-        return code
+                if self._redis_error(exc, loop, began):
+                    return EXIT_REDIS
+        return 0
+
+    def _one_fragment(self, runner: AnyRunner, transport: WorkerTransport, loop: _Loop) -> None:
+        """Sample a fragment (unless one waits to be published), publish it, sync the filters
+        and write the heartbeat; the first time, record the models and pull the filters."""
+        if not loop.filters_pulled:
+            transport.record_models(runner)  # what a learner's WeightPublisher checks against
+            transport.pull_filters(runner)  # a replacement worker normalizes like the fleet
+            loop.filters_pulled = True
+        if loop.pending is None:
+            loaded = transport.load_weights(runner)
+            if loaded is not None:
+                self.metrics.weights_seq_no.set(runner.weights_seq_no)
+            loop.pending = runner.sample()
+            quarantined = sum(f.quarantined for f in runner.get_filters().values())
+            news = self.nonfinite.observe(loop.pending, quarantined)
+            stats = self._stats = {**runner.get_metrics(), **self.nonfinite.lifetime()}
+            self._record(stats, loop.restarts_seen, news)
+            loop.restarts_seen = int(stats["num_env_restarts"])
+        started = time.perf_counter()
+        transport.publish(loop.pending)
+        self.metrics.publish_latency.observe(time.perf_counter() - started)
+        self.metrics.batches.inc()
+        loop.pending = None
+        self._say(*self.learner_wait.published(time.time()))
+        transport.sync_filters(runner)
+        transport.heartbeat(self._stats)
+        self.probes.set_ready(True)
+        loop.backoff = 0.5
+        self._last_refusal = ""
+
+    def _redis_error(self, exc: Exception, loop: _Loop, began: float) -> bool:
+        """A retryable Redis error in the loop: back off, or while stopping a short last try
+        and then drop the fragment in hand; whether the worker gives up (Redis never came)."""
+        self.metrics.redis_errors.inc()
+        self.probes.set_ready(False, f"redis: {exc}")
+        if not loop.filters_pulled and self._gave_up(exc, began):
+            return True
+        if self.stopping:
+            # The backoff is for riding out an outage; a stop has a grace period that
+            # a Redis which is gone must not use up: a short last try, then drop.
+            now = time.monotonic()
+            loop.stop_deadline = loop.stop_deadline or now + STOP_RETRY_S
+            if loop.pending is not None and now < loop.stop_deadline:
+                time.sleep(0.1)
+                return False
+            if loop.pending is not None:
+                log.warning("stopping with Redis unreachable (%s): dropping one unpublished fragment", exc)
+            loop.pending = None
+            return False
+        log.warning("redis unavailable (%s); retrying in %.1f s", exc, loop.backoff)
+        self._sleep(loop.backoff)
+        loop.backoff = min(loop.backoff * 2, 10.0)
+        return False
 
     def _watch_env_calls(self) -> EnvWatchdog:
         """Start the env-call watchdog (:mod:`rolloutfleet.fleet.env_watchdog`)."""

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
     from rolloutfleet.inference.policy import Policy
-    from rolloutfleet.sampling.envs import VectorChoice
+    from rolloutfleet.sampling.vectorization import VectorChoice
 
 
 EXTERNAL_SERIES = {
@@ -33,15 +33,21 @@ class WorkerMetrics:
 
     def __init__(self, job: str, namespace: str, index: int) -> None:
         self.registry = CollectorRegistry()
-        labels = {"job_name": job, "namespace": namespace, "worker_index": str(index)}
-        names = list(labels)
+        self._labels = {"job_name": job, "namespace": namespace, "worker_index": str(index)}
+        # Registered in this order (the order of /metrics).
+        self._sampling_series()
+        self._progress_series()
+        self._labelled_series()
 
-        def counter(name: str, doc: str) -> Any:
-            return Counter(name, doc, names, registry=self.registry).labels(**labels)
+    def _counter(self, name: str, doc: str) -> Any:
+        return Counter(name, doc, list(self._labels), registry=self.registry).labels(**self._labels)
 
-        def gauge(name: str, doc: str) -> Any:
-            return Gauge(name, doc, names, registry=self.registry).labels(**labels)
+    def _gauge(self, name: str, doc: str) -> Any:
+        return Gauge(name, doc, list(self._labels), registry=self.registry).labels(**self._labels)
 
+    def _sampling_series(self) -> None:
+        """Steps, episodes, env restarts and NaN/inf rows; Redis errors and env call timeouts."""
+        counter = self._counter
         self.env_steps = counter("rolloutfleet_env_steps", "Env steps sampled (transitions published)")
         self.episodes = counter("rolloutfleet_episodes", "Episodes ended")
         self.episodes_truncated_by_max_steps = counter(
@@ -62,6 +68,10 @@ class WorkerMetrics:
             "rolloutfleet_env_call_timeouts",
             "Env constructor, reset or step calls still running after spec.env.callTimeoutSeconds (the worker exits 3)",
         )
+
+    def _progress_series(self) -> None:
+        """Speed, returns and weights; backpressure, a full Redis, re-sends, weights resets and refusals."""
+        counter, gauge = self._counter, self._gauge
         self.steps_per_s = gauge("rolloutfleet_env_steps_per_second", "Sampling speed of the last fragment")
         self.episode_return = gauge("rolloutfleet_episode_return_mean", "Mean return of the last 100 episodes")
         self.weights_seq_no = gauge("rolloutfleet_weights_seq_no", "Version of the weights being sampled with")
@@ -83,14 +93,17 @@ class WorkerMetrics:
             "rolloutfleet_weights_refused",
             "Weights versions refused (did not fit the model, held NaN/inf or could not be decoded); weights kept",
         )
+
+    def _labelled_series(self) -> None:
+        """The publish latency histogram; series with labels of their own (device, vectorization, custom)."""
+        names = list(self._labels)
         self.publish_latency = Histogram(
             "rolloutfleet_publish_seconds",
             "Time to publish one batch",
             names,
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
-        ).labels(**labels)
-        self._labels = labels
+        ).labels(**self._labels)
         self._policy_device = Gauge(
             "rolloutfleet_policy_device",
             "1 per policy: the device asked for (requested), the one it acts on, and numpy or torch inference",
@@ -110,7 +123,7 @@ class WorkerMetrics:
             [*names, "metric", "stat"],
             registry=self.registry,
         )
-        self.env_step_seconds = gauge(
+        self.env_step_seconds = self._gauge(
             "rolloutfleet_env_step_seconds", "One sub-env step as auto timed it at start-up (0: not timed)"
         )
 

@@ -6,27 +6,11 @@ write a heartbeat. :mod:`rolloutfleet.fleet.worker` drives it and owns the retry
     transport.publish(batch)                    # weights versions: the batch's own column
     transport.heartbeat(runner.get_metrics())
 
-Everything is keyed by policy id, as the runners are (:mod:`rolloutfleet.sampling.runner`):
-a single-agent job is the one policy ``"default"`` on the job's own stream; a multi-agent
-job (``spec.multiAgent``) gets one publisher per trained policy, each on its policy's
-stream, and one weights subscriber per policy (independent seq numbers); ``publish`` sends
-each trained policy's part of the batch (policies not to train are sampled but never
-published). A publish interrupted by a Redis outage is
-retried by the worker with the same batch, and the policies already sent are skipped.
-
-A job with ``observationFilter: meanStd`` shares its filter statistics (one set per policy
-for a multi-agent job) through :mod:`rolloutfleet.transport.filter_sync`: pulled once at start-up,
-merged after every fragment.
-
-A weights version that does not fit the runner's model, holds NaN/inf or cannot be decoded
-is refused (:meth:`load_weights`): the runner keeps its weights, the subscriber logs and
-counts it once, and the heartbeat reports it until a newer version is loaded.
-
-Before its first batch of each stream, a worker declares the batches' columns
-(:mod:`rolloutfleet.transport.declared_columns`): what a learner judges batches against.
-
-Heartbeats are written through :mod:`rolloutfleet.transport.heartbeat`, which is also where
-readers (the operator, ``rolloutfleet fleet``) find them without importing this module.
+Everything is keyed by policy id, as the runners are (``"default"`` for a single-agent job;
+one publisher per trained policy and one weights subscriber per policy for a multi-agent
+job). A publish interrupted by an outage is retried with the same batch, the policies
+already sent skipped. Filter statistics, refused weights versions and declared columns:
+docs/transport.md ("A worker's side").
 """
 
 from __future__ import annotations

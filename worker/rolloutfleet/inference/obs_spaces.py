@@ -1,36 +1,13 @@
 """Structured observations: their leaves, what the model reads of them, and the action mask.
 
-A ``spaces.Dict`` or ``spaces.Tuple`` observation (nested ones too) is a set of *leaves*,
-each named by its path: Dict keys and Tuple indices joined by ``/`` (``observation``,
-``action_mask``, ``0``, ``arm/joints``). A batch stores one column per leaf
-(``obs/<path>``, ``new_obs/<path>``), typed as the leaf's space says. Leaves may be Box,
-Discrete, MultiDiscrete or MultiBinary; any other space (Text, Graph, Sequence, ...) is
-refused in one line naming it.
+A ``spaces.Dict`` or ``spaces.Tuple`` observation (nested ones too) is a set of *leaves*
+(Box, Discrete, MultiDiscrete or MultiBinary; any other space is refused in one line), each
+named by its path, Dict keys and Tuple indices joined by ``/``; a batch stores one column per
+leaf (``obs/<path>``). The default model reads a lone leaf beside ``action_mask`` as it is,
+any other Dict or Tuple encoded into one float32 vector (:meth:`ObsParts.model_input`; image
+leaves through CNNs of their own). A top-level ``action_mask`` is never model input: it
+restricts the actions sampled. The rules: docs/guides/multi-agent.md ("Dict and Tuple observations").
 
-What the default model reads:
-
-* a plain Box, Discrete or MultiDiscrete observation, whole;
-* a Dict with one leaf besides ``action_mask`` (PettingZoo's classic games:
-  ``{"observation": ..., "action_mask": ...}``): that leaf, as it is; a ``uint8`` image
-  goes through the CNN, a board of 3-D planes that is not ``uint8`` (PettingZoo's ``int8``
-  boards, say ``(3, 3, 2)``) is flattened for the MLP;
-* any other Dict or Tuple: its leaves encoded and concatenated into one float32 vector
-  (:meth:`ObsParts.model_input`): a Box flattened (``uint8`` scaled by 1/255), Discrete and
-  MultiDiscrete one-hot, MultiBinary as 0/1. Where that vector holds ``uint8`` images
-  (3-D Box leaves: :attr:`ObsParts.images`), the default model reshapes each back into its
-  image and reads it through a CNN of its own; the other entries join the CNNs' features
-  before the MLP.
-
-A top-level Dict's ``action_mask`` (one 0/1 entry per action of a ``Discrete`` action
-space; PettingZoo's and RLlib's convention) is never model input: it restricts which
-actions may be sampled.
-
->>> parts = obs_parts(
-...     spaces.Dict({"observation": spaces.Box(0, 1, (3, 3, 2), np.int8), "action_mask": spaces.Box(0, 1, (9,), np.int8)}),
-...     spaces.Discrete(9),
-... )
->>> parts.leaf, parts.masked, parts.model_space.shape, parts.paths
-('observation', True, (18,), ('action_mask', 'observation'))
 >>> parts = obs_parts(spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (2,)))), spaces.Discrete(2))
 >>> parts.leaf, parts.paths, parts.model_space.shape
 (None, ('0', '1'), (5,))

@@ -1,25 +1,15 @@
 """Stateful policy models: the contract, and the default LSTM/GRU wrapper (``policy.recurrent``).
 
-A model is stateful when it declares its initial state::
-
-    class MyModel(nn.Module):
-        def initial_state(self) -> list[torch.Tensor]:
-            # one tensor per part of the state, for ONE sub-env (no batch dimension)
-            return [torch.zeros(128)]
-
-        def forward(self, obs, state):
-            # obs: (batch, *obs_shape); state: list of (batch, *part_shape) tensors
-            return action_dist_inputs, vf_preds, new_state   # new_state: same shapes as state
-
-The runner keeps one state per sub-env (per agent in multi-agent jobs), starts every episode
-from ``initial_state()``, and records the state each row's action was taken with as columns
-``state_in_0``, ``state_in_1``, ... (``state_out_<k>`` too with ``policy.stateOut``). Replaying
-an episode's observations from its first row through ``forward`` gives each row's
-``state_in`` again, which is what a learner does for truncated BPTT or R2D2's burn-in.
+A model is stateful when it declares its initial state (one tensor per part, for one
+sub-env) and its ``forward(obs, state)`` returns ``(action_dist_inputs, vf_preds, new_state)``.
+The runner keeps one state per sub-env (per agent), starts every episode from
+``initial_state()`` and records each row's state as ``state_in_<k>`` columns; replaying an
+episode through ``forward`` gives them again (truncated BPTT, R2D2's burn-in). The
+contract with an example: docs/guides/recurrent.md.
 
 :class:`RecurrentModel` is the default model with a cell between its trunk and its heads
-(RLlib's ``use_lstm``): observations, the default MLP (the Nature CNN for images), an LSTM
-(state ``[h, c]``) or GRU (state ``[h]``), then the policy and value heads.
+(RLlib's ``use_lstm``): the default MLP (the Nature CNN for images), an LSTM (state
+``[h, c]``) or GRU (state ``[h]``), then the policy and value heads.
 :meth:`RecurrentModel.unroll` runs whole sequences at once for a learner.
 """
 

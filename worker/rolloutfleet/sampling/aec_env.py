@@ -1,28 +1,16 @@
 """PettingZoo AEC envs stepped through their own turn protocol (``agent_selection``/``last()``).
 
 An AEC env (every board and card game of ``pettingzoo.classic``) lets one agent act at a
-time. :class:`AECDriver` turns it into the runner's step shape without PettingZoo's
-``aec_to_parallel`` (which refuses turn-based envs):
-
-* after ``reset`` and after each move, the env's next selected agents are read with
-  ``last()``: the reward it reports is what that agent received since it last acted;
-* an agent that is done (terminated or truncated) is reported with its last observation,
-  reward and flags, then removed by ``step(None)``, as PettingZoo's ``agent_iter`` loop
-  does; this repeats until an agent that is not done is selected (it acts next) or no
-  agent is left (the game is over);
-* so at a game's end every agent's final reward arrives, the loser's included, though
-  only the winner moved last.
-
-A game cut short by the runner (``spec.multiAgent.maxEpisodeSteps``) goes through
-:meth:`AECDriver.cut`: the agents waiting for their turn get their current observation and
-pending reward, so every agent's last row is closed as truncated.
-
-The driver never imports PettingZoo; :func:`is_aec` recognises an AEC env only when the
-process imported PettingZoo already.
+time; :class:`AECDriver` turns it into the runner's step shape without PettingZoo's
+``aec_to_parallel`` (which refuses turn-based envs). After each move the agents selected
+next are read with ``last()`` (the reward since they last acted); a done agent is reported
+with its last row, then removed by ``step(None)``, until one that acts next is selected or
+none is left, so at a game's end every agent's final reward arrives, the loser's included.
+A game cut at ``spec.multiAgent.maxEpisodeSteps`` goes through :meth:`AECDriver.cut`. The
+driver never imports PettingZoo (:func:`is_aec` needs it imported already).
 
 >>> import pettingzoo.classic.tictactoe_v3 as ttt  # doctest: +SKIP
->>> driver = AECDriver(ttt.env(), "spec.env.id")   # doctest: +SKIP
->>> list(driver.reset(seed=0))                     # doctest: +SKIP
+>>> list(AECDriver(ttt.env(), "spec.env.id").reset(seed=0))  # doctest: +SKIP
 ['player_1']
 """
 
@@ -31,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rolloutfleet.sampling.envs import reset_or_fail
+from rolloutfleet.sampling.env_failures import reset_or_fail
 from rolloutfleet.spec.job import SpecError
 
 AECStep = tuple[dict[Any, Any], dict[Any, float], dict[Any, bool], dict[Any, bool], bool, bool]

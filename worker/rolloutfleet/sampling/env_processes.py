@@ -1,25 +1,14 @@
 """``vectorization: async``: sub-envs spread over one process per CPU, each stepping its share in a row.
 
-A vector step costs the slowest process's share of sub-envs plus one round trip to each
-process (tens of microseconds). One process per sub-env (gymnasium's ``AsyncVectorEnv``)
-pays a round trip per sub-env and, with more sub-envs than CPUs, has them fight over the
-cores; here ``P = min(numEnvs, CPUs)`` processes each hold a contiguous group of sub-envs
-(8 sub-envs on 2 CPUs: 2 processes x 4 sub-envs) and step them one after another.
-
-Semantics match :class:`~rolloutfleet.sampling.envs.ResilientSyncVectorEnv` (``sync``):
-SAME_STEP autoreset (an ended sub-env is reset within the step, its last observation in
-``info["final_obs"]``), sub-env ``i`` reset with the ``i``-th seed of the list, no other
-info keys. So ``async`` and ``sync`` give the same trajectories for the same seed.
-
-Observations come back through shared memory (gymnasium's helpers), rewards, flags and
-final observations through the pipe. A sub-env that raises, or a process that dies, fails
-the whole vector step with :class:`EnvProcessError` (the runner counts it and rebuilds the
-vector env, as for ``vector``); :meth:`ProcessVectorEnv.close` ends every process. Processes
-exit by themselves when the worker dies (they watch their parent).
-
-The CPUs (:func:`usable_cpus`): ``ROLLOUTFLEET_CPUS`` when the operator set it (the pod's
-CPU request, so processes and request agree), else the CPUs this process may run on (its
-affinity, and a cgroup CPU quota when there is one).
+``P = min(numEnvs, CPUs)`` processes each hold a contiguous group of sub-envs (8 on 2 CPUs:
+2 x 4), so a vector step costs the slowest share plus one round trip per process, not one
+per sub-env (gymnasium's ``AsyncVectorEnv``). Semantics match ``sync``
+(:class:`~rolloutfleet.sampling.sync_vector_env.ResilientSyncVectorEnv`: SAME_STEP autoreset,
+the same seeds, the same trajectories). Observations come back through shared memory,
+the rest through the pipe; a sub-env that raises or a process that dies fails the vector
+step (:class:`EnvProcessError`, counted by the runner, which rebuilds the vector env).
+Processes exit by themselves when the worker dies. The CPUs: :func:`usable_cpus`.
+More in docs/guides/heavy-envs.md.
 """
 
 from __future__ import annotations
@@ -290,6 +279,47 @@ def _check(space: gym.Space[Any], obs: Any, call: str) -> None:
         raise ValueError(f"{call} returned {problem}")
 
 
+def _step_share(
+    envs: list[gym.Env[Any, Any]],
+    actions: Any,
+    share: tuple[int, int, int],
+    space: gym.Space[Any],
+    shm: Any,
+    current: Any,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, Any]]]:
+    """Step this process's sub-envs (a reset after an episode's end, SAME_STEP), observations
+    into shared memory: rewards, terminateds, truncateds and the ended episodes' last observations."""
+    lo, hi, p = share
+    n = hi - lo
+    rewards = np.empty(n, np.float64)
+    terminateds = np.empty(n, np.bool_)
+    truncateds = np.empty(n, np.bool_)
+    finals = []
+    for k, env in enumerate(envs):
+        current[p] = index = lo + k
+        obs, rewards[k], terminateds[k], truncateds[k], _ = env.step(actions[k])
+        _check(space, obs, "step")
+        if terminateds[k] or truncateds[k]:
+            finals.append((k, obs))
+            obs, _ = env.reset()
+            _check(space, obs, "reset")
+        write_to_shared_memory(space, index, obs, shm)
+    return rewards, terminateds, truncateds, finals
+
+
+def _reset_share(
+    envs: list[gym.Env[Any, Any]], data: Any, share: tuple[int, int, int], space: gym.Space[Any], shm: Any, current: Any
+) -> None:
+    """Reset this process's sub-envs with their seeds and options, observations into shared memory."""
+    lo, _, p = share
+    seeds, options = data
+    for k, env in enumerate(envs):
+        current[p] = index = lo + k
+        obs, _ = env.reset(seed=seeds[k], options=options)
+        _check(space, obs, "reset")
+        write_to_shared_memory(space, index, obs, shm)
+
+
 def _serve(
     conn: Connection,
     parents_end: Connection,
@@ -318,34 +348,16 @@ def _serve(
                     return  # the worker died without closing us
             command, data = conn.recv()
             if command == "step":
-                n = hi - lo
-                rewards = np.empty(n, np.float64)
-                terminateds = np.empty(n, np.bool_)
-                truncateds = np.empty(n, np.bool_)
-                finals = []
-                for k, env in enumerate(envs):
-                    current[p] = index = lo + k
-                    obs, rewards[k], terminateds[k], truncateds[k], _ = env.step(data[k])
-                    _check(space, obs, "step")
-                    if terminateds[k] or truncateds[k]:
-                        finals.append((k, obs))
-                        obs, _ = env.reset()
-                        _check(space, obs, "reset")
-                    write_to_shared_memory(space, index, obs, shm)
-                conn.send(("ok", (rewards, terminateds, truncateds, finals)))
+                conn.send(("ok", _step_share(envs, data, share, space, shm, current)))
             elif command == "reset":
-                seeds, options = data
-                for k, env in enumerate(envs):
-                    current[p] = index = lo + k
-                    obs, _ = env.reset(seed=seeds[k], options=options)
-                    _check(space, obs, "reset")
-                    write_to_shared_memory(space, index, obs, shm)
+                _reset_share(envs, data, share, space, shm, current)
                 conn.send(("ok", None))
             else:  # close
                 return
     except (KeyboardInterrupt, BrokenPipeError, EOFError):
         return
     except Exception as exc:  # noqa: BLE001 - one line back to the worker, which counts it
+        index = current[p]  # the sub-env called last (written there before each call)
         message = f"sub-env {index}: {type(exc).__name__}: {exc}".replace("\n", " ")
         with contextlib.suppress(OSError):
             conn.send(("error", message))

@@ -29,18 +29,14 @@ from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.obs_spaces import ObsParts
 from rolloutfleet.sampling.callbacks import Callbacks
-from rolloutfleet.sampling.envs import (
-    FAILED,
-    VectorChoice,
-    derive_seed,
-    episode_id_base,
-    make_vector_env,
-    plan_vectorization,
-)
+from rolloutfleet.sampling.env_creators import derive_seed, episode_id_base
+from rolloutfleet.sampling.envs import make_vector_env
 from rolloutfleet.sampling.episode_clock import Ended, EpisodeClock
 from rolloutfleet.sampling.grid import RAW_REWARDS, SEQ_NO, VALID, Grid, batch_columns, grid_columns
 from rolloutfleet.sampling.runner import Runner
+from rolloutfleet.sampling.sync_vector_env import FAILED
 from rolloutfleet.sampling.vector_policy import VectorPolicy
+from rolloutfleet.sampling.vectorization import VectorChoice, plan_vectorization
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)
@@ -61,7 +57,7 @@ class EnvRunner(Runner[SampleBatch]):
     """Samples experience for one worker of a RolloutJob.
 
     ``worker_index`` (0-based) and ``num_workers`` (default ``spec.replicas``) go into
-    every sub-env's :class:`~rolloutfleet.sampling.envs.EnvContext` and into the derived seeds.
+    every sub-env's :class:`~rolloutfleet.sampling.env_creators.EnvContext` and into the derived seeds.
     """
 
     vector_choice: VectorChoice

@@ -1,15 +1,10 @@
 """Which grid rows are transitions, and of which episode: each sub-env's episode state,
-advanced a whole chunk of vector steps at a time.
+advanced a whole chunk of vector steps at a time (numpy over the chunk, no per-step Python).
 
-:class:`~rolloutfleet.sampling.env_runner.EnvRunner` steps rows into its grid and hands a
-chunk's ``terminated``/``truncated``/reward columns to :meth:`EpisodeClock.advance`, which
-writes every row's valid flag, ``eps_id`` and ``t`` and returns the episodes that ended, in
-the order they ended, with their returns and lengths. All of it is numpy over the chunk (no
-per-step Python), and none of it touches an env or a policy.
-
-Autoreset (gymnasium 1.x): NEXT_STEP envs spend the step after an episode's end on the reset,
-which is no transition (:attr:`EpisodeClock.pending` marks sub-envs whose next row is one);
-SAME_STEP envs start the next episode in the row after the end.
+:meth:`EpisodeClock.advance` writes every row's valid flag, ``eps_id`` and ``t`` and returns
+the episodes that ended, in order, with returns and lengths. NEXT_STEP envs spend the step
+after an episode's end on the reset, no transition (:attr:`EpisodeClock.pending`); SAME_STEP
+envs start the next episode in the row after the end.
 
 >>> clock = EpisodeClock(num_envs=1, same_step=False, eps_base=0)
 >>> ids = clock.start(np.arange(1))
@@ -18,8 +13,6 @@ SAME_STEP envs start the next episode in the row after the end.
 >>> ended = clock.advance(done, done, np.ones((4, 1)), valid, eps_id, t)
 >>> valid[:, 0].tolist(), eps_id[:, 0].tolist(), t[:, 0].tolist()   # row 2 is the reset step
 ([True, True, False, True], [1, 1, 2, 2], [0, 1, -1, 0])
->>> ended.returns.tolist(), ended.lengths.tolist()
-([2.0], [2])
 """
 
 from __future__ import annotations
@@ -97,22 +90,7 @@ class EpisodeClock:
         of that shape) and return the episodes that ended. ``failed`` marks sub-envs whose
         last row is not a transition (their episodes are then dropped by the caller)."""
         k, n, same_step, pending = len(terminated), self.num_envs, self.same_step, self.pending
-        raw = terminated | truncated
-        if same_step:
-            valid[:] = True
-            done = raw
-        else:
-            np.logical_not(pending, out=valid[0])
-            np.logical_not(raw[:-1], out=valid[1:])
-            done = raw & valid
-            if k > 1 and (raw[:-1] & ~done[:-1]).any():
-                # An env reported an end on its reset step: not a transition; go row by row.
-                for r in range(1, k):
-                    np.logical_not(done[r - 1], out=valid[r])
-                    np.logical_and(raw[r], valid[r], out=done[r])
-        if failed is not None:
-            valid[-1] &= ~failed
-            done[-1] &= ~failed
+        done = self._mark_valid(terminated | truncated, valid, failed)
 
         # Per sub-env, episode q of this chunk (0: the one running at its first row) starts
         # after the q-th end. Tables indexed [env, q] give its eps_id, t offset and return offset.
@@ -155,3 +133,24 @@ class EpisodeClock:
         if failed is not None:
             pending &= ~failed
         return Ended(rows, envs, new_ids, returns, lengths, int(np.count_nonzero(valid)))
+
+    def _mark_valid(self, raw: np.ndarray, valid: np.ndarray, failed: np.ndarray | None) -> np.ndarray:
+        """Write which rows of a chunk are transitions into ``valid``; the rows that end an
+        episode. ``raw``: terminated or truncated, as the env said."""
+        k = len(raw)
+        if self.same_step:
+            valid[:] = True
+            done = raw
+        else:
+            np.logical_not(self.pending, out=valid[0])
+            np.logical_not(raw[:-1], out=valid[1:])
+            done = raw & valid
+            if k > 1 and (raw[:-1] & ~done[:-1]).any():
+                # An env reported an end on its reset step: not a transition; go row by row.
+                for r in range(1, k):
+                    np.logical_not(done[r - 1], out=valid[r])
+                    np.logical_and(raw[r], valid[r], out=done[r])
+        if failed is not None:
+            valid[-1] &= ~failed
+            done[-1] &= ~failed
+        return done

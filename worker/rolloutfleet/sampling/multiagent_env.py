@@ -1,25 +1,11 @@
 """Multi-agent environments behind one small interface: PettingZoo Parallel or RLlib-style dicts.
 
-Two APIs are common, and they differ in how an episode ends:
-
-* PettingZoo's Parallel API (``pettingzoo.ParallelEnv``): ``reset(seed=) -> (obs, infos)``,
-  ``step(actions) -> (obs, rewards, terminations, truncations, infos)``, all dicts keyed by
-  agent; spaces from ``observation_space(agent)``; the episode is over when ``env.agents``
-  is empty. PettingZoo AEC envs (turn-based: ``agent_selection``, ``last()``) are stepped
-  through their own protocol, one turn per step (:mod:`rolloutfleet.sampling.aec_env`).
-* RLlib's ``MultiAgentEnv`` convention: the same dicts, but ``terminateds`` / ``truncateds``
-  carry ``"__all__"``, which ends the episode; spaces from ``observation_spaces[agent]``,
-  ``get_observation_space(agent)``, or a ``spaces.Dict`` keyed by agent.
-
-Either way only the agents in an observation dict act next, so agents can appear, leave
-and take turns. PettingZoo itself is imported only when an env needs it (an ``id`` naming
-a PettingZoo module, or an AEC env), so single-agent workers run without it.
-
-``spec.env.id`` of a multi-agent job names a PettingZoo environment module: its
-``parallel_env`` factory when it has one (``pettingzoo.classic.rps_v2``), else its AEC
-``env`` factory (``pettingzoo.classic.tictactoe_v3``); ``spec.config`` is passed as keyword
-arguments. ``spec.env.entryPoint`` is a callable taking an
-:class:`~rolloutfleet.sampling.envs.EnvContext`, as for single-agent envs.
+PettingZoo's Parallel API ends an episode when ``env.agents`` is empty; RLlib's
+``MultiAgentEnv`` convention when ``terminateds``/``truncateds`` carry ``"__all__"``. Either
+way only the agents in an observation dict act next, so agents can appear, leave and take
+turns. AEC (turn-based) envs are :mod:`rolloutfleet.sampling.aec_env`'s. PettingZoo is
+imported only when an env needs it, so single-agent workers run without it. Which factory
+``spec.env.id`` or ``spec.env.entryPoint`` names: docs/guides/multi-agent.md.
 
 >>> from rolloutfleet.examples.team_tag import TeamTag
 >>> env = MultiAgentEnvAdapter(TeamTag({}))
@@ -38,7 +24,8 @@ from gymnasium import spaces
 
 from rolloutfleet.sampling.aec_env import AECDriver, is_aec
 from rolloutfleet.sampling.env_calls import watched_creator
-from rolloutfleet.sampling.envs import EnvContext, reset_or_fail
+from rolloutfleet.sampling.env_creators import EnvContext
+from rolloutfleet.sampling.env_failures import reset_or_fail
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
 

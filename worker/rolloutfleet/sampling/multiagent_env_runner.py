@@ -29,7 +29,7 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_calls import ENV_CALL
-from rolloutfleet.sampling.envs import derive_seed, episode_id_base
+from rolloutfleet.sampling.env_creators import derive_seed, episode_id_base
 from rolloutfleet.sampling.multiagent_acting import PolicyActing
 from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
 from rolloutfleet.sampling.multiagent_rows import Arrivals, PolicyRows, SubEnv

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks
+from rolloutfleet.sampling.env_creators import derive_seed
 from rolloutfleet.sampling.env_runner import EnvRunner
-from rolloutfleet.sampling.envs import derive_seed, env_spaces
+from rolloutfleet.sampling.envs import env_spaces
 from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.policy_mapping import multi_agent_spec
 from rolloutfleet.sampling.runner import AnyRunner

@@ -1,21 +1,14 @@
 """Which workers will load torch, read from the RolloutJob alone (for sizing their pods).
 
 A worker's default MLP on the CPU acts in numpy and never imports torch (about 70 MB of
-resident memory against about 560 MB with torch, measured by ``make bench``). torch is
-certain when a policy has an ``entryPoint``, ``recurrent`` (the LSTM/GRU model), ``inference:
-torch``, a ``cuda`` device, or ``device: auto`` in a pod given a GPU; and when the env surely
-gives images (the default CNN): an ALE game other than its RAM form, or an image wrapper
-(:data:`IMAGE_WRAPPERS`). Other image envs only the env can tell: such jobs should set
-``resources.memory`` and ``policy.inference: torch``. The operator sizes memory and picks the
-slim or the full worker image by this one rule (``rolloutfleet_operator.images``).
+resident memory against about 560 MB with torch, ``make bench``). The rule, which the
+operator also uses to size memory and pick the slim or the full worker image, is listed in
+docs/worker-images.md; env images only the env can tell go unseen (such jobs set
+``resources.memory`` and ``policy.inference: torch``).
 
-CPUs (:func:`pod_cpu`, :func:`pod_cpus`): ``vectorization: async`` runs one env process per CPU
-of the pod, so the pod requests what the job sets in ``resources.cpu``, or, for an ``async`` job
-that sets none, one CPU per sub-env up to :data:`ASYNC_DEFAULT_CPUS`. The worker is told the
-same count (``ROLLOUTFLEET_CPUS``) and starts that many env processes at most; a pod that
-requests no CPU counts as one, so ``auto`` never spreads a job over CPUs it did not ask for.
-The worker process itself needs no CPU of its own: it acts while its env processes wait for
-the actions, and waits while they step.
+CPUs (:func:`pod_cpu`, :func:`pod_cpus`): an ``async`` job's pod requests ``resources.cpu``,
+else one CPU per sub-env up to :data:`ASYNC_DEFAULT_CPUS`; the worker is told the same count
+(``ROLLOUTFLEET_CPUS``). Why: docs/guides/heavy-envs.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,18 @@
 """Every Redis key, stream and group name of a job, derived in one place (pure: no client).
 
-All keys of a job share the hash tag ``{<namespace>/<job>}``, so a Redis Cluster keeps
-them in one slot (the weights' Lua script and MULTI blocks touch several of them)::
+All keys of a job share the hash tag ``{<namespace>/<job>}`` (one Redis Cluster slot: the
+weights' Lua script and MULTI blocks touch several); a multi-agent job's batch stream and
+weights version are per policy::
 
-    >>> keys = job_keys("default", "cartpole")
-    >>> keys.batches
+    >>> job_keys("default", "cartpole").batches
     'rolloutfleet:{default/cartpole}:batches'
-    >>> keys.weights_chunk(7, 0)
-    'rolloutfleet:{default/cartpole}:weights:7:0'
-    >>> parse_batches_key(keys.batches)
-    ('default', 'cartpole')
+    >>> job_keys("default", "tag", policy="red").weights_version
+    'rolloutfleet:{default/tag}:weights:red:version'
 
-A multi-agent job has one batch stream and one weights version per policy: the keys of
-``job_keys(namespace, job, policy="red")`` end in the policy id::
-
-    >>> red = job_keys("default", "tag", policy="red")
-    >>> red.batches, red.weights_version
-    ('rolloutfleet:{default/tag}:batches:red', 'rolloutfleet:{default/tag}:weights:red:version')
-    >>> parse_stream_key(red.batches)
-    ('default', 'tag', 'red')
-
-Heartbeats stay one per job; dead letters are one per batch stream (per shard, below; a
-dead letter names its stream).
-
-**Shards** (``spec.redis.shards``, for a Redis Cluster): a job with ``shards > 1`` has one
-batch stream per shard, each under its own hash tag ``{<namespace>/<job>/<shard>.<n>}``, so
-the shards' slots can sit on different masters. The stream's companions (dead letters,
-backpressure, learners) follow it into its slot; weights, filters, heartbeats and the
-global step keep the job's tag (the weights' version flip stays in one slot). ``<n>`` is the
-smallest number that puts shard ``k`` of ``S`` in the middle of the ``k``-th of ``S`` equal
-slot ranges: with the slot layout ``redis-cli --cluster create`` makes (equal ranges) and
-``S`` equal to the number of masters, every shard has a master of its own. One shard is
-today's names, unchanged::
-
-    >>> job_keys("default", "cartpole").shard(0, 1).batches
-    'rolloutfleet:{default/cartpole}:batches'
-    >>> [key_slot(k.stream_tag) // 5462 for k in job_keys("default", "cartpole").all_shards(3)]
-    [0, 1, 2]
+With ``spec.redis.shards > 1`` each batch stream (with its dead letters, backpressure and
+learners) has a tag of its own, ``{<namespace>/<job>/<shard>.<n>}``, so shards can sit on
+different masters; one shard keeps the names above. Why, and how ``<n>`` is chosen:
+docs/guides/redis-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Observation filters shared by a job's workers through Redis, like RLlib's filter sync.
 
-RLlib's algorithm collects each worker's filter delta (what it observed since the last
-sync), merges the deltas into a central filter and sends that back to every worker. Here
-the central statistics live in Redis (:attr:`rolloutfleet.spec.redis_keys.JobKeys.filters`):
-after each fragment a worker merges its delta into them in one optimistic transaction
-(WATCH, GET, MULTI/SET) and adopts the result. So:
-
-* every observation counts exactly once: a delta is flushed only after its transaction
-  committed, and a transaction that lost a race is retried with the new statistics;
-* a replacement worker starts from the fleet's statistics (:meth:`FilterSync.pull`), not
-  from zero; if the key is lost (Redis restarted without persistence), the next worker
-  to sync seeds it again with everything it knew;
-* a learner reads the same key (:func:`read_filter`) to normalize observations as the
-  workers do, e.g. for evaluation or export.
-
-The statistics are stored with the codec's tensor encoding (count, mean, m2): nothing read
-from Redis is unpickled. A value that does not decode, has another shape (the job's
-environment changed under the same name) or holds a NaN or an infinity (written before
-filters kept non-finite observations out) is reported and rebuilt from this worker's
-statistics, never adopted (:attr:`FilterSync.rebuilt` counts it).
+The central statistics live in Redis (:attr:`rolloutfleet.spec.redis_keys.JobKeys.filters`):
+after each fragment a worker merges its delta (what it observed since the last sync) into
+them in one optimistic transaction (WATCH, GET, MULTI/SET) and adopts the result; a
+replacement worker starts from the fleet's statistics (:meth:`FilterSync.pull`); a learner
+reads them with :func:`read_filter`. Stored with the codec's tensor encoding, never pickled;
+a value that does not decode, has another shape or holds NaN/inf is rebuilt from this
+worker's statistics, never adopted (:attr:`FilterSync.rebuilt`). Why each observation counts
+exactly once: docs/transport.md ("Filter statistics").
 """
 
 from __future__ import annotations

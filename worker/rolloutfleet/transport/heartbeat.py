@@ -2,19 +2,8 @@
 status and ``rolloutfleet fleet`` read back.
 
 One Redis hash per job (:attr:`rolloutfleet.spec.redis_keys.JobKeys.heartbeats`): worker index
--> JSON of ``env_steps`` (lifetime), ``steps_per_s``, ``episode_return_mean``,
-``weights_seq_no``, ``time`` (unix seconds) and the worker's lifetime counts of rows with
-NaN/inf observations (``nonfinite_obs``) or rewards (``nonfinite_rewards``) and of
-observations its filter kept out of the statistics (``filter_quarantined``), the seconds its
-publishes waited for room under ``block`` backpressure (``blocked_s``, the autoscaler's
-signal, :mod:`rolloutfleet.spec.appetite`); and, while a
-weights version it refused is newer than the one it holds, ``weights_refused``: policy ->
-``[version, reason]`` (:func:`rolloutfleet.spec.refusals.refused_versions` sums them over workers); and,
-while it waits for a learner (:mod:`rolloutfleet.fleet.learner_wait`), ``waiting_for_learner_since``
-(unix seconds; absent otherwise) with ``steps_per_s`` 0; and ``env_call_stuck``, the one line of
-an env call that did not return within ``spec.env.callTimeoutSeconds`` (the worker's last
-heartbeat before it exits 3). The hash expires when no worker has
-written it for :data:`HEARTBEAT_TTL_S`::
+-> JSON of its progress and health (the fields: docs/operations/monitoring.md, "Heartbeats"),
+expiring when no worker has written it for :data:`HEARTBEAT_TTL_S`::
 
     write_heartbeat(client, keys, worker_index=3, stats=runner.get_metrics())   # doctest: +SKIP
     read_heartbeats("redis://redis:6379/0", job)                                # doctest: +SKIP

@@ -39,3 +39,21 @@ def seconds_arg(name: str, value: Any, zero: bool = True, finite: bool = False) 
     if not numeric or math.isnan(value) or value < 0 or (not zero and value == 0) or (finite and math.isinf(value)):
         raise ValueError(f"{name} must be a {'finite ' if finite else ''}number of seconds {bound}, got {value!r}")
     return float(value)
+
+
+def consumer_args(
+    reclaim_idle_s: float,
+    max_deliveries: int,
+    read_count: int,
+    block_s: float,
+    reconnect_timeout_s: float,
+    max_policy_lag: int | None,
+) -> None:
+    """``ValueError`` naming the first of ``BatchConsumer``'s arguments that is out of range."""
+    seconds_arg("reclaim_idle_s", reclaim_idle_s, zero=False)
+    count_arg("max_deliveries", max_deliveries, 1)
+    count_arg("read_count", read_count, 1)
+    seconds_arg("block_s", block_s, zero=False, finite=True)
+    seconds_arg("reconnect_timeout_s", reconnect_timeout_s)
+    if max_policy_lag is not None:
+        count_arg("max_policy_lag", max_policy_lag, 0)

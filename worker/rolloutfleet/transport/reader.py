@@ -17,7 +17,6 @@ copy of a batch (same producer and seq). A job with several batch streams
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,10 +26,9 @@ from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys, parse_shard
 from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, decode_entry
 from rolloutfleet.transport.sharding import read_shards
-
-_SEEN_CAPACITY = 1 << 16
 
 
 @dataclass
@@ -70,7 +68,7 @@ class BatchReader(JobClient):
         self.keys = self.shards[0]
         self.positions = {shard.batches: "0-0" for shard in self.shards}
         self._turn = 0
-        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._seen = SeenBatches()
 
     def read(self, count: int = 16, timeout: float | None = None) -> list[Message]:
         """Up to ``count`` messages, waiting at most ``timeout`` seconds for the first."""
@@ -120,14 +118,9 @@ class BatchReader(JobClient):
                 except DecodeError:
                     self.stats.decode_failures += 1
                     continue
-                key = (metadata.producer, metadata.seq)
-                if metadata.producer and key in self._seen:
+                if not self._seen.first_copy(metadata):
                     self.stats.duplicates += 1
                     continue
-                if metadata.producer:
-                    self._seen[key] = None
-                    if len(self._seen) > _SEEN_CAPACITY:
-                        self._seen.popitem(last=False)
                 messages.append(Message(entry_id, batch, metadata, None, parse_shard(stream)))
         self.stats.delivered += len(messages)
         return messages

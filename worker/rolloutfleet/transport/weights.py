@@ -28,7 +28,7 @@ from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, en
 from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient, connect
+from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def _decode(parts: list[bytes], size: int) -> dict[str, np.ndarray]:
     return decode_tensors(buffer)
 
 
-class WeightSubscriber:
+class WeightSubscriber(JobClient):
     """Worker side: :meth:`poll` returns the weights when a newer version than the one
     last returned (or ``seq_no``) is current, else ``None``.
 
@@ -265,7 +265,8 @@ class WeightSubscriber:
             namespace, job = job.namespace, job.name
         self.keys = job_keys(namespace, job, policy)
         self.seq_no = seq_no
-        self.client = connect(redis_url, password, socket_timeout=socket_timeout_s)
+        # One try (no reconnect window): a worker's own loop backs off and polls again.
+        super().__init__(redis_url, password, reconnect_timeout_s=0.0, socket_timeout_s=socket_timeout_s)
         self._held = self.client.register_script(_HELD_LUA)
         self.resets = 0
         """Times the published version was found gone or older than the one held (Redis lost
@@ -346,6 +347,3 @@ class WeightSubscriber:
             )  # fmt: skip
         with contextlib.suppress(redis.exceptions.OutOfMemoryError):  # reported again on the next poll
             self._held(keys=[self.keys.weights_held], args=[self.seq_no], client=self.client)
-
-    def close(self) -> None:
-        self.client.close()
