@@ -56,8 +56,8 @@ def job_labels(job_name: str) -> dict[str, str]:
 def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     spec = {k: v for k, v in job.to_dict()["spec"].items() if k not in _OPERATOR_ONLY_FIELDS}
     spec["disruption"] = {k: v for k, v in spec["disruption"].items() if k not in _OPERATOR_ONLY_DISRUPTION}
-    if spec["redis"].get("tls") is None:  # unset: hashed as before it existed (an upgrade replaces no pod)
-        spec["redis"] = {k: v for k, v in spec["redis"].items() if k != "tls"}
+    # Fields added later, unset: hashed as before they existed (an operator upgrade replaces no pod).
+    spec["redis"] = {k: v for k, v in spec["redis"].items() if k not in ("tls", "adminSecret") or v is not None}
     material = {
         "spec": spec,
         "image": worker_image(job, config),
@@ -65,6 +65,8 @@ def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
         "port": config.worker_metrics_port,
         "grace": config.grace_seconds,
     }
+    if admin_source(job, config) is not None:  # per-job Redis users: workers log in as the job's user
+        material["redisUsers"] = True
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
