@@ -3,15 +3,16 @@ real worker processes of a paced env (a fixed wall time per step, no CPU, so a w
 speed hardly depends on how many share the machine), a real redis-server, a learner in
 this process whose appetite steps: fast, slow, gone, fast again.
 
-Per configuration (fixed sizes; autoscaled with each ``headroom`` x ``windowSeconds`` of the
-sweep): worker-seconds (workers alive, summed over the run), the learner's starvation (share
-of its time ``get()`` waited for rows, from its own ``BatchConsumer`` meter), rows it got,
-the time from each appetite step to the fleet's last change in it, changes. Medians over
+Per configuration (fixed sizes; autoscaled with each starting size x ``headroom`` x
+``windowSeconds`` of the sweep): worker-seconds (workers alive, summed over the run), the
+learner's starvation (share of its time ``get()`` waited for rows, from its own
+``BatchConsumer`` meter; over the run and per phase), rows it got, the time from each
+appetite step to the fleet's last change in it, changes. Medians over
 ``--repeats``; then the cheapest autoscaled setting starved no more than the peak-sized
 fixed fleet (or the closest one). The load average is printed before and after.
 
 Usage: ``python -m bench.bench_autoscale [--phase-seconds 60] [--repeats 1] [--headroom 0.1,0.3]
-[--window-seconds 4,8] [--fixed 4,3] [--parallel 1] [--json out.jsonl]`` (``make bench-autoscale``).
+[--window-seconds 4,8] [--start 1,4] [--fixed 4,3] [--parallel 1] [--json out.jsonl]`` (``make bench-autoscale``).
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ class Setting:
     fixed: int | None = None
     headroom: float = 0.1
     window_s: int = 8
+    start: int = 1
 
     @property
     def label(self) -> str:
         if self.fixed is not None:
             return f"fixed, {self.fixed} workers"
-        return f"autoscaled 0..{MAX_REPLICAS}, headroom {self.headroom:g}, window {self.window_s} s"
+        return f"autoscaled 0..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, window {self.window_s} s"
 
 
 @dataclass
@@ -61,11 +63,13 @@ class Result:
     rows: int
     settle: list[float]
     changes: int
+    phase_starved: list[float] = field(default_factory=list)
+    """Starvation in each phase the learner reads (nan while it is gone)."""
 
 
 def job(name: str, setting: Setting, idle_s: int) -> RolloutJob:
     spec: dict[str, object] = {
-        "replicas": setting.fixed or 1,
+        "replicas": setting.fixed or setting.start,
         "env": {"entryPoint": "tests.integration.fleet.paced_env:make", "config": {"step_s": STEP_S}},
         "sampling": {"rolloutFragmentLength": 20},
         "redis": {"maxLen": 20, "backpressure": "block", "blockTimeoutSeconds": 2},
@@ -88,38 +92,46 @@ class Learner:
     rows: int = 0
     starved_s: float = 0.0
     reading_s: float = 0.0
+    consumer: BatchConsumer | None = None
+
+    def totals(self) -> tuple[float, float]:
+        """Seconds starved and seconds reading so far, the consumer in use included."""
+        consumer, starved, reading = self.consumer, self.starved_s, self.reading_s
+        if consumer is not None:
+            meter = consumer.appetite.meter
+            starved, reading = starved + meter.starved_s, reading + time.monotonic() - meter.started
+        return starved, reading
 
     def run(self) -> None:
-        consumer: BatchConsumer | None = None
         while not self.stop.is_set():
             appetite = self.appetite  # read once: the bench's thread changes it between phases
             if appetite is None:
-                if consumer is not None:  # the learner is gone: its process would have ended
-                    self._count(consumer)
-                    consumer.close()
-                    consumer = None
+                self._close()  # the learner is gone: its process would have ended
                 time.sleep(0.1)
                 continue
-            if consumer is None:
-                consumer = BatchConsumer(self.url, self.name, block_s=0.2, read_count=2, consumer=f"l{time.time()}")
-            if consumer.get(min_steps=BATCH, timeout=0.5) is not None:
+            if self.consumer is None:
+                self.consumer = BatchConsumer(
+                    self.url, self.name, block_s=0.2, read_count=2, consumer=f"l{time.time()}"
+                )
+            if self.consumer.get(min_steps=BATCH, timeout=0.5) is not None:
                 time.sleep(BATCH / appetite)
-        if consumer is not None:
-            self._count(consumer)
-            consumer.close()
+        self._close()
 
-    def _count(self, consumer: BatchConsumer) -> None:
-        meter = consumer.appetite.meter
-        self.rows += meter.rows
-        self.starved_s += meter.starved_s
-        self.reading_s += time.monotonic() - meter.started
+    def _close(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            meter = consumer.appetite.meter
+            self.rows += meter.rows
+            self.starved_s += meter.starved_s
+            self.reading_s += time.monotonic() - meter.started
+            consumer.close()
 
 
 def run(name: str, setting: Setting, phase_s: float, url: str) -> Result:
     fleet = LocalFleet(job(name, setting, max(5, int(phase_s / 4))), redis_url=url, grace_seconds=10)
     learner = Learner(url, name)
     thread = threading.Thread(target=learner.run, daemon=True)
-    worker_seconds, changes, settle = 0.0, 0, []
+    worker_seconds, changes, settle, phase_starved = 0.0, 0, [], []
     with fleet:
         scaler = LocalAutoscaler(fleet) if setting.fixed is None else None
         thread.start()
@@ -127,6 +139,7 @@ def run(name: str, setting: Setting, phase_s: float, url: str) -> Result:
         for _, appetite in PHASES:
             learner.appetite = appetite
             began = last_change = time.monotonic()
+            starved_before, reading_before = learner.totals()
             size = len(fleet.workers)
             while (now := time.monotonic()) - began < phase_s:
                 worker_seconds += (now - before) * fleet.alive()  # the time really passed, on a loaded machine too
@@ -138,17 +151,22 @@ def run(name: str, setting: Setting, phase_s: float, url: str) -> Result:
                     size, last_change, changes = len(fleet.workers), now, changes + 1
                 time.sleep(0.5)
             settle.append(last_change - began)
+            starved, reading = learner.totals()
+            phase_starved.append((starved - starved_before) / (reading - reading_before) if appetite else math.nan)
         learner.stop.set()
         thread.join(15)
     starved = learner.starved_s / learner.reading_s if learner.reading_s else math.nan
-    return Result(worker_seconds, starved, learner.rows, settle, changes)
+    return Result(worker_seconds, starved, learner.rows, settle, changes, phase_starved)
 
 
 def sweep(args: argparse.Namespace) -> list[Setting]:
     peak = math.ceil(max(a for _, a in PHASES if a) * 1.1 / (1 / STEP_S * 0.85))  # ~85 % of the paced speed
     fixed = [int(f) for f in args.fixed.split(",")] if args.fixed else [peak, peak - 1]
     autoscaled = [
-        Setting(None, float(h), int(w)) for h in args.headroom.split(",") for w in args.window_seconds.split(",")
+        Setting(None, float(h), int(w), int(n))
+        for n in args.start.split(",")
+        for h in args.headroom.split(",")
+        for w in args.window_seconds.split(",")
     ]
     return [Setting(f) for f in fixed] + autoscaled
 
@@ -181,12 +199,16 @@ def median(results: list[Result], attr: str) -> float:
 
 
 def report(settings: list[Setting], results: dict[Setting, list[Result]]) -> None:
-    print("| fleet | worker-seconds | learner starved | rows to the learner | settled after each step (s) | changes |")
-    print("| --- | ---: | ---: | ---: | --- | ---: |")
+    reading = [i for i, (_, a) in enumerate(PHASES) if a]
+    by_phase = " / ".join(PHASES[i][0] for i in reading)
+    print(f"| fleet | worker-seconds | learner starved | starved by phase ({by_phase}) | rows to the learner "
+          "| settled after each step (s) | changes |")  # fmt: skip
+    print("| --- | ---: | ---: | --- | ---: | --- | ---: |")
     for s in settings:
         rs = results[s]
         settle = " / ".join(f"{statistics.median(r.settle[i] for r in rs):.0f}" for i in range(len(PHASES)))
-        print(f"| {s.label} | {median(rs, 'worker_seconds'):,.0f} | {median(rs, 'starved'):.1%} "
+        phases = " / ".join(f"{statistics.median(r.phase_starved[i] for r in rs):.1%}" for i in reading)
+        print(f"| {s.label} | {median(rs, 'worker_seconds'):,.0f} | {median(rs, 'starved'):.1%} | {phases} "
               f"| {median(rs, 'rows'):,.0f} | {settle if s.fixed is None else '-'} | {median(rs, 'changes'):.0f} |")  # fmt: skip
     peak = max((s for s in settings if s.fixed is not None), key=lambda s: s.fixed or 0, default=None)
     autoscaled = [s for s in settings if s.fixed is None]
@@ -213,6 +235,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per configuration (the table gives medians)")
     parser.add_argument("--headroom", default="0.1", help="autoscaled: comma-separated headroom values to sweep")
     parser.add_argument("--window-seconds", default="8", help="autoscaled: comma-separated windowSeconds to sweep")
+    parser.add_argument("--start", default="1", help="autoscaled: comma-separated starting sizes (spec.replicas)")
     parser.add_argument("--fixed", default="", help="fixed sizes, comma-separated (default: the peak's and one fewer)")
     parser.add_argument("--parallel", type=int, default=1, help="configurations run at once (more: noisier)")
     parser.add_argument("--json", default="", help="append each run's figures to this file (JSON lines)")
