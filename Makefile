@@ -99,8 +99,9 @@ PEER_VENV ?= .venv-peer
 bench-external: install ## external simulators: actions/s and p50/p99 latency for 1/8/64 PolicyClient processes next to the in-process runner
 	$(BIN)/python -m bench.bench_external
 
-bench-autoscale: install ## a fleet sized for the peak vs spec.autoscaling under a learner whose appetite steps (fast, slow, gone, back): worker-seconds, starvation, settling
-	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60)
+bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 REPEATS=3: worker-seconds at matched starvation
+	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60) --repeats $(or $(REPEATS),1) \
+		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8)
 
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
 	$(BIN)/python -m bench.bench_cluster

@@ -1,25 +1,32 @@
-"""A fleet sized for the peak against an autoscaled one (``spec.autoscaling``), measured in
-one run: real worker processes of a paced env (a fixed wall time per step, no CPU, so the
-workers' speed does not depend on how many share the machine), a real redis-server, a
-learner in this process whose appetite steps: fast, slow, gone, fast again.
+"""Fixed fleets against autoscaled ones (``spec.autoscaling``), at matched learner starvation:
+real worker processes of a paced env (a fixed wall time per step, no CPU, so a worker's
+speed hardly depends on how many share the machine), a real redis-server, a learner in
+this process whose appetite steps: fast, slow, gone, fast again.
 
-Three fleets: fixed at the peak's size, fixed at one worker fewer (cheaper, starved at the
-peak: a fixed fleet's trade of worker-seconds for starvation), and autoscaled. Per
-configuration: worker-seconds spent (workers alive, summed over the run), the
+Per configuration (fixed sizes; autoscaled with each starting size x ``headroom`` x
+``windowSeconds`` of the sweep): worker-seconds (workers alive, summed over the run), the
 learner's starvation (share of its time ``get()`` waited for rows, from its own
-``BatchConsumer`` meter, while it runs), rows it got, the time from each appetite step to
-the fleet's last change in that phase, and the number of changes.
+``BatchConsumer`` meter; over the run and per phase), rows it got, the time from each
+appetite step to the fleet's last change in it, changes. Medians over
+``--repeats``; then the cheapest autoscaled setting starved no more than the peak-sized
+fixed fleet (or the closest one). The load average is printed before and after.
 
-Usage: ``python -m bench.bench_autoscale [--phase-seconds 60]`` (``make bench-autoscale``).
+Usage: ``python -m bench.bench_autoscale [--phase-seconds 60] [--repeats 1] [--headroom 0.1,0.3]
+[--window-seconds 4,8] [--start 1,4] [--fixed 4,3] [--parallel 1] [--json out.jsonl]`` (``make bench-autoscale``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import statistics
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 
 from rolloutfleet import RolloutJob
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
@@ -29,19 +36,48 @@ from rolloutfleet.transport.consumer import BatchConsumer
 
 STEP_S = 0.005  # one env step: a worker makes at most 200 rows/s
 BATCH = 40
+MAX_REPLICAS = 8
 PHASES = (("fast", 600.0), ("slow", 200.0), ("gone", None), ("back", 600.0))
 
 
-def job(name: str, replicas: int, autoscaling: bool, idle_s: int) -> RolloutJob:
+@dataclass(frozen=True)
+class Setting:
+    """One fleet of the comparison: ``fixed`` workers, or autoscaled (0..8) with these settings."""
+
+    fixed: int | None = None
+    headroom: float = 0.1
+    window_s: int = 8
+    start: int = 1
+
+    @property
+    def label(self) -> str:
+        if self.fixed is not None:
+            return f"fixed, {self.fixed} workers"
+        return f"autoscaled 0..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, window {self.window_s} s"
+
+
+@dataclass
+class Result:
+    worker_seconds: float
+    starved: float
+    rows: int
+    settle: list[float]
+    changes: int
+    phase_starved: list[float] = field(default_factory=list)
+    """Starvation in each phase the learner reads (nan while it is gone)."""
+
+
+def job(name: str, setting: Setting, idle_s: int) -> RolloutJob:
     spec: dict[str, object] = {
-        "replicas": replicas,
+        "replicas": setting.fixed or setting.start,
         "env": {"entryPoint": "tests.integration.fleet.paced_env:make", "config": {"step_s": STEP_S}},
         "sampling": {"rolloutFragmentLength": 20},
         "redis": {"maxLen": 20, "backpressure": "block", "blockTimeoutSeconds": 2},
     }
-    if autoscaling:
-        spec["autoscaling"] = {"minReplicas": 0, "maxReplicas": 8, "idleSeconds": idle_s, "windowSeconds": 8,
-                               "scaleDownSeconds": 8}  # fmt: skip
+    if setting.fixed is None:
+        spec["autoscaling"] = {"minReplicas": 0, "maxReplicas": MAX_REPLICAS, "idleSeconds": idle_s,
+                               "windowSeconds": setting.window_s, "scaleDownSeconds": setting.window_s,
+                               "headroom": setting.headroom}  # fmt: skip
     return RolloutJob.from_dict({"metadata": {"name": name}, "spec": spec})
 
 
@@ -56,89 +92,164 @@ class Learner:
     rows: int = 0
     starved_s: float = 0.0
     reading_s: float = 0.0
+    consumer: BatchConsumer | None = None
+
+    def totals(self) -> tuple[float, float]:
+        """Seconds starved and seconds reading so far, the consumer in use included."""
+        consumer, starved, reading = self.consumer, self.starved_s, self.reading_s
+        if consumer is not None:
+            meter = consumer.appetite.meter
+            starved, reading = starved + meter.starved_s, reading + time.monotonic() - meter.started
+        return starved, reading
 
     def run(self) -> None:
-        consumer: BatchConsumer | None = None
         while not self.stop.is_set():
-            if self.appetite is None:
-                if consumer is not None:  # the learner is gone: its process would have ended
-                    self._count(consumer)
-                    consumer.close()
-                    consumer = None
+            appetite = self.appetite  # read once: the bench's thread changes it between phases
+            if appetite is None:
+                self._close()  # the learner is gone: its process would have ended
                 time.sleep(0.1)
                 continue
-            if consumer is None:
-                consumer = BatchConsumer(self.url, self.name, block_s=0.2, read_count=2, consumer=f"l{time.time()}")
-            if consumer.get(min_steps=BATCH, timeout=0.5) is not None:
-                time.sleep(BATCH / self.appetite)
+            if self.consumer is None:
+                self.consumer = BatchConsumer(
+                    self.url, self.name, block_s=0.2, read_count=2, consumer=f"l{time.time()}"
+                )
+            if self.consumer.get(min_steps=BATCH, timeout=0.5) is not None:
+                time.sleep(BATCH / appetite)
+        self._close()
+
+    def _close(self) -> None:
+        consumer, self.consumer = self.consumer, None
         if consumer is not None:
-            self._count(consumer)
+            meter = consumer.appetite.meter
+            self.rows += meter.rows
+            self.starved_s += meter.starved_s
+            self.reading_s += time.monotonic() - meter.started
             consumer.close()
 
-    def _count(self, consumer: BatchConsumer) -> None:
-        meter = consumer.appetite.meter
-        self.rows += meter.rows
-        self.starved_s += meter.starved_s
-        self.reading_s += time.monotonic() - meter.started
 
-
-def run(name: str, autoscaling: bool, phase_s: float, peak_workers: int, url: str) -> dict[str, object]:
-    idle_s = max(5, int(phase_s / 4))
-    fleet = LocalFleet(job(name, peak_workers, autoscaling, idle_s), redis_url=url, grace_seconds=10)
+def run(name: str, setting: Setting, phase_s: float, url: str) -> Result:
+    fleet = LocalFleet(job(name, setting, max(5, int(phase_s / 4))), redis_url=url, grace_seconds=10)
     learner = Learner(url, name)
     thread = threading.Thread(target=learner.run, daemon=True)
-    worker_seconds, changes, settle = 0.0, 0, []
+    worker_seconds, changes, settle, phase_starved = 0.0, 0, [], []
     with fleet:
-        scaler = LocalAutoscaler(fleet) if autoscaling else None
+        scaler = LocalAutoscaler(fleet) if setting.fixed is None else None
         thread.start()
+        before = time.monotonic()
         for _, appetite in PHASES:
             learner.appetite = appetite
             began = last_change = time.monotonic()
+            starved_before, reading_before = learner.totals()
             size = len(fleet.workers)
             while (now := time.monotonic()) - began < phase_s:
+                worker_seconds += (now - before) * fleet.alive()  # the time really passed, on a loaded machine too
+                before = now
                 fleet.poll()
                 if scaler is not None:
                     scaler.tick(now)
                 if len(fleet.workers) != size:
                     size, last_change, changes = len(fleet.workers), now, changes + 1
                 time.sleep(0.5)
-                worker_seconds += 0.5 * fleet.alive()
             settle.append(last_change - began)
+            starved, reading = learner.totals()
+            phase_starved.append((starved - starved_before) / (reading - reading_before) if appetite else math.nan)
         learner.stop.set()
         thread.join(15)
-    return {
-        "worker_seconds": worker_seconds,
-        "starved": learner.starved_s / learner.reading_s if learner.reading_s else math.nan,
-        "rows": learner.rows,
-        "settle": settle,
-        "changes": changes,
-    }
+    starved = learner.starved_s / learner.reading_s if learner.reading_s else math.nan
+    return Result(worker_seconds, starved, learner.rows, settle, changes, phase_starved)
+
+
+def sweep(args: argparse.Namespace) -> list[Setting]:
+    peak = math.ceil(max(a for _, a in PHASES if a) * 1.1 / (1 / STEP_S * 0.85))  # ~85 % of the paced speed
+    fixed = [int(f) for f in args.fixed.split(",")] if args.fixed else [peak, peak - 1]
+    autoscaled = [
+        Setting(None, float(h), int(w), int(n))
+        for n in args.start.split(",")
+        for h in args.headroom.split(",")
+        for w in args.window_seconds.split(",")
+    ]
+    return [Setting(f) for f in fixed] + autoscaled
+
+
+def measure(settings: list[Setting], args: argparse.Namespace) -> dict[Setting, list[Result]]:
+    """Each setting ``--repeats`` times, repeats interleaved, ``--parallel`` at once."""
+    results: dict[Setting, list[Result]] = {s: [] for s in settings}
+    plan = [(r, i, s) for r in range(args.repeats) for i, s in enumerate(settings)]
+    lock = threading.Lock()
+    with EmbeddedRedis() as redis:
+
+        def one(item: tuple[int, int, Setting]) -> None:
+            repeat, index, setting = item
+            result = run(f"s{index}-r{repeat}", setting, args.phase_seconds, redis.url)
+            with lock:
+                results[setting].append(result)
+                print(f"[{time.strftime('%H:%M:%S')}] {setting.label} #{repeat + 1}: {result.worker_seconds:,.0f} "
+                      f"worker-s, starved {result.starved:.1%}, load {os.getloadavg()[0]:.1f}", file=sys.stderr)  # fmt: skip
+                if args.json:
+                    with open(args.json, "a") as out:
+                        out.write(json.dumps({"setting": asdict(setting), "repeat": repeat, **asdict(result)}) + "\n")
+
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            list(pool.map(one, plan))
+    return results
+
+
+def median(results: list[Result], attr: str) -> float:
+    return statistics.median(float(getattr(r, attr)) for r in results)
+
+
+def report(settings: list[Setting], results: dict[Setting, list[Result]]) -> None:
+    reading = [i for i, (_, a) in enumerate(PHASES) if a]
+    by_phase = " / ".join(PHASES[i][0] for i in reading)
+    print(f"| fleet | worker-seconds | learner starved | starved by phase ({by_phase}) | rows to the learner "
+          "| settled after each step (s) | changes |")  # fmt: skip
+    print("| --- | ---: | ---: | --- | ---: | --- | ---: |")
+    for s in settings:
+        rs = results[s]
+        settle = " / ".join(f"{statistics.median(r.settle[i] for r in rs):.0f}" for i in range(len(PHASES)))
+        phases = " / ".join(f"{statistics.median(r.phase_starved[i] for r in rs):.1%}" for i in reading)
+        print(f"| {s.label} | {median(rs, 'worker_seconds'):,.0f} | {median(rs, 'starved'):.1%} | {phases} "
+              f"| {median(rs, 'rows'):,.0f} | {settle if s.fixed is None else '-'} | {median(rs, 'changes'):.0f} |")  # fmt: skip
+    peak = max((s for s in settings if s.fixed is not None), key=lambda s: s.fixed or 0, default=None)
+    autoscaled = [s for s in settings if s.fixed is None]
+    if peak is None or not autoscaled:
+        return
+    bar, cost = median(results[peak], "starved"), median(results[peak], "worker_seconds")
+    matched = [s for s in autoscaled if median(results[s], "starved") <= bar]
+    if matched:
+        best = min(matched, key=lambda s: median(results[s], "worker_seconds"))
+        saved = 1 - median(results[best], "worker_seconds") / cost
+        print(
+            f"\nat matched starvation (<= {bar:.1%}, {peak.label}): {best.label} spends {saved:.0%} fewer worker-seconds"
+        )
+    else:
+        best = min(autoscaled, key=lambda s: median(results[s], "starved"))
+        saved = 1 - median(results[best], "worker_seconds") / cost
+        print(f"\nno autoscaled setting is starved <= {bar:.1%} ({peak.label}); the closest, {best.label}, "
+              f"is starved {median(results[best], 'starved'):.1%} and spends {saved:.0%} fewer worker-seconds")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phase-seconds", type=float, default=60.0)
+    parser.add_argument("--phase-seconds", type=float, default=60.0, help="each appetite phase lasts this long")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per configuration (the table gives medians)")
+    parser.add_argument("--headroom", default="0.1", help="autoscaled: comma-separated headroom values to sweep")
+    parser.add_argument("--window-seconds", default="8", help="autoscaled: comma-separated windowSeconds to sweep")
+    parser.add_argument("--start", default="1", help="autoscaled: comma-separated starting sizes (spec.replicas)")
+    parser.add_argument("--fixed", default="", help="fixed sizes, comma-separated (default: the peak's and one fewer)")
+    parser.add_argument("--parallel", type=int, default=1, help="configurations run at once (more: noisier)")
+    parser.add_argument("--json", default="", help="append each run's figures to this file (JSON lines)")
     args = parser.parse_args()
-    peak = math.ceil(max(a for _, a in PHASES if a) * 1.1 / (1 / STEP_S * 0.85))  # ~85 % of the paced speed
-    with EmbeddedRedis() as redis:
-        fixed = run("fixed", False, args.phase_seconds, peak, redis.url)
-        fewer = run("fewer", False, args.phase_seconds, peak - 1, redis.url)  # less for its starvation
-        elastic = run("elastic", True, args.phase_seconds, 1, redis.url)
+    settings = sweep(args)
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores", flush=True)
+    results = measure(settings, args)
     phases = ", ".join(f"{n} {a or 0:.0f} rows/s" for n, a in PHASES)
-    print(f"\nappetite: {phases}; {args.phase_seconds:.0f} s each; one worker makes <= {1 / STEP_S:.0f} rows/s\n")
-    print("| fleet | worker-seconds | learner starved | rows to the learner | settled after each step (s) | changes |")
-    print("| --- | ---: | ---: | ---: | --- | ---: |")
-    rows = (
-        (f"fixed, {peak} workers (the peak)", fixed),
-        (f"fixed, {peak - 1} workers", fewer),
-        ("autoscaled, 0..8", elastic),
-    )
-    for label, result in rows:
-        settle = " / ".join(f"{s:.0f}" for s in result["settle"])  # type: ignore[attr-defined]
-        print(f"| {label} | {result['worker_seconds']:,.0f} | {result['starved']:.1%} | {result['rows']:,} "
-              f"| {settle} | {result['changes']} |")  # fmt: skip
-    saved = 1 - float(elastic["worker_seconds"]) / float(fixed["worker_seconds"])  # type: ignore[arg-type]
-    print(f"\nworker-seconds saved by autoscaling: {saved:.0%}")
+    print(f"\nappetite: {phases}; {args.phase_seconds:.0f} s each; one worker makes <= {1 / STEP_S:.0f} rows/s; "
+          f"medians of {args.repeats} run(s), {args.parallel} at once\n")  # fmt: skip
+    report(settings, results)
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import threading
 import time
 from typing import Any
@@ -115,12 +116,18 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
     assert jobs.status("elastic")["restarts"] == 0
 
     # The learner stops: minReplicas (0) after idleSeconds; pods removed, no restart, no disruption.
+    # The size to wake to is the largest the fleet had while the learner read (every size it was
+    # scaled to is one the rule recommended), not the slow phase's it has now.
+    largest = max(
+        int(m.group(1)) for e in scaled_events(cluster, namespace) if (m := re.search(r"-> (\d+) workers$", e))
+    )
     learner.stop.set()
     learner.join(10)
     active = jobs.status("elastic")["desiredReplicas"]
+    assert largest > active, (largest, active)
     status = wait_for(lambda: (s := jobs.status("elastic")).get("desiredReplicas") == 0 and s, 120, jobs.describe)
     assert status["autoscaling"]["reason"].startswith("no learner has read for ")
-    assert status["autoscaling"]["lastActiveReplicas"] == active
+    assert status["autoscaling"]["lastActiveReplicas"] == largest
     wait_for(lambda: not jobs.pods("elastic"), 120, jobs.describe)
     status = jobs.status("elastic")
     assert status["restarts"] == 0 and not any(status["disruptions"].values()), status
@@ -132,7 +139,7 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
     again.start()
     status = wait_for(lambda: ((s := jobs.status("elastic")).get("desiredReplicas") or 0) > 0 and s, 60, jobs.describe)
     assert status["autoscaling"]["reason"].startswith("a learner reads again (")
-    assert status["autoscaling"]["reason"].endswith(f"0 -> {active} workers")
+    assert status["autoscaling"]["reason"].endswith(f"0 -> {largest} workers")
     wait_for(lambda: again.batches > 0, 180, jobs.describe)
     again.stop.set()
     again.join(10)

@@ -225,4 +225,53 @@ def test_the_reason_says_how_starved_and_the_step() -> None:
     fleet = Fleet(scaler(2, window_seconds=60), appetite=lambda t: 6000.0)
     fleet.run(61)
     reason = next(r for r in fleet.reasons if "->" in r)
-    assert reason == "learner starved 67 % of the last 60 s: 2 -> 7 workers", reason
+    assert reason == "learner starved 67 % of the last 15 s: 2 -> 7 workers", reason  # a quarter window: enough
+
+
+def first_change(sizes: list[int]) -> int:
+    """Seconds (looks) from the start to the first change."""
+    return next(i for i, (a, b) in enumerate(itertools.pairwise(sizes), start=1) if a != b)
+
+
+def test_a_starved_learner_gets_its_need_after_a_quarter_of_the_window() -> None:
+    fleet = Fleet(scaler(1, window_seconds=40), appetite=lambda t: 4000.0)
+    fleet.run(600)
+    assert 10 <= first_change(fleet.sizes) < 20, fleet.reasons[:20]  # a quarter of 40 s, not the whole
+    assert fleet.sizes[first_change(fleet.sizes)] == 5  # ceil(4000 * 1.1 / 1000) at once
+    assert changes(fleet.sizes) == 1, fleet.sizes
+
+
+def test_scaling_down_still_waits_the_whole_window() -> None:
+    fleet = Fleet(scaler(12, window_seconds=40), appetite=lambda t: 3500.0)
+    fleet.run(300)
+    assert first_change(fleet.sizes) >= 40 and fleet.sizes[-1] == 4, fleet.reasons[:45]
+
+
+def look(scaler: Autoscaler, t: float, n: int, starved_s: float, rows: float) -> str:
+    """One look at scripted signals: a learner read for ``t`` s, ``n`` workers making 1,000 rows/s each."""
+    learner = LearnerSample("learner/c1", int(t * 1000), t, starved_s, int(rows))
+    workers = tuple(WorkerSample(i, t, PER_WORKER, 0.0, False) for i in range(n))
+    return scaler.observe(Signals(now=t, learners=(learner,), last_read_age_s=0.0, workers=workers), t).reason
+
+
+def test_the_quick_look_goes_up_to_the_need_never_beyond_it() -> None:
+    # 4 workers; the learner starved half its time taking 1,800 rows/s: appetite 3,600, need 4.
+    autoscaler = scaler(4, window_seconds=40)
+    reasons = [look(autoscaler, t, 4, starved_s=0.5 * t, rows=1800 * t) for t in range(1, 44)]
+    assert all(r == "measuring the 40 s after the last change: 4 workers" for r in reasons[:39]), reasons
+    assert reasons[40] == "learner starved 50 % of the last 40 s: 4 -> 5 workers", reasons[38:]  # the whole window
+
+
+def test_a_learner_back_after_idling_gets_the_largest_size_of_its_last_run_not_the_last() -> None:
+    def appetite(t: float) -> float | None:
+        return 6000.0 if t < 300 or t >= 800 else 2000.0 if t < 600 else None
+
+    fleet = Fleet(scaler(1), appetite=appetite)
+    fleet.run(600)
+    assert fleet.sizes[299] == 7 and fleet.sizes[-1] == 3, fleet.sizes  # fast: 7 workers; slow: 3
+    fleet.run(200)
+    assert fleet.sizes[-1] == 0
+    fleet.run(1)
+    assert fleet.reasons[-1] == "a learner reads again (1 s ago): 0 -> 7 workers"  # not the slow phase's 3
+    fleet.run(300)
+    assert set(fleet.sizes[-300:]) == {7}, fleet.reasons[-300:]  # fed at once: nothing to correct

@@ -1,18 +1,16 @@
 """The autoscaling rule, pure and in one place: the operator and ``rolloutfleet run`` both
 feed it :class:`~rolloutfleet.spec.appetite.Signals` and carry out its :class:`Decision`.
 
-* **Idle**: no learner group has read for ``idleSeconds`` (none ever, since the autoscaler
-  began): ``minReplicas``. A learner reading again brings the size the fleet had back at once.
-* **Starved**: the learner waited for rows more than ``starvedRatio`` of the last
-  ``windowSeconds``: up to ``ceil(appetite * (1 + headroom) / rows one worker makes)``, at
-  least one more. The appetite is the rows it consumed per second over the share of its
-  time it was not starved (what it would take, were rows never late).
-* **Blocked**: workers waited on backpressure more than ``blockedRatio`` of the window and
-  the learner was not starved: down to that same size, if smaller, never below one while a
-  learner reads; only to the largest size recommended within ``scaleDownSeconds``.
-* Otherwise hold. After each change the window starts again (new workers must show in the
-  signals first); no learner data in the window (a learner restarting) holds; an unreadable
-  Redis holds and says why.
+* **Idle**: no learner group has read for ``idleSeconds``: ``minReplicas``. A learner reading
+  again brings back at once the largest size recommended while a learner last read.
+* **Starved** more than ``starvedRatio`` of the window: up to ``need`` = ``ceil(appetite *
+  (1 + headroom) / rows one worker makes)``, at least one more. The appetite is the rows/s
+  the learner consumed over the share of its time it was not starved.
+* **Blocked** more than ``blockedRatio``, the learner fed: down to ``need`` (at least one
+  while a learner reads), only to the largest size recommended within ``scaleDownSeconds``.
+* After a change the window starts again once every worker has beaten; a quarter of it is
+  enough to go up to ``need`` (not beyond), the rest waits the whole window. No learner data
+  or an unreadable Redis holds, saying why. Details: docs/autoscaling.md.
 """
 
 from __future__ import annotations
@@ -29,6 +27,8 @@ HEARTBEAT_FRESH_S = 30.0
 """A worker's heartbeat older than this (a removed worker's) is not read."""
 MAX_STARVED = 0.95
 """The appetite is judged as if the learner were starved at most this share (no division by ~0)."""
+QUICK_SHARE = 0.25
+"""After a change, this share of ``windowSeconds`` is enough to scale up to the computed need."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ class Autoscaler:
         self.spec = spec
         self.replicas = spec.clamp(replicas)
         self.last_active = last_active
-        """The size before the fleet went idle: a learner reading again brings it back."""
+        """The size a learner reading again brings back: the largest recommended while one last read."""
+        self.peak = 0
+        """The largest size recommended since a learner began reading (this active stretch)."""
         self.idle = False
         self.changed_at: float | None = None
         self.started_at: float | None = None
@@ -95,17 +97,18 @@ class Autoscaler:
         idle_for = now - self.started_at if age is None else age
         if idle_for >= spec.idle_seconds:
             heard = "no learner has read yet" if age is None else f"no learner has read for {age:.0f} s"
-            if n > spec.min_replicas:
-                self.last_active = n
-            self.idle = True
+            if not self.idle and max(n, self.peak) > spec.min_replicas:
+                self.last_active = max(n, self.peak)
+            self.idle, self.peak = True, 0
             return self._to(spec.min_replicas, now, f"{heard} (idleSeconds {spec.idle_seconds})")
         if self.idle:
             self.idle = False
             self._forget()
-            back = spec.clamp(max(self.last_active or 1, 1))
-            return self._to(max(back, n), now, f"a learner reads again ({age:.0f} s ago)")
+            back = self.peak = max(spec.clamp(max(self.last_active or 1, 1)), n)
+            return self._to(back, now, f"a learner reads again ({age:.0f} s ago)")
         if n < max(spec.min_replicas, 1):  # a learner reads and the fleet has none
-            return self._to(spec.clamp(max(self.last_active or 1, 1)), now, "a learner reads")
+            self.peak = spec.clamp(max(self.last_active or 1, 1))
+            return self._to(self.peak, now, "a learner reads")
         return self._judge(now)
 
     def _judge(self, now: float) -> Decision:
@@ -117,8 +120,10 @@ class Autoscaler:
         if missing and now - self.changed_at < 2 * spec.window_seconds:
             return Decision(n, n, f"waiting for the first heartbeat of {len(missing)} of {n} workers")
         began = max([self.changed_at, *self._first_beat.values()]) if not missing else self.changed_at
-        if now - began < spec.window_seconds:
-            return Decision(n, n, f"measuring the {spec.window_seconds} s after the last change: {n} workers")
+        measured = now - began
+        if measured < spec.window_seconds:
+            return self._quick(now, began) if measured >= QUICK_SHARE * spec.window_seconds else \
+                Decision(n, n, f"measuring the {spec.window_seconds} s after the last change: {n} workers")  # fmt: skip
         w = self._window(now - spec.window_seconds)
         figures = {"starved_ratio": w.starved, "blocked_ratio": w.blocked,
                    "learner_rows_per_s": w.rows_per_s, "worker_rows_per_s": w.per_worker}  # fmt: skip
@@ -126,9 +131,7 @@ class Autoscaler:
             self._recommend(now, n)
             reason = f"no learner data in the last {spec.window_seconds} s (a learner pausing or restarting?)"
             return Decision(n, n, f"{reason}: holding {n} workers", **figures)
-        need = None
-        if w.appetite is not None and w.per_worker:
-            need = math.ceil(w.appetite * (1 + spec.headroom) / w.per_worker - 1e-9)
+        need = self._need(w)
         floor = max(spec.min_replicas, 1)
         starved, blocked = w.starved, w.blocked or 0.0
         window = f"of the last {spec.window_seconds} s"
@@ -153,6 +156,25 @@ class Autoscaler:
         steady = f"learner starved {starved * 100:.0f} %, workers blocked {blocked * 100:.0f} % {window}: {n} workers"
         return Decision(n, n, steady, **figures)
 
+    def _quick(self, now: float, began: float) -> Decision:
+        """Part of the window after a change: a starved learner gets the computed need at once."""
+        spec, n = self.spec, self.replicas
+        w = self._window(began)
+        need = self._need(w)
+        if w.starved is not None and w.starved > spec.starved_ratio and need is not None and need > n:
+            target = min(spec.max_replicas, need)
+            self._recommend(now, target)
+            return self._to(target, now, f"learner starved {w.starved * 100:.0f} % of the last {now - began:.0f} s",
+                            starved_ratio=w.starved, blocked_ratio=w.blocked, learner_rows_per_s=w.rows_per_s,
+                            worker_rows_per_s=w.per_worker)  # fmt: skip
+        return Decision(n, n, f"measuring the {spec.window_seconds} s after the last change: {n} workers")
+
+    def _need(self, w: _Window) -> int | None:
+        """Workers that feed the appetite with headroom, if both rates are known."""
+        if w.appetite is None or not w.per_worker:
+            return None
+        return math.ceil(w.appetite * (1 + self.spec.headroom) / w.per_worker - 1e-9)
+
     def _to(self, target: int, now: float, why: str, **figures: float | None) -> Decision:
         previous = self.replicas
         if target == previous:
@@ -165,6 +187,7 @@ class Autoscaler:
 
     def _recommend(self, now: float, replicas: int) -> None:
         self._recommended.append((now, replicas))
+        self.peak = max(self.peak, replicas)
         while self._recommended and self._recommended[0][0] < now - self.spec.scale_down_seconds:
             self._recommended.popleft()
 
