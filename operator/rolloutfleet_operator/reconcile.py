@@ -107,7 +107,7 @@ async def reconcile(
         if count > counted.get(kind, 0):
             metrics.WORKER_DISRUPTIONS.labels(kind=kind).inc(count - counted.get(kind, 0))
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
-    await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock, gate)
+    await _create_pods(runtime, state, body, job, uid, current_hash, to_create, gate)
     await _keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
     await _keep_service(runtime, state, body, job, uid, clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -150,6 +150,8 @@ async def _delete_pods(
     deletes: list[tuple[str, str]],
     pods: Iterable[PodView],
 ) -> None:
+    if not deletes:
+        return  # the common round: no index of all pods to build
     by_name = {p.name: p for p in pods}
     calls = []
     for pod_name, why in deletes:
@@ -176,15 +178,19 @@ async def _create_pods(
     uid: str,
     current_hash: str,
     to_create: list[int],
-    clock: float,
     gate: Gate,
 ) -> None:
-    """Create in growing batches (:func:`.plan.creation_batches`); stop at the first refusal."""
+    """Create in growing batches (:func:`.plan.creation_batches`); stop at the first refusal.
+    Each created pod is expected from the time its batch was answered, not the round's
+    start: a round that creates 3 000 pods takes most of a minute, and expectations dated
+    from its start ran out (:data:`.observe.EXPECTATION_TTL_S`) while the watch caught up,
+    so the next round created hundreds of them again (answered 409)."""
     created: list[int] = []
     refusal = ""
     for batch in creation_batches(to_create):
         pods = [gate.place(build_pod(job, uid, index, runtime.config, current_hash)) for index in batch]
         outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods))
+        clock = time.monotonic()
         for index, (pod_uid, _) in zip(batch, outcomes, strict=True):
             if pod_uid is not None:
                 created.append(index)
