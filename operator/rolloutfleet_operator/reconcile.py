@@ -191,10 +191,12 @@ async def _create_pods(
         pods = [gate.place(build_pod(job, uid, index, runtime.config, current_hash)) for index in batch]
         outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods))
         clock = time.monotonic()
-        for index, (pod_uid, _) in zip(batch, outcomes, strict=True):
+        for index, (pod_uid, error) in zip(batch, outcomes, strict=True):
             if pod_uid is not None:
                 created.append(index)
                 state.memory.note_created(index, pod_uid, clock)
+            elif error is None:  # it exists already (409): the watch lags; expect it again, don't post it again
+                state.memory.note_created(index, "", clock)
         refused = [index for index, (_, error) in zip(batch, outcomes, strict=True) if error]
         if refused:
             refusal = next(error for _, error in outcomes if error)
