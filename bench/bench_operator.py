@@ -351,14 +351,14 @@ def main(argv: list[str] | None = None) -> int:
         for size in sizes:
             rows += run_size(bench, size, redis.url, args.timeout, args.behave and size == max(sizes))
             print("\n".join(render(rows[-1:], os.cpu_count() or 1)), flush=True)
-    finally:
+    finally:  # also on SIGTERM/SIGHUP (SystemExit): stop everything, then print what was measured
         children.kill_all()
         redis.stop()
         if bench is not None or (work / "cluster").exists():
             subprocess.run([str(REPO / "hack/cluster/down.sh"), str(work / "cluster")], capture_output=True)
-    load = os.getloadavg()
-    print(f"\nOperator on the local control plane ({os.cpu_count()} cores, load {load[0]:.1f}; work dir {work})")
-    print("\n".join(render(rows, os.cpu_count() or 1)))
+        load = os.getloadavg()
+        print(f"\nOperator on the local control plane ({os.cpu_count()} cores, load {load[0]:.1f}; work dir {work})")
+        print("\n".join(render(rows, os.cpu_count() or 1)))
     return 0 if all(r.outcome.startswith("ok") for r in rows) else 1
 
 
