@@ -214,11 +214,19 @@ class Meter:
 
 
 def run_size(
-    bench: Bench, size: int, redis_url: str, timeout: float, behave: bool, kubelet: Callable[..., Any] = SimKubelet
+    bench: Bench,
+    size: int,
+    redis_url: str,
+    timeout: float,
+    behave: bool,
+    kubelet: Callable[..., Any] = SimKubelet,
+    rows: list[Row] | None = None,
 ) -> list[Row]:
-    """apply -> Ready for one size (then, with ``behave``, the big-job phases); rows, never raises."""
+    """apply -> Ready for one size (then, with ``behave``, the big-job phases): rows appended
+    to ``rows`` as they start (a run cut short keeps those done); never raises."""
     namespace, row = f"scale-{size}", Row(f"{size} workers: apply -> Ready", pods=size)
-    rows = [row]
+    rows = [] if rows is None else rows
+    rows.append(row)
     operator = None
     try:
         bench.core.create_namespace({"metadata": {"name": namespace}})
@@ -234,7 +242,7 @@ def run_size(
             meter.mark("ready")
             meter.stop()
             if behave:
-                rows += big_job_phases(bench, sim, namespace, size, pid, timeout)
+                big_job_phases(bench, sim, namespace, size, pid, timeout, rows)
     except Exception as error:  # noqa: BLE001 - a failed size is a row of the table
         failed = rows[-1] if rows[-1].outcome == "ok" and not rows[-1].seconds.get("wall") else Row("", pods=size)
         failed.outcome = f"FAILED: {type(error).__name__}: {error}"[:200]
@@ -257,9 +265,11 @@ def stop_operator(operator: Any, profiled: bool) -> None:
     children.stop(operator)
 
 
-def big_job_phases(bench: Bench, sim: SimKubelet, namespace: str, size: int, pid: int, timeout: float) -> list[Row]:
-    """Scale to 100 and back, a rolled spec change, deletion: each a row (raises on a failure)."""
-    rows: list[Row] = []
+def big_job_phases(
+    bench: Bench, sim: SimKubelet, namespace: str, size: int, pid: int, timeout: float, rows: list[Row]
+) -> None:
+    """Scale to 100 and back, a rolled spec change, deletion: each a row appended to ``rows``
+    (raises on a failure)."""
 
     def phase(what: str, patch: dict[str, Any] | None, wait: Callable[[Meter], None]) -> None:
         row = Row(what, pods=size)
@@ -304,7 +314,6 @@ def big_job_phases(bench: Bench, sim: SimKubelet, namespace: str, size: int, pid
         gone(meter)
 
     phase(f"{size} workers: job deleted -> all pods gone", None, delete)
-    return rows
 
 
 def render(rows: list[Row], cores: int) -> list[str]:
@@ -349,8 +358,9 @@ def main(argv: list[str] | None = None) -> int:
 
             print("\n".join(measure_restart(bench.kubeconfig, bench.core, bench.custom, redis.url, work)))
         for size in sizes:
-            rows += run_size(bench, size, redis.url, args.timeout, args.behave and size == max(sizes))
-            print("\n".join(render(rows[-1:], os.cpu_count() or 1)), flush=True)
+            done = len(rows)
+            run_size(bench, size, redis.url, args.timeout, args.behave and size == max(sizes), rows=rows)
+            print("\n".join(render(rows[done:], os.cpu_count() or 1)), flush=True)
     finally:  # also on SIGTERM/SIGHUP (SystemExit): stop everything, then print what was measured
         children.kill_all()
         redis.stop()
