@@ -3,17 +3,21 @@ status, create or patch its PodDisruptionBudget (and an external env's Service),
 answered, in the terms the reconcile needs; deciding what to call is the reconcile's.
 
 The ``kubernetes`` client is synchronous: calls run in threads, at most
-:data:`API_CONCURRENCY` at a time (the default executor is sized for them in
-:func:`rolloutfleet_operator.handlers.startup`).
+:data:`API_CONCURRENCY` at a time (the default executor and the connection pool are sized
+for them in :func:`rolloutfleet_operator.handlers.startup`), and writes start at most
+:data:`API_QPS` a second (:mod:`.ratelimit`; a burst of :data:`API_BURST`): chosen so that
+a 10 000-worker job starts in under two minutes on an idle API server, and no job,
+however big, asks more of it than a ReplicaSet controller's slow start would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -22,10 +26,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from rolloutfleet_operator import metrics
+from rolloutfleet_operator.ratelimit import TokenBucket
 
 JOBS = ("rolloutfleet.io", "v1alpha1", "rolloutjobs")  # group, version, plural of RolloutJob
 PDBS = ("policy", "v1", "poddisruptionbudgets")
-API_CONCURRENCY = 16
+API_CONCURRENCY = 16  # calls in flight: a slow API server slows the operator down with it
+API_QPS = 200.0  # writes a second (pods, status, PDB, Service), on average
+API_BURST = 100  # ... and at once after a quiet spell
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +46,19 @@ class Api:
     policy: k8s.PolicyV1Api
     networking: k8s.NetworkingV1Api | None = None  # None: no NetworkPolicy is ever written
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(API_CONCURRENCY))
+    bucket: TokenBucket = field(default_factory=lambda: TokenBucket(API_QPS, API_BURST))
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[None]:
+        """A write's turn: a token of the bucket, then a slot."""
+        await self.bucket.acquire()
+        async with self.slots:
+            yield
 
 
 async def patch_status(api: Api, namespace: str, name: str, status: dict[str, Any]) -> None:
     """Merge ``status`` into the job's status; a job gone meanwhile has nothing to report on."""
-    async with api.slots:
+    async with api.write():
         try:
             await asyncio.to_thread(
                 api.custom.patch_namespaced_custom_object_status,
@@ -62,7 +77,7 @@ async def patch_status(api: Api, namespace: str, name: str, status: dict[str, An
 async def create_pod(api: Api, pod: dict[str, Any]) -> tuple[str | None, str | None]:
     """(uid of the pod this call created, the API server's reason for refusing it). An
     existing pod of that name (an earlier reconcile's or operator's) gives neither."""
-    async with api.slots:
+    async with api.write():
         try:
             # Raw responses: parsing 1 000 full V1Pod models would cost more than the calls.
             response: Any = await asyncio.to_thread(
@@ -90,7 +105,7 @@ def refusal_reason(error: ApiException) -> str:
 async def delete_pod(api: Api, namespace: str, name: str, uid: str | None, grace: int, why: str) -> None:
     """Delete pod ``name``, only if it is still the pod ``uid`` (when given): a pod
     already gone, or replaced meanwhile, is no error."""
-    async with api.slots:
+    async with api.write():
         try:
             await asyncio.to_thread(
                 api.core.delete_namespaced_pod,
@@ -114,7 +129,7 @@ async def apply_pdb(api: Api, pdb: dict[str, Any]) -> str | None:
     """Create the PodDisruptionBudget ``pdb``, or patch its spec where one of that name
     exists; the API server's reason when it refuses (None: done)."""
     namespace, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
-    async with api.slots:
+    async with api.write():
         try:
             try:
                 await asyncio.to_thread(
@@ -145,7 +160,7 @@ async def apply_service(api: Api, service: dict[str, Any]) -> str | None:
     """Create the Service ``service``, or patch its ports and selector where one of that name
     exists; the API server's reason when it refuses (None: done)."""
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    async with api.slots:
+    async with api.write():
         try:
             try:
                 await asyncio.to_thread(
@@ -173,7 +188,7 @@ async def apply_network_policy(api: Api, policy: dict[str, Any]) -> str | None:
     networking = api.networking
     if networking is None:
         return "no networking.k8s.io client"
-    async with api.slots:
+    async with api.write():
         try:
             try:
                 await asyncio.to_thread(

@@ -74,7 +74,15 @@ def observe(
         expected={
             index: (uid, at)
             for index, (uid, at) in memory.expected.items()
-            if index not in present and clock - at < expectation_ttl_s
+            if _on_its_way(present.get(index), uid) and clock - at < expectation_ttl_s
         },
     )
     return Observation(pods=pods, vanished=vanished, memory=after)
+
+
+def _on_its_way(shown: PodView | None, uid: str) -> bool:
+    """Whether a pod created at an index (``uid``; "" when the create found it there) is still
+    to be shown: the watch shows no pod there, or only its predecessor going away (a spec
+    change's roll: a replacement posted while the lagging watch still had the old pod would
+    otherwise be posted again, answered 409, once the old one left the index)."""
+    return shown is None or (shown.deleting and shown.uid != uid)

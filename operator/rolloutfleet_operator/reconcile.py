@@ -136,7 +136,7 @@ async def reconcile(
             metrics.WORKER_DISRUPTIONS.labels(kind=kind).inc(count - counted.get(kind, 0))
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
     await _keep_network_policy(runtime, state, body, job, uid, clock)  # before the pods it restricts
-    await _create_pods(runtime, state, body, job, uid, current_hash, to_create, clock, gate)
+    await _create_pods(runtime, state, body, job, uid, current_hash, to_create, gate)
     await _keep_evaluators(runtime, body, job, uid, evaluators, gate.allowed and not job.spec.suspend, now)
     await _keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
     await _keep_service(runtime, state, body, job, uid, clock)
@@ -180,6 +180,8 @@ async def _delete_pods(
     deletes: list[tuple[str, str]],
     pods: Iterable[PodView],
 ) -> None:
+    if not deletes:
+        return  # the common round: no index of all pods to build
     by_name = {p.name: p for p in pods}
     calls = []
     for pod_name, why in deletes:
@@ -206,19 +208,25 @@ async def _create_pods(
     uid: str,
     current_hash: str,
     to_create: list[int],
-    clock: float,
     gate: Gate,
 ) -> None:
-    """Create in growing batches (:func:`.plan.creation_batches`); stop at the first refusal."""
+    """Create in growing batches (:func:`.plan.creation_batches`); stop at the first refusal.
+    Each created pod is expected from the time its batch was answered, not the round's
+    start: a round that creates 3 000 pods takes most of a minute, and expectations dated
+    from its start ran out (:data:`.observe.EXPECTATION_TTL_S`) while the watch caught up,
+    so the next round created hundreds of them again (answered 409)."""
     created: list[int] = []
     refusal = ""
     for batch in creation_batches(to_create):
         pods = [gate.place(build_pod(job, uid, index, runtime.config, current_hash)) for index in batch]
         outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods))
-        for index, (pod_uid, _) in zip(batch, outcomes, strict=True):
+        clock = time.monotonic()
+        for index, (pod_uid, error) in zip(batch, outcomes, strict=True):
             if pod_uid is not None:
                 created.append(index)
                 state.memory.note_created(index, pod_uid, clock)
+            elif error is None:  # it exists already (409): the watch lags; expect it again, don't post it again
+                state.memory.note_created(index, "", clock)
         refused = [index for index, (_, error) in zip(batch, outcomes, strict=True) if error]
         if refused:
             refusal = next(error for _, error in outcomes if error)

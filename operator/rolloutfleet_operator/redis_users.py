@@ -171,7 +171,7 @@ async def _read_secret(api: Api, namespace: str, name: str) -> dict[str, Any] | 
 
 
 async def _create_secret(api: Api, manifest: dict[str, Any]) -> str | None:
-    async with api.slots:
+    async with api.write():
         try:
             await asyncio.to_thread(api.core.create_namespaced_secret, manifest["metadata"]["namespace"],
                                     cast(Any, manifest), _preload_content=False)  # fmt: skip
@@ -183,7 +183,7 @@ async def _create_secret(api: Api, manifest: dict[str, Any]) -> str | None:
 
 async def _forget_previous(api: Api, namespace: str, name: str) -> None:
     patch = {"metadata": {"annotations": {PREVIOUS: None, RETIRE: None}}}
-    async with api.slots:
+    async with api.write():
         try:
             await asyncio.to_thread(api.core.patch_namespaced_secret, name, namespace, patch, _preload_content=False)
         except ApiException as error:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rolloutfleet_operator.coalescing import Rounds, run_coalesced
+from rolloutfleet_operator.coalescing import SETTLE_FACTOR, Rounds, run_coalesced, settle_wait
 
 pytestmark = pytest.mark.asyncio
 
@@ -55,7 +55,8 @@ async def test_the_wait_is_bounded_however_long_a_round_took() -> None:
         await asyncio.sleep(0.1)
 
     await run_coalesced(rounds, slow_round, requeue_within_s=5.0, settle_s=0.0, max_settle_s=0.02)
-    assert rounds.last_seconds == 0.02
+    assert rounds.last_seconds >= 0.1 * 0.9  # what it took ...
+    assert settle_wait(rounds.last_seconds, 0.0, 0.02, SETTLE_FACTOR) == 0.02  # ... and what the next round waits
 
 
 async def test_a_restart_due_before_the_next_tick_gets_a_round_of_its_own() -> None:
@@ -78,3 +79,12 @@ async def test_a_restart_due_after_the_next_tick_is_left_to_the_timer() -> None:
 
     await run_coalesced(rounds, run_round, requeue_within_s=5.0, settle_s=0.0)
     assert len(ran) == 1 and not rounds.lock.locked()
+
+
+async def test_the_wait_is_a_multiple_of_the_last_round_within_bounds() -> None:
+    # Rounds of a 10 000-pod job take ~0.1-0.2 s: waiting 3x as long keeps them to a quarter of a core.
+    assert settle_wait(0.2, settle_s=0.05, max_settle_s=2.0, settle_factor=3.0) == pytest.approx(0.6)
+    assert settle_wait(0.001, settle_s=0.05, max_settle_s=2.0, settle_factor=3.0) == 0.05  # small jobs: the floor
+    assert settle_wait(60.0, settle_s=0.05, max_settle_s=2.0, settle_factor=3.0) == 2.0  # a long create round: capped
+    busy = 0.2 / (0.2 + settle_wait(0.2, 0.05, 2.0, SETTLE_FACTOR))
+    assert busy <= 0.25 + 1e-9

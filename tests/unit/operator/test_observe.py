@@ -70,3 +70,16 @@ def test_observing_leaves_the_memory_it_was_given_as_it_was() -> None:
     memory = PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
     observe(memory, [pod(3)], clock=1.0)
     assert memory == PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
+
+
+def test_a_replacement_is_expected_while_the_watch_still_shows_its_predecessor_going() -> None:
+    # A roll: the old pod at index 0 was deleted and its replacement created; the watch lags.
+    memory = PodMemory(known={0: pod(0, uid="old")}, deleted={"old"})
+    memory.note_created(0, "new", clock=10.0)
+    seen = observe(memory, [pod(0, uid="old")], clock=11.0)
+    assert seen.memory.expected == {0: ("new", 10.0)}
+    # The old pod leaves the index before the new one enters it: nothing to create again.
+    gone = observe(seen.memory, [], clock=12.0)
+    assert gone.creatable([0]) == []
+    shown = observe(gone.memory, [pod(0, uid="new")], clock=13.0)
+    assert shown.memory.expected == {}
