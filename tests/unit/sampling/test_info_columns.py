@@ -80,3 +80,19 @@ def test_a_value_that_is_not_numeric_is_refused() -> None:
     runner._grid.ensure_capacity(1)
     with pytest.raises(SpecError, match="info key 'steps' holds <U1"):
         infos.record(0, {"steps": np.array(["a", "b", "c"])})
+
+
+def test_auto_vectorization_picks_sync_where_it_would_pick_async(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Env processes pass no step infos: the async choice ``auto`` made is replaced by sync."""
+    from rolloutfleet.sampling import env_runner
+    from rolloutfleet.sampling.vectorization import VectorChoice
+
+    monkeypatch.setattr(env_runner, "plan_vectorization", lambda *_: VectorChoice("async", processes=2, sub_envs=3))
+    spec = job(["steps"])
+    auto = RolloutJob.from_dict(
+        {"metadata": {"name": "infos"}, "spec": {**spec.to_dict()["spec"], "env": {"entryPoint": ENTRY, "numEnvs": 3}}}
+    )
+    runner = EnvRunner(auto)
+    assert runner.vectorization == "sync"
+    batch = runner.sample()
+    np.testing.assert_array_equal(batch["infos/steps"], np.asarray(batch["new_obs"])[:, 1])
