@@ -39,3 +39,29 @@ def test_a_plain_worker_serves_no_external_series() -> None:
     metrics.record_external({"num_env_steps_sampled": 100, "env_steps_per_s": 5.0})
     served = {s.name for family in metrics.registry.collect() for s in family.samples}
     assert not any(name.startswith("rolloutfleet_external_") for name in served)
+
+
+def test_step_timing_is_served_per_phase_in_seconds_per_vector_step() -> None:
+    metrics = WorkerMetrics("cp", "default", 0)
+    metrics.record_step_timing({"num_env_steps_sampled": 100})  # a runner that does not time its steps
+    assert (
+        metrics.registry.get_sample_value(
+            "rolloutfleet_vector_step_seconds", {**LABELS, "job_name": "cp", "phase": "inference"}
+        )
+        is None
+    )
+    stats = {
+        "timers/inference_ms": 2.0,
+        "timers/env_wait_ms": 5.0,
+        "timers/recording_ms": 1.0,
+        "timers/vector_steps": 200,
+    }
+    metrics.record_step_timing(stats)
+    metrics.record_step_timing(stats, publish_seconds=0.1)
+    served = {
+        phase: metrics.registry.get_sample_value(
+            "rolloutfleet_vector_step_seconds", {**LABELS, "job_name": "cp", "phase": phase}
+        )
+        for phase in ("inference", "env_wait", "recording", "publish")
+    }
+    assert served == {"inference": 0.002, "env_wait": 0.005, "recording": 0.001, "publish": 0.0005}

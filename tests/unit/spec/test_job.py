@@ -224,3 +224,20 @@ def test_env_calls_get_a_generous_timeout_by_default() -> None:
     job = RolloutJob.from_dict({"metadata": {"name": "x"}, "spec": {"env": {"id": "CartPole-v1"}}})
     assert job.spec.env.call_timeout_seconds == 300
     assert job.to_dict()["spec"]["env"]["callTimeoutSeconds"] == 300
+
+
+def test_sampling_infos_keys_and_where_they_are_refused() -> None:
+    job = RolloutJob.from_dict(manifest(sampling={"infos": ["lap_time", "pos"]}))
+    assert job.spec.sampling.infos == ["lap_time", "pos"]
+    assert RolloutJob.from_dict(manifest()).spec.sampling.infos == []
+    for keys, what in ((["_x"], "not start with '_'"), (["a/b"], "no '/'"), (["a", "a"], "repeat")):
+        with pytest.raises(SpecError, match=rf"spec\.sampling\.infos.*{what}"):
+            RolloutJob.from_dict(manifest(sampling={"infos": keys}))
+    with pytest.raises(
+        SpecError, match=r"spec\.sampling\.infos: records single-agent env infos; leave it out with multiAgent"
+    ):
+        RolloutJob.from_dict(manifest(sampling={"infos": ["x"]}, multiAgent=_ma()))
+    with pytest.raises(
+        SpecError, match=r"spec\.sampling\.infos: needs the step infos, which env.vectorization 'async'"
+    ):
+        RolloutJob.from_dict(manifest(sampling={"infos": ["x"]}, env={"id": "CartPole-v1", "vectorization": "async"}))

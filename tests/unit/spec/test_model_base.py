@@ -60,6 +60,7 @@ VALID: dict[str, Any] = {
     "sampling.clipRewards": 1.0,
     "sampling.seed": 7,
     "sampling.callbacks": "pkg.mod:Callbacks",
+    "sampling.infos[0]": "step",
     "redis.passwordSecret.name": "redis",
     "redis.adminSecret.name": "redis-admin",
     "redis.shards": 2,

@@ -239,7 +239,9 @@ class Worker:
             loop.restarts_seen = int(stats["num_env_restarts"])
         started = time.perf_counter()
         transport.publish(loop.pending)
-        self.metrics.publish_latency.observe(time.perf_counter() - started)
+        published_s = time.perf_counter() - started
+        self.metrics.publish_latency.observe(published_s)
+        self.metrics.record_step_timing(self._stats, published_s)
         self.metrics.batches.inc()
         loop.pending = None
         self._say(*self.learner_wait.published(time.time()))
@@ -404,6 +406,7 @@ class Worker:
             m.episode_return.set(stats["episode_return_mean"])
         m.record_custom(stats)
         m.record_external(stats)
+        m.record_step_timing(stats)
         m.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
 
     def _count_transport(self, transport: WorkerTransport) -> None:

@@ -26,6 +26,8 @@ EXTERNAL_SERIES = {
 }
 """``rolloutfleet_external_<name>``: an external env's action server, from its runner's ``external/<name>``."""
 EXTERNAL_GAUGES = frozenset({"clients", "open_episodes"})
+STEP_PHASES = ("inference", "env_wait", "recording")
+"""The runner's ``timers/<phase>_ms`` (:mod:`rolloutfleet.sampling.step_timing`); the worker adds ``publish``."""
 
 
 class WorkerMetrics:
@@ -123,6 +125,13 @@ class WorkerMetrics:
             [*names, "metric", "stat"],
             registry=self.registry,
         )
+        self._step_phase = Gauge(
+            "rolloutfleet_vector_step_seconds",
+            "Mean time per vector step over the last fragment, by phase: inference, env_wait, recording "
+            "(the rest of sampling), publish (the batch's, backpressure waits included, over its steps)",
+            [*names, "phase"],
+            registry=self.registry,
+        )
         self.env_step_seconds = self._gauge(
             "rolloutfleet_env_step_seconds", "One sub-env step as auto timed it at start-up (0: not timed)"
         )
@@ -160,6 +169,18 @@ class WorkerMetrics:
             if name.startswith("custom/"):
                 key, _, stat = name.removeprefix("custom/").rpartition("_")
                 self._custom.labels(**self._labels, metric=key, stat=stat).set(value)
+
+    def record_step_timing(self, stats: Mapping[str, float | int], publish_seconds: float | None = None) -> None:
+        """The runner's ``timers/<phase>_ms`` (none: a runner that does not time its steps) and,
+        given, the fragment's publish time per vector step."""
+        steps = stats.get("timers/vector_steps")
+        if not steps:
+            return
+        if publish_seconds is not None:
+            self._step_phase.labels(**self._labels, phase="publish").set(publish_seconds / steps)
+            return
+        for phase in STEP_PHASES:
+            self._step_phase.labels(**self._labels, phase=phase).set(stats[f"timers/{phase}_ms"] / 1e3)
 
     def record_vectorization(self, requested: str, choice: VectorChoice) -> None:
         where = {"requested": requested, "chosen": choice.mode, "processes": str(choice.processes)}

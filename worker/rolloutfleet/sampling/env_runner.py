@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from rolloutfleet.sampling.env_creators import derive_seed, episode_id_base
 from rolloutfleet.sampling.envs import make_vector_env
 from rolloutfleet.sampling.episode_clock import Ended, EpisodeClock
 from rolloutfleet.sampling.grid import RAW_REWARDS, SEQ_NO, VALID, Grid, batch_columns, grid_columns
+from rolloutfleet.sampling.info_columns import InfoColumns
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.sampling.sync_vector_env import FAILED
 from rolloutfleet.sampling.vector_policy import VectorPolicy
@@ -78,9 +80,12 @@ class EnvRunner(Runner[SampleBatch]):
         super().__init__(job, worker_index, num_workers, callbacks)
         # auto times a throwaway sub-env here; a rebuilt vector env keeps the choice
         self.vector_choice = plan_vectorization(spec.env, worker_index, self.num_workers, spec.resources.cpu)
+        info_keys = self.sampling.infos
+        if info_keys and self.vector_choice.mode == "async":  # auto's choice; async passes no step infos
+            self.vector_choice = VectorChoice("sync", sub_envs=spec.env.num_envs, reason="auto: sampling.infos")
         self.vectorization = self.vector_choice.mode
         self.explore = spec.policy.explore
-        self.env = make_vector_env(spec.env, worker_index, self.num_workers, self.vector_choice)
+        self.env = make_vector_env(spec.env, worker_index, self.num_workers, self.vector_choice, info_keys)
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         mode = self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
@@ -105,6 +110,7 @@ class EnvRunner(Runner[SampleBatch]):
         specs = grid_columns(self.policy, state, state_names, raw_rewards=self.sampling.clip_rewards is not None)
         self._grid = Grid(n, specs, self.observation_space.shape or (), obs_dtype, leaves)
         self._batch_names = batch_columns(self.policy, state_names)
+        self._infos = InfoColumns(info_keys, self._grid) if info_keys else None  # sampling.infos
         self._obs: np.ndarray | None = None
         # eps_ids stay unique across workers and across restarts of the same worker.
         self._clock = EpisodeClock(n, self._same_step, episode_id_base(worker_index))
@@ -167,7 +173,7 @@ class EnvRunner(Runner[SampleBatch]):
         c_raw = cols.get(RAW_REWARDS)
         clip_rewards, per_step, obs_filter, clip = self.sampling.clip_rewards, self._per_step, self.filter, self._clip
         resilient = self.vectorization == "sync"
-        vector_policy, put = self._vector_policy, grid.obs_writer()
+        vector_policy, put, infos = self._vector_policy, grid.obs_writer(), self._infos
         act = vector_policy.act(explore, random_actions)
         act_stateful = vector_policy.stateful_act(explore, random_actions, cols) if vector_policy.state else None
         noise = None if random_actions else self.policy.noise_state(explore)
@@ -178,8 +184,11 @@ class EnvRunner(Runner[SampleBatch]):
         env_step, obs, accounted = self.env.step, self._obs, start  # rows before `accounted`: bookkeeping done
         assert obs is not None  # _reset_envs set it
         put(start, obs)
+        inference_s = env_wait_s = 0.0  # StepTiming's sums: three clock reads per vector step
         for s in range(start, start + steps):
+            began = perf_counter()
             actions, logp, dist_inputs, values = act(obs) if act_stateful is None else act_stateful(obs, s)
+            acted = perf_counter()
             try:
                 next_obs, rewards, terminateds, truncateds, info = env_step(
                     actions if clip is None else np.clip(actions, clip[0], clip[1])
@@ -188,6 +197,9 @@ class EnvRunner(Runner[SampleBatch]):
                 accounted = self._vector_env_failed(exc, accounted, s, noise, ended)
                 env_step, obs = self.env.step, self._obs
                 continue
+            stepped = perf_counter()
+            inference_s += acted - began
+            env_wait_s += stepped - acted
             c_act[s] = actions
             c_logp[s] = logp
             c_dist[s] = dist_inputs
@@ -207,6 +219,8 @@ class EnvRunner(Runner[SampleBatch]):
                 next_obs = obs_filter(next_obs)
             put(s + 1, next_obs)
             obs = next_obs
+            if infos is not None:
+                infos.record(s, info)
             if info:
                 accounted = self._read_info(s, info, accounted, noise, resilient)
             if per_step:
@@ -214,6 +228,10 @@ class EnvRunner(Runner[SampleBatch]):
                 accounted = s + 1
         self._account(accounted, start + steps)
         self._obs = obs
+        timing = self.step_timing
+        timing.inference_s += inference_s
+        timing.env_wait_s += env_wait_s
+        timing.steps += steps
 
     def _restart_episodes(
         self, ended: np.ndarray, done: np.ndarray, noise: OrnsteinUhlenbeckNoise | None
@@ -325,7 +343,9 @@ class EnvRunner(Runner[SampleBatch]):
         except Exception:
             log.debug("closing the failed vector env raised", exc_info=True)
         self.stats.env_restarts += 1
-        self.env = make_vector_env(self.job.spec.env, self.worker_index, self.num_workers, self.vector_choice)
+        self.env = make_vector_env(
+            self.job.spec.env, self.worker_index, self.num_workers, self.vector_choice, self.sampling.infos
+        )
         self._drop_episodes(np.arange(self.num_envs), step)
         obs, _ = self.env.reset(seed=self._reset_seed())
         self._obs = self._filter(obs)
@@ -368,7 +388,7 @@ class EnvRunner(Runner[SampleBatch]):
         # (a per-env quota would let envs that reset less often fall further behind).
         last = self._grid.valid_rows()[self._target_rows(target) - 1]
         layout = self._grid.layout()
-        return self._grid.cut(layout, layout.flat <= last, self._batch_names)
+        return self._grid.cut(layout, layout.flat <= last, self._names())
 
     def _cut_episodes(self, num_episodes: int | None, target: int) -> SampleBatch | None:
         layout = self._grid.layout()
@@ -380,7 +400,11 @@ class EnvRunner(Runner[SampleBatch]):
             keep = self._grid.complete_keep(layout)
             if int(keep.sum()) < target:
                 return None
-        return self._grid.cut(layout, keep, self._batch_names)
+        return self._grid.cut(layout, keep, self._names())
+
+    def _names(self) -> list[str]:
+        """The batch's columns: ``sampling.infos``' last (they exist once each key had a value)."""
+        return self._batch_names if self._infos is None else self._batch_names + self._infos.batch_names()
 
     def close(self) -> None:
         self.env.close()

@@ -10,6 +10,7 @@ Each mode, failing envs and autoreset: docs/guides/heavy-envs.md ("The four vect
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import gymnasium as gym
@@ -109,10 +110,15 @@ def env_spaces(
 
 
 def make_vector_env(
-    spec: EnvSpec, worker_index: int, num_workers: int, choice: VectorChoice | None = None
+    spec: EnvSpec,
+    worker_index: int,
+    num_workers: int,
+    choice: VectorChoice | None = None,
+    info_keys: Sequence[str] = (),
 ) -> VectorEnv[Any, Any, Any]:
     """Build the worker's vector env as ``choice`` says (default: :func:`plan_vectorization`
-    without ``resources.cpu``); every failure becomes a SpecError naming the field."""
+    without ``resources.cpu``); every failure becomes a SpecError naming the field.
+    ``info_keys`` (``sampling.infos``): the step info entries a sync vector env passes on."""
     if choice is None:
         choice = plan_vectorization(spec, worker_index, num_workers)
     mode = choice.mode
@@ -132,7 +138,9 @@ def make_vector_env(
         if mode == "async":
             return ResetGuard(ProcessVectorEnv(create, spec.num_envs, choice.processes), spec)
         budget = FailureBudget(spec.max_consecutive_failures, env_name(spec), spec.restart_failed_sub_envs)
-        return ResilientSyncVectorEnv(create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs, budget=budget)
+        return ResilientSyncVectorEnv(
+            create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs, budget=budget, info_keys=info_keys
+        )
 
 
 class ResetGuard(VectorWrapper):

@@ -32,6 +32,7 @@ from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
 from rolloutfleet.sampling.env_creators import derive_seed
 from rolloutfleet.sampling.env_failures import FailureBudget, env_name
 from rolloutfleet.sampling.episode_stats import EpisodeStats
+from rolloutfleet.sampling.step_timing import StepTiming
 from rolloutfleet.sampling.vectorization import VectorChoice
 from rolloutfleet.spec.job import PolicySpec, RolloutJob, SpecError
 
@@ -89,6 +90,7 @@ class Runner(Generic[BatchT]):
         env = spec.env
         self._env_failures = FailureBudget(env.max_consecutive_failures, env_name(env), env.restart_failed_sub_envs)
         self.stats = EpisodeStats(agent_steps=agent_steps)
+        self.step_timing = StepTiming()  # filled by runners that time their vector steps
         self._custom_metrics: dict[int, dict[str, Any]] = {}
         self.policies = {}
         self.filters = {}
@@ -147,6 +149,7 @@ class Runner(Generic[BatchT]):
         """
         self.check_sample_args(num_timesteps, num_episodes)
         started = time.perf_counter()
+        self.step_timing.begin()
         self._begin_sample(explore, random_actions)
         target = num_timesteps if num_timesteps is not None else self.sampling.rollout_fragment_length * self.num_envs
         if num_episodes is not None or self.sampling.batch_mode == "complete_episodes":
@@ -156,7 +159,9 @@ class Runner(Generic[BatchT]):
             while (steps := self._steps_missing(target)) > 0:
                 self._step(steps)
             batch = self._cut_truncated(target)
-        self.stats.period.seconds += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.stats.period.seconds += elapsed
+        self.step_timing.end(elapsed)
         self.callbacks.on_sample_end(runner=self, batch=batch)
         return batch
 
@@ -298,6 +303,7 @@ class Runner(Generic[BatchT]):
         """Episode statistics over the last 100 episodes, counters since the previous call,
         lifetime counters, and the weights version of each policy (``policy/<id>/weights_seq_no``)."""
         metrics = self.stats.metrics()
+        metrics.update(self.step_timing.metrics())
         metrics["weights_seq_no"] = self.weights_seq_no
         for policy_id, seq_no in self.weights_seq_nos.items():
             metrics[f"policy/{policy_id}/weights_seq_no"] = seq_no

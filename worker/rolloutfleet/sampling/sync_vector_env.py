@@ -4,7 +4,7 @@ sub-env that raises closed and recreated without disturbing the others."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -15,6 +15,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from rolloutfleet.sampling.env_calls import ENV_CALL
 from rolloutfleet.sampling.env_failures import EnvFailed, FailureBudget, describe, reset_or_fail
+from rolloutfleet.sampling.info_columns import stack_infos
 from rolloutfleet.sampling.obs_check import obs_problem
 from rolloutfleet.spec.job import SpecError
 
@@ -46,8 +47,10 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         num_envs: int,
         restart_failed: bool = True,
         budget: FailureBudget | None = None,
+        info_keys: Sequence[str] = (),
     ) -> None:
         self._create = create
+        self.info_keys = tuple(info_keys)  # sampling.infos: the step info entries passed on
         self.restart_failed = restart_failed
         self.failures = budget or FailureBudget(3, "spec.env", restart_failed)
         self.envs = [create(i) for i in range(num_envs)]
@@ -85,14 +88,17 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         truncateds = np.zeros(n, np.bool_)
         failed = np.zeros(n, np.bool_)
         final_obs: list[Any] = [None] * n
+        infos: list[Any] | None = [None] * n if self.info_keys else None
         observations = []
         failures, space = self.failures, self._space
         try:
             for i, env in enumerate(self.envs):
                 ENV_CALL.begin("step", i)
                 try:
-                    obs, reward, terminated, truncated, _ = env.step(actions[i])
+                    obs, reward, terminated, truncated, env_info = env.step(actions[i])
                     rewards[i], terminateds[i], truncateds[i] = reward, terminated, truncated
+                    if infos is not None:
+                        infos[i] = env_info
                     if (problem := obs_problem(space, obs)) is not None:
                         raise ValueError(f"step returned {problem}")
                 except Exception as exc:  # noqa: BLE001 - counted: recreated, or the end of the worker
@@ -113,7 +119,7 @@ class ResilientSyncVectorEnv(VectorEnv[Any, Any, Any]):
         finally:
             ENV_CALL.end()  # the policy's time between steps is no env call
         self._obs = concatenate(self.single_observation_space, observations, self._obs)
-        info: dict[str, Any] = {}
+        info: dict[str, Any] = {} if infos is None else stack_infos(infos, self.info_keys)
         ended = terminateds | truncateds
         if ended.any():
             info["final_obs"] = np.array(final_obs, dtype=object)

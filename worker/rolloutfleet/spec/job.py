@@ -409,11 +409,24 @@ class SamplingSpec(_Model):
     """Base seed: worker i, sub-env j get distinct seeds derived from (seed, i, j)."""
     callbacks: str | None = None
     """``pkg.module:MyCallbacks``: a :class:`rolloutfleet.sampling.callbacks.Callbacks` subclass."""
+    infos: list[str] = Field(default_factory=list, max_length=64)
+    """Keys of the env's ``info`` recorded as batch columns ``infos/<key>`` (numeric scalars or
+    fixed-shape arrays) with a mask ``infos/_<key>`` (docs/guides/sampling.md); single-agent envs."""
 
     @field_validator("callbacks")
     @classmethod
     def _entry_point_syntax(cls, value: str | None) -> str | None:
         return _check_entry_point(value)
+
+    @field_validator("infos")
+    @classmethod
+    def _info_keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not key or key.startswith("_") or "/" in key:
+                raise ValueError(f"info key {key!r}: must be non-empty, not start with '_' and hold no '/'")
+        if len(set(value)) != len(value):
+            raise ValueError(f"info keys repeat: {value}")
+        return value
 
 
 class PasswordSecretRef(_Model):
@@ -543,6 +556,11 @@ class RolloutJobSpec(_Model):
             raise _SubfieldError(
                 "evaluation", f"evaluates single-agent envs the worker steps; leave it out with {what}"
             )
+        if self.sampling.infos and (self.multi_agent is not None or self.env.external is not None):
+            what = "multiAgent" if self.multi_agent is not None else "env.external"
+            raise _SubfieldError("sampling.infos", f"records single-agent env infos; leave it out with {what}")
+        if self.sampling.infos and self.env.vectorization == "async":
+            raise _SubfieldError("sampling.infos", "needs the step infos, which env.vectorization 'async' drops")
         if self.multi_agent is not None:
             if self.env.external is not None:
                 raise _SubfieldError("env.external", "serves single-agent simulators; leave out multiAgent")
