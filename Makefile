@@ -76,7 +76,7 @@ fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the sampling, transport, fleet, multi-agent, footprint, GPU and heavy-env tables also as JSON and matplotlib plots in out/bench
+bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the sampling, transport, fleet, multi-agent, footprint, Atari, GPU and heavy-env tables also as JSON and matplotlib plots in out/bench
 	$(BIN)/python -m bench.bench_footprint
 	$(BIN)/python -m bench.bench_sampling
 	$(BIN)/python -m bench.bench_transport
