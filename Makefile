@@ -104,8 +104,9 @@ bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner who
 	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60) --repeats $(or $(REPEATS),1) \
 		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8)
 
-bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
+bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers; JSON and plots in out/bench
 	$(BIN)/python -m bench.bench_cluster
+	$(BIN)/python -m bench.plot_results out/bench
 
 bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
 	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }
