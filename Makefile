@@ -76,7 +76,7 @@ fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the sampling, transport, GPU and heavy-env tables also as JSON and matplotlib plots in out/bench
+bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the sampling, transport, fleet, multi-agent, footprint, Atari, GPU and heavy-env tables also as JSON and matplotlib plots in out/bench
 	$(BIN)/python -m bench.bench_footprint
 	$(BIN)/python -m bench.bench_sampling
 	$(BIN)/python -m bench.bench_transport
@@ -96,15 +96,17 @@ soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 1
 	$(BIN)/python -m bench.soak --duration $(or $(DURATION),1h)
 
 PEER_VENV ?= .venv-peer
-bench-external: install ## external simulators: actions/s and p50/p99 latency for 1/8/64 PolicyClient processes next to the in-process runner
+bench-external: install ## external simulators: actions/s and p50/p99 latency for 1/8/64 PolicyClient processes next to the in-process runner; JSON and plots in out/bench
 	$(BIN)/python -m bench.bench_external
+	$(BIN)/python -m bench.plot_results out/bench
 
 bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 REPEATS=3: worker-seconds at matched starvation
 	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60) --repeats $(or $(REPEATS),1) \
 		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8)
 
-bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers
+bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers; JSON and plots in out/bench
 	$(BIN)/python -m bench.bench_cluster
+	$(BIN)/python -m bench.plot_results out/bench
 
 bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
 	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }

@@ -13,7 +13,8 @@ One env step is one agent step (4 emulator frames), preprocessed DeepMind-style 
 Two tables: random actions (``sample(random_actions=True)``: what the sampler costs around
 the env), then the default Nature CNN acting (torch, on this machine's device). Medians of
 interleaved repeats, in one process. RLlib's env runner is not measured here (its venv,
-``make bench-peer``, has no Atari packages).
+``make bench-peer``, has no Atari packages). Both tables also go to
+``out/bench/bench_atari.json`` (``--out``), with the machine, for ``python -m bench.plot_results``.
 
 Usage: ``python -m bench.bench_atari [--seconds 3] [--repeats 3] [--envs 8 64]``
 """
@@ -32,6 +33,7 @@ import numpy as np
 import yaml
 
 from bench.bench_sampling import rate
+from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
 
@@ -96,6 +98,16 @@ def measure(runs: dict[str, Callable[[], int]], seconds: float, repeats: int) ->
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+COLUMNS = ["gym sync", "ours/gym", "ours/envpool", "envpool"]
+
+
+def json_table(title: str, medians: list[tuple[int, dict[str, float]]], args: argparse.Namespace, device: str) -> Table:
+    """One printed table as JSON rows: env steps/s per column, one row per sub-env count."""
+    policy = f" (policy on {device})" if "acting" in title else ""
+    heading = f"Atari, Pong, {title}{policy}: env steps/s, median of {args.repeats} x {args.seconds:g} s"
+    return Table(heading, "envs", COLUMNS, rows=[{"envs": n, **{k: med[k] for k in COLUMNS}} for n, med in medians])
+
+
 def row(n: int, med: dict[str, float]) -> str:
     return (
         f"{n:>5} {med['gym sync']:>10,.0f} {med['ours/gym']:>10,.0f} {med['ours/envpool']:>13,.0f}"
@@ -109,12 +121,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", type=int, nargs="+", default=[8, 64])
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
     header = (
         f"{'envs':>5} {'gym sync':>10} {'ours/gym':>10} {'ours/envpool':>13} {'envpool':>10}"
         f" {'ours/gym sync':>13} {'ours/envpool ceil':>17} {'ours envpool/gym':>17}"
     )
     tables: dict[str, list[str]] = {"random actions": [], "Nature CNN acting": []}
+    medians: dict[str, list[tuple[int, dict[str, float]]]] = {title: [] for title in tables}
     device = ""
     for n in args.envs:
         bare = {"gym sync": gym_sync(n), "envpool": envpool_bare(n)}
@@ -122,8 +136,10 @@ def main() -> None:
         device = runners["ours/gym"].policy.device
         random = {k: (lambda r=r: len(r.sample(random_actions=True))) for k, r in runners.items()}
         acting = {k: (lambda r=r: len(r.sample())) for k, r in runners.items()}
-        tables["random actions"].append(row(n, measure({**bare, **random}, args.seconds, args.repeats)))
-        tables["Nature CNN acting"].append(row(n, measure({**bare, **acting}, args.seconds, args.repeats)))
+        medians["random actions"].append((n, measure({**bare, **random}, args.seconds, args.repeats)))
+        medians["Nature CNN acting"].append((n, measure({**bare, **acting}, args.seconds, args.repeats)))
+        for title in tables:
+            tables[title].append(row(*medians[title][-1]))
         for runner in runners.values():
             runner.close()
     print(f"Atari, Pong (4 frames per step, 84x84x4), env steps/s, median of {args.repeats} x {args.seconds}s "
@@ -132,6 +148,8 @@ def main() -> None:
         print(f"-- {title}")
         print(header)
         print("\n".join(lines))
+    results = [json_table(title, rows, args, device) for title, rows in medians.items()]
+    write("bench_atari", results, machine(), args.out)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ round trips per read) more than what it gains; on separate machines each master 
 own core. The capacity table uses the 1-shard figure (what one master moves when it has a
 core to itself, here shared with the clients: a lower bound).
 
+Both tables also go to ``out/bench/bench_cluster.json`` (``--out``), with the machine.
 Usage: ``python -m bench.bench_cluster [--quick] [--seconds 3]`` (``make bench-cluster``)
 """
 
@@ -28,11 +29,13 @@ import os
 import statistics
 import time
 from multiprocessing.synchronize import Event
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from bench.bench_transport import atari_batch, cartpole_batch, nbytes
+from bench.results import OUT, Table, machine, write
 from rolloutfleet.data.codec import encode
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.connection import connect, node_client
@@ -158,11 +161,30 @@ def flush(cluster: LocalCluster) -> None:
     client.close()
 
 
+OURS, RAW = "ours", "raw redis-py"  # BatchPublisher -> BatchConsumer; the raw ceiling
+
+
+def tables(measured: dict[tuple[str, int], tuple[float, float]], shards_needed: dict[str, int], seconds: float,
+           repeats: int) -> list[Table]:  # fmt: skip
+    """MB/s per (batch, shards), ours beside the raw ceiling; the shards 100 workers need per batch."""
+    title = f"Redis Cluster, 3 masters, {PRODUCERS} producers, {CONSUMERS} consumers"
+    heading = (
+        f"{title}: BatchPublisher -> BatchConsumer (ours) and the raw ceiling, MB/s, {seconds:g} s, median of {repeats}"
+    )
+    rate = Table(heading, "batch, shards", [OURS, RAW], unit="MB/s")
+    rate.rows = [{"batch, shards": f"{kind.split()[0]}, {shards} shard{'s' * (shards > 1)}", OURS: ours, RAW: raw}
+                 for (kind, shards), (ours, raw) in measured.items()]  # fmt: skip
+    sizing = Table(f"{title}: shards per 100 workers, from the 1-shard figure", "batch", ["shards"], unit="shards")
+    sizing.rows = [{"batch": kind, "shards": shards} for kind, shards in shards_needed.items()]
+    return [rate, sizing]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short runs, one repeat (a smoke test)")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 3, quick 1)")
     parser.add_argument("--repeats", type=int, default=REPEATS, help=f"repeats per figure (default {REPEATS})")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
     seconds = args.seconds or (1.0 if args.quick else 3.0)
     repeats = 1 if args.quick else args.repeats
@@ -173,29 +195,34 @@ def main() -> None:
     print("| batch | shards | BatchPublisher -> BatchConsumer MB/s | raw ceiling MB/s | ours / raw |")
     print("| --- | --- | --- | --- | --- |")
     per_shard: dict[str, float] = {}
+    measured: dict[tuple[str, int], tuple[float, float]] = {}
     run = 0
     with LocalCluster(masters=3, replicas=0) as cluster:
         for kind in BATCHES:
             for shards in (1, 3):
-                ours, raw = [], []
+                ours: list[float] = []
+                raw: list[float] = []
                 for _ in range(repeats):  # interleaved: drifting load hits both alike
                     for is_ours, figures in ((True, ours), (False, raw)):
                         flush(cluster)
                         run += 1
                         figures.append(end_to_end(cluster, kind, shards, is_ours, seconds, run))
-                mine, ceiling = statistics.median(ours), statistics.median(raw)
+                mine, ceiling = measured[kind, shards] = statistics.median(ours), statistics.median(raw)
                 if shards == 1:
                     per_shard[kind] = mine
                 print(f"| {kind} | {shards} | {mine:,.0f} | {ceiling:,.0f} | {mine / ceiling:.0%} |")
     print("\n## shards per 100 workers (from the 1-shard figure above)\n")
     print("| batch | row | worker rate (assumed) | 100 workers | per shard (measured) | shards |")
     print("| --- | --- | --- | --- | --- | --- |")
+    shards_needed: dict[str, int] = {}
     for kind, make in BATCHES.items():
         batch = make()
         row = nbytes(batch) / len(next(iter(batch.values())))
         need = 100 * WORKER_STEPS_PER_S[kind] * row / 1e6
+        shards_needed[kind] = math.ceil(need / per_shard[kind])
         print(f"| {kind} | {row:,.0f} B | {WORKER_STEPS_PER_S[kind]:,} steps/s | {need:,.0f} MB/s | "
-              f"{per_shard[kind]:,.0f} MB/s | {math.ceil(need / per_shard[kind])} |")  # fmt: skip
+              f"{per_shard[kind]:,.0f} MB/s | {shards_needed[kind]} |")  # fmt: skip
+    write("bench_cluster", tables(measured, shards_needed, seconds, repeats), machine(), args.out)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ rows every 64 steps). Latency: ``get_action`` wall time as the simulator sees it
 :class:`~rolloutfleet.EnvRunner` stepping N CartPoles in-process with the same policy.
 
 Usage: ``python -m bench.bench_external [--clients 1,8,64] [--inference remote,local] [--seconds 10]``;
-``--client ADDRESS SECONDS THREADS OUT INFERENCE`` is the simulator process (internal).
+``--client ADDRESS SECONDS THREADS OUT INFERENCE`` is the simulator process (internal). Both
+tables (actions/s, latency) also go to ``out/bench/bench_external.json`` (``--out``), with the
+machine, for ``python -m bench.plot_results`` to draw.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.results import OUT, Table, Value, machine, write
 from rolloutfleet import EnvRunner, PolicyClient, RolloutJob
 from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.spec.external import PORT_VARIABLE
@@ -119,11 +122,33 @@ def ceiling(envs: int, seconds: float) -> float:
         return steps / (time.perf_counter() - started)
 
 
+CEILING = "in-process runner (env steps/s)"
+Measured = dict[tuple[str, int], tuple[float, float, float, float]]  # (inference, clients) -> rate, p50, p99, obs/pass
+
+
+def tables(measured: Measured, tops: dict[int, float], seconds: float) -> list[Table]:
+    """Actions/s per inference mode beside the in-process ceiling, and p50/p99 latency, per client count."""
+    modes = list(dict.fromkeys(inference for inference, _ in measured))
+    title = f"external simulators, CartPole-v1, MLP 64x64, {seconds:g} s each"
+    rate = Table(f"{title}: actions/s", "clients", [*modes, CEILING], unit="steps/s", log_y=True)
+    latency_series = [f"{mode} {q}" for mode in modes for q in ("p50", "p99")]
+    latency = Table(f"{title}: get_action latency", "clients", latency_series, unit="ms", log_y=True)
+    for clients, top in tops.items():
+        rates: dict[str, Value] = {mode: measured[mode, clients][0] for mode in modes}
+        rate.rows.append({"clients": clients, **rates, CEILING: top})
+        times: dict[str, Value] = {}
+        for mode in modes:
+            times[f"{mode} p50"], times[f"{mode} p99"] = measured[mode, clients][1:3]
+        latency.rows.append({"clients": clients, **times})
+    return [rate, latency]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--inference", default="remote,local")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     parser.add_argument("--client", nargs=5, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
@@ -136,11 +161,13 @@ def main() -> None:
     print(
         f"{'inference':>9} {'clients':>8} {'actions/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'obs/pass':>9} {'in-process runner':>18}"
     )
+    measured: Measured = {}
     for inference in args.inference.split(","):
         for clients in counts:
-            rate, p50, p99, per_pass = external(clients, args.seconds, inference)
+            rate, p50, p99, per_pass = measured[inference, clients] = external(clients, args.seconds, inference)
             print(f"{inference:>9} {clients:>8} {rate:>10,.0f} {p50:>8.2f} {p99:>8.2f} {per_pass:>9.1f} "
                   f"{tops[clients]:>12,.0f} steps/s")  # fmt: skip
+    write("bench_external", tables(measured, tops, args.seconds), machine(), args.out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ Three figures, each measured side by side in this run:
   and in fragments (a worker checks for weights between fragments, so the target is
   "within one fragment").
 
-Medians over ``--repeats``. Usage: ``python -m bench.bench_fleet [--seconds 8] [--repeats 3]``
+Medians over ``--repeats``; both tables also go to ``out/bench/bench_fleet.json`` (``--out``),
+with the machine, for ``python -m bench.plot_results`` to draw.
+Usage: ``python -m bench.bench_fleet [--seconds 8] [--repeats 3]``
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
+from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.supervisor import LocalFleet
@@ -35,6 +39,12 @@ from rolloutfleet.transport.entries import Message
 from rolloutfleet.transport.weights import WeightPublisher
 
 RLLIB_ANCHOR_64 = 20_500  # measured earlier: SingleAgentEnvRunner, vector_entry_point, 64 CartPoles
+RLLIB_ROW = "RLlib SingleAgentEnvRunner (anchor: earlier run, sampling only)"
+STARTUP, KILL, WEIGHTS = (
+    "worker cold start-up (spawn -> first batch)",
+    "SIGKILL -> replacement's first batch (backoff 0)",
+    "weights publish -> every worker sampling with them",
+)
 
 
 def job(name: str, replicas: int, num_envs: int = 64, fragment: int = 200) -> RolloutJob:
@@ -150,10 +160,29 @@ def weights_latency(redis: EmbeddedRedis, run: int) -> tuple[float, float]:
         return max(latency, 0.0), max(latency, 0.0) / fragment_s
 
 
+def tables(rates: dict[str, list[float]], latencies: dict[str, list[float]], fragments: list[float],
+           repeats: int) -> list[Table]:  # fmt: skip
+    """The two tables as JSON rows: medians of the repeats; the RLlib row is the earlier anchor."""
+    delivered = Table(
+        f"fleet, CartPole-v1, 64 envs/worker, fragment 200, MLP 64x64: env steps/s delivered to the learner, "
+        f"median of {repeats}",
+        "delivered to the learner",
+        ["env steps/s"],
+        log_y=True,  # the RLlib anchor is ~1/30 of the fleet's rows
+    )
+    delivered.rows = [{"delivered to the learner": k, "env steps/s": statistics.median(v)} for k, v in rates.items()]
+    delivered.rows.append({"delivered to the learner": RLLIB_ROW, "env steps/s": RLLIB_ANCHOR_64})
+    timing = Table(f"fleet latencies, median of {repeats}", "event", ["seconds"], unit="s", log_y=True)
+    timing.rows = [{"event": k, "seconds": statistics.median(v)} for k, v in latencies.items()]
+    timing.rows[-1]["fragments"] = statistics.median(fragments)  # the weights row: target <= 1 fragment
+    return [delivered, timing]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
 
     redis = EmbeddedRedis().start()
@@ -193,6 +222,8 @@ def main() -> None:
         f"weights publish -> every worker sampling with them {statistics.median(weights_s):6.3f} s"
         f"  ({statistics.median(weights_frag):.2f} fragments; target <= 1)"
     )
+    latencies = {STARTUP: startups, KILL: kills, WEIGHTS: weights_s}
+    write("bench_fleet", tables(rates, latencies, weights_frag, args.repeats), machine(), args.out)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ Two policies, alternating run by run so both see the same machine: the default (
 inference on the CPU, no torch) and the same MLP with ``inference: torch`` on the CPU (what
 every worker paid before). Medians over ``--repeats``; targets from issue 15.
 
+Both tables (RSS; start-up) also go to ``out/bench/bench_footprint.json`` (``--out``), with
+the machine, for ``python -m bench.plot_results`` to draw.
+
 Usage: ``python -m bench.bench_footprint [--repeats 5]``
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import redis
 
+from bench.results import OUT, Table, machine, write
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
@@ -38,6 +42,8 @@ EXAMPLE = ROOT / "examples" / "cartpole.yaml"
 BEFORE = {"rss_mb": 576, "start_s": 3.7}  # main before issue 15, same example, same machine
 TARGETS = {"default": {"rss_mb": 150.0, "start_s": 1.5}, "torch": {"rss_mb": 300.0}}
 POLICIES = {"default": {}, "torch": {"inference": "torch", "device": "cpu"}}
+LABELS = {"default": "default MLP, numpy inference (CPU)", "torch": "same MLP, inference: torch (CPU)"}
+BEFORE_LABEL = "main before issue 15 (anchor: earlier run), default MLP"
 
 
 def tree(pid: int) -> list[int]:
@@ -139,9 +145,28 @@ def _wait(client: redis.Redis, stream: str, entries: int, worker: subprocess.Pop
     raise TimeoutError(f"no {entries} batches in {stream}")
 
 
+def tables(median: dict[str, dict[str, float]], repeats: int) -> list[Table]:
+    """RSS and start-up as JSON tables: this run's medians, the targets, the anchor before issue 15."""
+    title = f"worker footprint, examples/cartpole.yaml, 1 worker x 8 CartPoles, median of {repeats}"
+    rss = Table(f"{title}: RSS of the process tree", "worker", ["RSS", "target"], unit="MB")
+    start = Table(
+        f"{title}: spawn -> first batch in the stream", "worker", ["start-up (wall clock)", "CPU", "target"], unit="s"
+    )
+    for policy, label in LABELS.items():
+        m, target = median[policy], TARGETS[policy]
+        rss.rows.append({"worker": label, "RSS": m["rss_mb"], "target": target["rss_mb"]})
+        start.rows.append(
+            {"worker": label, "start-up (wall clock)": m["start_s"], "CPU": m["cpu_s"], "target": target.get("start_s")}
+        )
+    rss.rows.append({"worker": BEFORE_LABEL, "RSS": BEFORE["rss_mb"], "target": None})
+    start.rows.append({"worker": BEFORE_LABEL, "start-up (wall clock)": BEFORE["start_s"], "CPU": None, "target": None})
+    return [rss, start]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
     figures: dict[str, dict[str, list[float]]] = {policy: {} for policy in POLICIES}
     with EmbeddedRedis() as server:
@@ -154,10 +179,7 @@ def main() -> None:
     median = {p: {name: statistics.median(values) for name, values in f.items()} for p, f in figures.items()}
     print(f"\nWorker footprint: examples/cartpole.yaml, 1 worker x 8 CartPoles; medians of {args.repeats}")
     print(f"{'worker':<42} {'RSS MB':>7} {'target':>7} {'start s':>8} {'target':>7} {'CPU s':>6} {'torch':>6}")
-    for policy, label in [
-        ("default", "default MLP, numpy inference (CPU)"),
-        ("torch", "same MLP, inference: torch (CPU)"),
-    ]:
+    for policy, label in LABELS.items():
         m, target = median[policy], TARGETS[policy]
         start_target = f"<= {target['start_s']}" if "start_s" in target else "-"
         loaded = "yes" if all(figures[policy]["torch"]) else "no" if not any(figures[policy]["torch"]) else "mixed"
@@ -176,6 +198,7 @@ def main() -> None:
         f"(CPU: {median['default']['cpu_s'] / median['torch']['cpu_s']:.2f}x); 1-min load average {load:.1f} "
         f"on {os.cpu_count()} CPUs (wall-clock start-up stretches with the load, CPU seconds do not)"
     )
+    write("bench_footprint", tables(median, args.repeats), machine(), args.out)
 
 
 if __name__ == "__main__":

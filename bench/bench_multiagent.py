@@ -10,6 +10,9 @@ Rows (medians of interleaved repeats):
 * single-agent: ``EnvRunner`` on CartPole-v1 with the default 64x64 MLP (as in
   ``bench_sampling.py``), env steps/s, for scale.
 
+The table also goes to ``out/bench/bench_multiagent.json`` (``--out``), with the machine, for
+``python -m bench.plot_results`` to draw.
+
 Usage: ``python -m bench.bench_multiagent [--seconds 2] [--repeats 3] [--envs 1 8 64]``
 """
 
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.results import OUT, Table, Value, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.examples.team_tag import TeamTag
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
@@ -97,6 +101,15 @@ def single_agent(num_envs: int) -> Callable[[], tuple[int, int]]:
     return step
 
 
+SERIES = ["bare agent steps/s", "ours agent steps/s", "ours env steps/s", "single-agent env steps/s"]
+
+
+def table_row(n: int, agents: dict[str, float], envs: dict[str, float]) -> dict[str, Value]:
+    """One row of the JSON table from the medians of one env count."""
+    values = [agents["bare"], agents["ours"], envs["ours"], envs["single"]]
+    return {"envs": n, **dict(zip(SERIES, values, strict=True))}
+
+
 def main() -> None:
     limit_cpu_threads(1)  # numpy's BLAS threads, as in a worker process (policy.numThreads)
     keep_freed_memory()  # process-wide, as in a worker process
@@ -104,7 +117,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results' JSON goes")
     args = parser.parse_args()
+    table = Table(
+        f"multi-agent sampling, team tag (2 policies, 4-5 agents) next to single-agent CartPole: "
+        f"median of {args.repeats} x {args.seconds:g} s",
+        "envs",
+        SERIES,
+        unit="steps/s",
+        log_y=True,
+    )
     print(
         f"multi-agent sampling, team tag (2 policies, 4-5 agents), agent steps/s, median of {args.repeats} x "
         f"{args.seconds}s (pid {os.getpid()})"
@@ -125,6 +147,8 @@ def main() -> None:
             f"{n:>5} {agents['bare']:>13,.0f} {agents['ours']:>13,.0f} {envs['ours']:>11,.0f}"
             f" {agents['ours'] / agents['bare']:>9.0%} {envs['single']:>19,.0f}"
         )
+        table.rows.append(table_row(n, agents, envs))
+    write("bench_multiagent", [table], machine(), args.out)
 
 
 if __name__ == "__main__":
