@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,10 +79,16 @@ def apply(node: Node, manifest: dict[str, Any]) -> None:
 
 
 def redis_client(node: Node) -> Any:
+    """The chart's Redis from the host: TLS only, verified with the chart's CA (its Secret
+    rolloutfleet-redis-ca); the Service's address is not among the certificate's names."""
     service = node.get(NS, "service", "rolloutfleet-redis")
     secret = node.get(NS, "secret", "rolloutfleet-redis")
     password = base64.b64decode(secret["data"]["password"]).decode()
-    return redis.Redis.from_url(f"redis://{service['spec']['clusterIP']}:6379/0", password=password)
+    ca = base64.b64decode(node.get(NS, "secret", "rolloutfleet-redis-ca")["data"]["ca.crt"])
+    ca_file = Path(tempfile.gettempdir()) / "rolloutfleet-node-images-redis-ca.crt"
+    ca_file.write_bytes(ca)
+    url = f"rediss://{service['spec']['clusterIP']}:6379/0"
+    return redis.Redis.from_url(url, password=password, ssl_ca_certs=str(ca_file), ssl_check_hostname=False)
 
 
 def producers(client: Any, job: str) -> set[bytes]:
