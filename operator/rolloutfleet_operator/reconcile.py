@@ -36,7 +36,7 @@ from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
 from rolloutfleet_operator.network import build_network_policy
 from rolloutfleet_operator.observe import observe
-from rolloutfleet_operator.plan import Event, creation_batches, plan, records_from_status
+from rolloutfleet_operator.plan import Event, Plan, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import (
     PodView,
     build_pdb,
@@ -47,9 +47,9 @@ from rolloutfleet_operator.pods import (
     pdb_spec,
     template_hash,
 )
-from rolloutfleet_operator.redis_users import isolation_condition, keep_users
+from rolloutfleet_operator.redis_users import Isolation, isolation_condition, keep_users
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
-from rolloutfleet_operator.scaling import scaling_status, sync_scaling
+from rolloutfleet_operator.scaling import Scaling, scaling_status, sync_scaling
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
 
 # The kopf indexes, as handlers.job_index, handlers.pod_index and handlers.pdb_index fill them.
@@ -91,11 +91,7 @@ async def reconcile(
     uid = str(body["metadata"]["uid"])
     own_status = state.written if state.written is not None and state.written_for == uid else body["status"]
     clock = time.monotonic()
-    # spec.autoscaling: the autoscaler's size (.autoscale_tick decides it on the timer) stands for spec.replicas.
-    scaling = state.scaling = sync_scaling(state.scaling, job, own_status, clock)
-    if scaling is not None:
-        announce(body, key, scaling)  # a kubectl scale seen here first
-        job = job.model_copy(update={"spec": job.spec.model_copy(update={"replicas": scaling.autoscaler.replicas})})
+    job, scaling = _autoscaled(job, state, body, key, own_status, clock)
     views = list(pod_index.get(key, []))
     evaluators = [view for view in views if view.role == "evaluator"]  # spec.evaluation's, planned apart
     observation = observe(state.memory, [view for view in views if view.role == "worker"], clock)
@@ -117,23 +113,15 @@ async def reconcile(
     isolation = await keep_users(runtime, state, body, job, uid, observation.pods)  # before any pod reads them
 
     # Records first: a failure is persisted before its pod is deleted.
-    generation = int(body["metadata"]["generation"])
     queued = (gate.waiting.reason, gate.waiting.message) if gate.waiting else None
     status = build_status(
-        name, job.spec.suspend, the_plan, observation.pods, generation, now, own_status, state.beats, namespace, queued,
-        image=worker_image(job, config),
+        name, job.spec.suspend, the_plan, observation.pods, int(body["metadata"]["generation"]), now, own_status,
+        state.beats, namespace, queued, image=worker_image(job, config),
     ) | scaling_status(scaling)  # fmt: skip
-    status |= evaluation_status(job, evaluators, state.evaluation, now)  # spec.evaluation's pods and numbers
-    status |= custom_metrics_status(state.beats, the_plan.desired)  # callbacks' per-episode metrics
-    old_conditions = (own_status or {}).get("conditions") or []
-    status["conditions"] = [*status["conditions"], isolation_condition(isolation, generation, now, old_conditions)]
+    _add_status_parts(status, body, job, state, the_plan, evaluators, isolation, own_status, now)
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
-    metrics.record_budget(namespace, name, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)
-    _post_plan_events(body, the_plan.events)
-    for kind, count in the_plan.disruptions.items():
-        if count > counted.get(kind, 0):
-            metrics.WORKER_DISRUPTIONS.labels(kind=kind).inc(count - counted.get(kind, 0))
+    _count_and_tell(key, body, job, status, the_plan, counted)
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
     await _keep_network_policy(runtime, state, body, job, uid, clock)  # before the pods it restricts
     await _create_pods(runtime, state, body, job, uid, current_hash, to_create, gate)
@@ -142,6 +130,52 @@ async def reconcile(
     await _keep_service(runtime, state, body, job, uid, clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
+
+
+def _autoscaled(
+    job: RolloutJob, state: JobRuntime, body: dict[str, Any], key: Key, own_status: Any, clock: float
+) -> tuple[RolloutJob, Scaling | None]:
+    """spec.autoscaling: the job with the autoscaler's size (.autoscale_tick decides it on the
+    timer) for spec.replicas, and the scaling state (None without autoscaling)."""
+    scaling = state.scaling = sync_scaling(state.scaling, job, own_status, clock)
+    if scaling is None:
+        return job, None
+    announce(body, key, scaling)  # a kubectl scale seen here first
+    return job.model_copy(
+        update={"spec": job.spec.model_copy(update={"replicas": scaling.autoscaler.replicas})}
+    ), scaling
+
+
+def _add_status_parts(
+    status: dict[str, Any],
+    body: dict[str, Any],
+    job: RolloutJob,
+    state: JobRuntime,
+    the_plan: Plan,
+    evaluators: list[PodView],
+    isolation: Isolation,
+    own_status: dict[str, Any] | None,
+    now: float,
+) -> None:
+    """What the other concerns add to the workers' status: spec.evaluation's pods and numbers,
+    the callbacks' per-episode metrics, and the RedisIsolated condition."""
+    status |= evaluation_status(job, evaluators, state.evaluation, now)
+    status |= custom_metrics_status(state.beats, the_plan.desired)
+    generation = int(body["metadata"]["generation"])
+    old_conditions = (own_status or {}).get("conditions") or []
+    status["conditions"] = [*status["conditions"], isolation_condition(isolation, generation, now, old_conditions)]
+
+
+def _count_and_tell(
+    key: Key, body: dict[str, Any], job: RolloutJob, status: dict[str, Any], the_plan: Plan, counted: dict[str, int]
+) -> None:
+    """After the status is written: the restart-budget series, the plan's Events, and the
+    disruptions counted since the last round."""
+    metrics.record_budget(*key, int(status.get("restarts") or 0), job.spec.restart_policy.max_restarts)
+    _post_plan_events(body, the_plan.events)
+    for kind, count in the_plan.disruptions.items():
+        if count > counted.get(kind, 0):
+            metrics.WORKER_DISRUPTIONS.labels(kind=kind).inc(count - counted.get(kind, 0))
 
 
 async def _report_invalid_spec(
