@@ -96,3 +96,23 @@ def test_run_fails_fast_on_a_bad_manifest(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and "spec.env.numEnvs" in result.stderr
     assert time.monotonic() - started < 30  # no workers were started
+
+
+def test_a_worker_whose_python_lacks_a_module_stops_once_without_a_restart(redis_url: str, caplog) -> None:  # type: ignore[no-untyped-def]
+    """As the operator does with a pod: the same Python would fail the same way, so no backoff loop."""
+    job = small_job("lacks", replicas=1)
+    job = job.from_dict(
+        {**job.to_dict(), "spec": {**job.to_dict()["spec"], "env": {"entryPoint": "no_such_module_anywhere:make"}}}
+    )
+    with LocalFleet(job, redis_url=redis_url) as fleet:
+        wait_for(lambda: fleet.workers[0].state != "running", 90, fleet)
+        time.sleep(1.5)  # past the 0.2-1 s backoff: a restart would have happened
+        fleet.poll()
+        worker = fleet.workers[0]
+        assert worker.state == "failed" and worker.exit_code == 3 and fleet.restarts == 0
+        assert worker.last_error.startswith("missing Python module 'no_such_module_anywhere': "), worker.last_error
+        assert "install it" in worker.last_error and sys.executable in worker.last_error
+        log_text = (fleet.log_dir / "worker-0.log").read_text()
+    assert log_text.count("rolloutfleet worker: missing Python module") == 1, log_text  # started once
+    said = [r.getMessage() for r in caplog.records if "stays down" in r.getMessage()]
+    assert len(said) == 1 and "no_such_module_anywhere" in said[0], said

@@ -38,3 +38,13 @@ def test_the_operator_tells_it_from_other_exits() -> None:
     assert is_missing_module(3, line)
     assert not is_missing_module(1, line)  # not the worker's own one-line exit
     assert not is_missing_module(3, "spec.env.id: Environment `NoSuchEnv` doesn't exist")
+
+
+def test_the_local_fleet_line_names_the_python_to_install_into() -> None:
+    import sys
+
+    line = missing_module_line("envpool", "local")
+    assert line == (
+        f"{PREFIX}'envpool': the Python that runs the local fleet ({sys.executable}) does not hold it; install it there"
+    )
+    assert is_missing_module(3, line)

@@ -3,6 +3,9 @@
 rolloutfleet run examples/cartpole.yaml
 rolloutfleet run examples/cartpole.yaml -- python -m rolloutfleet.examples.ppo examples/cartpole.yaml
 
+A worker that ends because this Python lacks a module stays down (no restart); when every
+worker is down so, ``run`` ends with exit 3 and the workers' one line.
+
 A worker whose stream is full with no learner reading it shows ``waiting for learner`` (and
 for how long) as its state, and the title counts the waiting workers (from the heartbeats).
 """
@@ -240,8 +243,7 @@ def _watch(
                 console.print(f"fleet: the command exited with {learner_code}; stopping the fleet")
                 return learner_code
             if fleet.alive() == 0 and all(w.state == "failed" for w in fleet.workers.values()) and fleet.workers:
-                console.print("fleet: every worker is down and the restart budget is spent; stopping")
-                return 1
+                return _all_down(fleet, console)
             if args.duration is not None and now - started >= args.duration:
                 return 0
             if stop.received.wait(0.25):
@@ -249,6 +251,20 @@ def _watch(
     finally:
         if live is not None:
             live.stop()
+
+
+def _all_down(fleet: LocalFleet, console: Console) -> int:
+    """Every worker is down for good: why, in one line, and the exit code (3: this Python lacks
+    a module, as the workers said; 1: the restart budget is spent)."""
+    from rolloutfleet.spec.missing_modules import is_missing_module
+
+    lacking = [w for w in fleet.workers.values() if is_missing_module(w.exit_code, w.last_error)]
+    if lacking:
+        line = f"fleet: every worker is down: {lacking[0].last_error}; stopping"
+        console.print(line, soft_wrap=True, markup=False, highlight=False)  # one line, as the worker's
+        return 3
+    console.print("fleet: every worker is down and the restart budget is spent; stopping")
+    return 1
 
 
 def _shut_down(
@@ -271,7 +287,8 @@ def _shut_down(
     unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
     console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
     if fleet.kept_logs is not None:
-        console.print(f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}")
+        kept = f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}"
+        console.print(kept, soft_wrap=True, markup=False, highlight=False)  # a path to copy: never wrapped
 
 
 def _new_evaluation(fleet: LocalFleet, judged: list[int]) -> str | None:

@@ -3,7 +3,9 @@
 Each worker is the same ``rolloutfleet worker`` process a pod runs, with the same
 environment variables. A worker that exits unexpectedly is restarted after its backoff,
 against the job's restart budget (:mod:`rolloutfleet.spec.restarts`); once the budget is spent
-the fleet says so and leaves it down. ``stop()`` sends SIGTERM, waits for the grace
+the fleet says so and leaves it down. A worker that ends because this Python lacks a module
+(:mod:`rolloutfleet.spec.missing_modules`, read from its termination message as the operator
+reads a pod's) stays down at once, with its one line, and counts no restart. ``stop()`` sends SIGTERM, waits for the grace
 period, then SIGKILLs what is left: nothing outlives the fleet. Should this process die
 without calling ``stop()`` (SIGKILL), the workers and the embedded redis-server stop by
 themselves within seconds (:mod:`rolloutfleet.fleet.parent_watch`).
@@ -29,6 +31,7 @@ from rolloutfleet.sampling.env_processes import CPUS_VARIABLE, usable_cpus
 from rolloutfleet.spec.external import PORT_VARIABLE, local_port
 from rolloutfleet.spec.footprint import local_cpus
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.missing_modules import LOCAL_PROFILE, PROFILE_VARIABLE, is_missing_module
 from rolloutfleet.spec.restarts import RestartTracker
 from rolloutfleet.spec.worker_config import WorkerConfig
 
@@ -108,11 +111,17 @@ class LocalFleet:
         external = self.job.spec.env.external  # workers sharing this machine listen on ports of their own
         if external is not None:
             cpus[PORT_VARIABLE] = str(local_port(external, index))
+        # Its one-line exit in a file, as a pod's termination message; the modules it has are this Python's.
+        own = {"ROLLOUTFLEET_TERMINATION_LOG": str(self._termination_log(index)), PROFILE_VARIABLE: LOCAL_PROFILE}
         # The worker stops by itself if this process dies without stopping it (SIGKILL).
-        return {**os.environ, **cpus, **self.extra_env, **config.to_environ(), PARENT_PID_ENV: str(os.getpid())}
+        return {**os.environ, **cpus, **self.extra_env, **config.to_environ(), **own, PARENT_PID_ENV: str(os.getpid())}
+
+    def _termination_log(self, index: int) -> Path:
+        return self.log_dir / f"worker-{index}.termination"
 
     def _spawn(self, index: int, now: float) -> None:
         worker = self.workers[index]
+        self._termination_log(index).unlink(missing_ok=True)  # a fresh one per start, as a pod's
         log_file = (self.log_dir / f"worker-{index}.log").open("ab")
         worker.process = subprocess.Popen(
             [sys.executable, "-m", "rolloutfleet.cli.main", "worker"],
@@ -135,7 +144,11 @@ class LocalFleet:
             if code is None:
                 continue
             worker.exit_code = code
-            worker.last_error = self._last_line(index)
+            worker.last_error = self._exit_message(index)
+            if is_missing_module(code, worker.last_error):  # the same Python would fail the same way
+                worker.state = "failed"
+                log.error("worker %d stays down (no restart counted): %s", index, worker.last_error)
+                continue
             restart_at = self.tracker.failed(index, now)
             if restart_at is None:
                 worker.state = "failed"
@@ -192,6 +205,14 @@ class LocalFleet:
                     "removed worker %d did not stop within %.0f s: killing it", worker.index, self.grace_seconds
                 )
                 worker.process.kill()
+
+    def _exit_message(self, index: int) -> str:
+        """The worker's termination message (its one-line exit), else the last line of its log."""
+        try:
+            message = self._termination_log(index).read_text(errors="replace").strip()
+        except OSError:
+            message = ""
+        return message or self._last_line(index)
 
     def _last_line(self, index: int) -> str:
         path = self.log_dir / f"worker-{index}.log"

@@ -6,14 +6,19 @@ CUDA or OpenCV: the operator gives it to jobs whose policies all act in numpy
 see (a custom ``entryPoint`` importing torch, an env package missing) ends at start-up with
 exit 3 and :func:`missing_module_line`; the operator recognises the line
 (:func:`is_missing_module`) and leaves the worker down until the spec changes, since the same
-image would fail the same way (no crash loop).
+image would fail the same way (no crash loop). ``rolloutfleet run`` does the same with its local
+workers (profile ``local``: the line names the Python to install the module into).
 """
 
 from __future__ import annotations
 
+import sys
+
 PROFILE_VARIABLE = "ROLLOUTFLEET_IMAGE_PROFILE"
 """Set by worker/Dockerfile to the image's profile: ``worker-slim``, ``worker-cuda``, ``worker-cpu``."""
 SLIM_PROFILE = "worker-slim"
+LOCAL_PROFILE = "local"
+"""Set by ``rolloutfleet run`` for its workers: the modules are those of the Python it runs."""
 PREFIX = "missing Python module "
 
 
@@ -52,6 +57,8 @@ def missing_module_line(module: str, profile: str | None, error: str = "") -> st
             "the slim worker image (numpy policies) has no torch, CUDA or OpenCV; "
             "spec.image, or policy.inference: torch, selects the full worker image"
         )
+    elif profile == LOCAL_PROFILE:
+        line += f"the Python that runs the local fleet ({sys.executable}) does not hold it; install it there"
     else:
         line += "the worker image does not hold it; spec.image can name one that does"
     return f"{line} ({error})" if error else line
