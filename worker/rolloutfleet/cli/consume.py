@@ -1,7 +1,8 @@
 """``rolloutfleet consume``, once its arguments are checked (:mod:`rolloutfleet.cli.streams`):
 without ``--group`` it looks (:class:`~rolloutfleet.transport.reader.BatchReader`, nothing
 left behind); with ``--group`` it reads as that group and acknowledges each batch once it
-is saved in a spool directory beside the output, merged into the output at the end."""
+is saved in a spool directory beside the output, merged into the output at the end. Either
+way it saves the batches that fit the job's declared columns (:mod:`rolloutfleet.cli.consume_fit`)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Any, NoReturn
 import numpy as np
 import redis
 
+from rolloutfleet.cli.consume_fit import LookFit, SpoolFit
 from rolloutfleet.cli.npz_output import OutputError, write_npz
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, job_keys
 from rolloutfleet.transport.connection import connect
 from rolloutfleet.transport.consumer import BatchConsumer
-from rolloutfleet.transport.entries import Message, concat_messages, schema_mismatch, schema_of
+from rolloutfleet.transport.declared_columns import read_declared
+from rolloutfleet.transport.entries import Message, concat_messages
 from rolloutfleet.transport.reader import BatchReader
 from rolloutfleet.transport.sharding import read_shards
 from rolloutfleet.transport.stream_status import as_text
@@ -45,23 +48,18 @@ def _worker_index(metadata: Any) -> int:
 
 
 def _look(args: argparse.Namespace) -> int:
-    messages: list[Message] = []
-    unfit: list[str] = []
     with BatchReader(
         args.redis, args.job, args.namespace, policy=args.policy, reconnect_timeout_s=args.timeout
     ) as reader:
-        while len(messages) < args.count:
-            got = reader.read(count=args.count - len(messages), timeout=args.timeout)
+        fit = LookFit(lambda: read_declared(reader.client, reader.keys))
+        while len(fit.fit()) < args.count:
+            got = reader.read(count=args.count - len(fit.fit()), timeout=args.timeout)
             if not got:
-                print(_nothing_more(args, len(messages), reader.keys.batches, reader.groups()), file=sys.stderr)
+                print(_nothing_more(args, len(fit.fit()), reader.keys.batches, reader.groups()), file=sys.stderr)
                 return 1
-            for message in got:
-                reason = schema_mismatch(message.batch, schema_of((messages or [message])[0].batch))
-                if reason is None:
-                    messages.append(message)
-                else:
-                    unfit.append(f"{message.id} ({reason})")
+            fit.add(got)
         skipped = reader.stats.decode_failures
+        messages, unfit, against = fit.fit()[: args.count], fit.unfit(), fit.against()
     columns = concat_messages(messages, extra={"worker_index": _worker_index})
     try:
         write_npz(args.output, columns)
@@ -70,7 +68,7 @@ def _look(args: argparse.Namespace) -> int:
         return 1
     note = f"; {skipped} undecodable entries skipped" if skipped else ""
     if unfit:
-        note += f"; skipped, unlike the first batch: {', '.join(unfit[:3])}" + (" ..." if len(unfit) > 3 else "")
+        note += f"; skipped, unlike {against}: {', '.join(unfit[:3])}" + (" ..." if len(unfit) > 3 else "")
     _report(columns, messages, args.output, note)
     return 0
 
@@ -114,7 +112,8 @@ def _consume(args: argparse.Namespace) -> int:
     if new_group is not None:
         print(f"rolloutfleet consume: {new_group}", file=sys.stderr)
     try:
-        messages, unfit = _spool_batches(args, consumer, spool)
+        fit = SpoolFit(lambda: read_declared(consumer.client, consumer.keys))
+        messages, unfit = _spool_batches(args, consumer, spool, fit)
     except _Stop as stop:
         return stop.code
     finally:
@@ -129,18 +128,19 @@ def _consume(args: argparse.Namespace) -> int:
     shutil.rmtree(spool, ignore_errors=True)
     note = f", acknowledged as group {args.group!r}"
     if unfit:
-        note += f"; left pending, unlike the first batch: {', '.join(unfit[:3])}" + (" ..." if len(unfit) > 3 else "")
+        note += f"; left pending, unlike {fit.against()}: {', '.join(unfit[:3])}" + (" ..." if len(unfit) > 3 else "")
     if consumer.stats.decode_failures:
         note += f"; {consumer.stats.decode_failures} undecodable entries left for the dead letters"
     _report(columns, messages, output, note)
     return 0
 
 
-def _spool_batches(args: argparse.Namespace, consumer: BatchConsumer, spool: Path) -> tuple[list[Message], list[str]]:
+def _spool_batches(
+    args: argparse.Namespace, consumer: BatchConsumer, spool: Path, fit: SpoolFit
+) -> tuple[list[Message], list[str]]:
     """Read ``--count`` batches into ``spool`` (one file each), acknowledging them once on
-    disk; the messages saved and the ones left pending for being unlike the first."""
+    disk; the messages saved and the ones left pending for not fitting (``fit``)."""
     messages: list[Message] = []
-    schema = None
     unfit: list[str] = []
     while len(messages) < args.count:
         got = consumer.read(count=args.count - len(messages), timeout=args.timeout)
@@ -154,8 +154,7 @@ def _spool_batches(args: argparse.Namespace, consumer: BatchConsumer, spool: Pat
             _stop(1, spool, messages)
         kept: list[Message] = []
         for message in got:
-            schema = schema or schema_of(message.batch)
-            reason = schema_mismatch(message.batch, schema)
+            reason = fit.reason(message.batch)
             if reason is not None:
                 # Not this file's: left pending, for the group's learner to judge (and
                 # move to the dead letters) when it reclaims it.
