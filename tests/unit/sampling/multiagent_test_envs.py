@@ -292,3 +292,21 @@ def make_endless(ctx: EnvContext) -> Any:
 
 
 ENDLESS: list[Any] = []
+
+
+class NotObsWalk(WalkEnv):
+    """WalkEnv whose agent ``a1`` observes ``value`` (default ``"hello"``) instead of its
+    position from ``when``: ``reset`` (step 0) or ``step`` (later steps)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__(config)
+        config = dict(config or {})
+        self.when, self.value = str(config.get("when", "reset")), config.get("value", "hello")
+
+    def obs(self, agent: str) -> Any:
+        bad = self.steps == 0 if self.when == "reset" else self.steps > 0
+        return self.value if agent == "a1" and bad else super().obs(agent)
+
+
+def make_not_obs_walk(ctx: EnvContext) -> NotObsWalk:
+    return NotObsWalk(dict(ctx))

@@ -10,6 +10,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 
 class NanEnv(gym.Env[np.ndarray, np.int64]):
@@ -165,3 +167,31 @@ class HangingEnv(FailingEnv):
 
 def make_hanging_env(ctx: Any) -> HangingEnv:
     return HangingEnv(ctx)
+
+
+class NotAnObservationVectorEnv(VectorEnv):  # type: ignore[type-arg]
+    """An env's own vector implementation (a ``vector_entry_point``, as a C++ batch env
+    might be) that returns ``value`` (default ``"hello"``) for its whole batch of observations
+    from ``when``: ``reset`` or ``step``."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 2, when: str = "reset", value: Any = "hello") -> None:
+        self.num_envs, self.when, self.value = num_envs, when, value
+        self.single_observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.single_action_space = spaces.Discrete(2)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+    def _obs(self, call: str) -> Any:
+        return self.value if self.when == call else np.zeros((self.num_envs, 2), np.float32)
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        return self._obs("reset"), {}
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        none = np.zeros(self.num_envs, np.bool_)
+        return self._obs("step"), np.ones(self.num_envs), none, none.copy(), {}
+
+
+gym.register("RolloutFleetNotObsVec-v0", vector_entry_point=NotAnObservationVectorEnv)

@@ -82,3 +82,85 @@ def test_validate_builds_its_sub_env_and_finds_it() -> None:
         f"{NAME}: reset returned 'hello' (str), not an observation of Box(-1.0, 1.0, (2,), float32)"
     )
     check_sizes(job({"when": "step"}))  # validate resets its sub-env; it does not step it
+
+
+def vector_job(when: str, value: Any = "hello") -> RolloutJob:
+    """An env's own vector implementation (``vectorization: vector``) returning ``value``."""
+    return RolloutJob.from_dict(
+        {
+            "metadata": {"name": "notobsvec"},
+            "spec": {
+                "env": {"id": "RolloutFleetNotObsVec-v0", "numEnvs": 2, "vectorization": "vector",
+                        "maxConsecutiveFailures": 2, "config": {"when": when, "value": value}},
+                "sampling": {"rolloutFragmentLength": 10, "seed": 0},
+            },
+        }
+    )  # fmt: skip
+
+
+VEC_NAME = "spec.env.id 'RolloutFleetNotObsVec-v0'"
+VEC_BOX = "Box(-1.0, 1.0, (2, 2), float32)"
+
+
+def test_a_vector_env_whose_reset_returns_no_observations_is_one_line() -> None:
+    with pytest.raises(EnvFailed) as failed:
+        EnvRunner(vector_job("reset")).sample()
+    assert (
+        str(failed.value)
+        == f"{VEC_NAME}: the vector env's reset returned 'hello' (str), not an observation of {VEC_BOX}"
+    )
+
+
+def test_a_vector_env_whose_step_returns_rows_of_another_shape_fails_as_a_vector_env_failure() -> None:
+    with pytest.raises(EnvFailed) as failed:
+        EnvRunner(vector_job("step", [[0.0] * 3] * 2)).sample()  # rows of 3 where the space has 2
+    message = str(failed.value)
+    assert message.startswith(VEC_NAME) and "failed 2 times in a row" in message, message
+    assert "the vector env's step returned an observation of shape (2, 3), expected (2, 2)" in message
+    assert "\n" not in message
+
+
+def test_validate_resets_the_vector_env_it_builds_and_finds_it() -> None:
+    with pytest.raises(SpecError) as failed:
+        check_sizes(vector_job("reset"))  # it builds one sub-env: a batch of 1
+    one = VEC_BOX.replace("(2, 2)", "(1, 2)")
+    assert (
+        str(failed.value) == f"{VEC_NAME}: the vector env's reset returned 'hello' (str), not an observation of {one}"
+    )
+
+
+def multiagent_job(when: str) -> RolloutJob:
+    return RolloutJob.from_dict(
+        {
+            "metadata": {"name": "notobsma"},
+            "spec": {
+                "env": {"entryPoint": MA_BAD, "numEnvs": 2, "maxConsecutiveFailures": 2, "config": {"when": when}},
+                "multiAgent": {"policies": {"p": {}}, "policyMapping": {"rules": [{"regex": ".*", "policy": "p"}]}},
+                "sampling": {"rolloutFragmentLength": 10, "seed": 0},
+            },
+        }
+    )
+
+
+MA_BAD = "tests.unit.sampling.multiagent_test_envs:make_not_obs_walk"
+MA_BOX = "Box(-1000.0, 1000.0, (3,), float32)"
+
+
+def test_a_multi_agent_reset_that_returns_no_observation_names_the_agent() -> None:
+    from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+
+    with pytest.raises(EnvFailed) as failed:
+        MultiAgentEnvRunner(multiagent_job("reset")).sample()
+    assert str(failed.value) == (
+        f"spec.env.entryPoint: reset returned for agent 'a1' 'hello' (str), not an observation of {MA_BOX}"
+    )
+
+
+def test_a_multi_agent_step_that_returns_no_observation_is_a_sub_env_failure() -> None:
+    from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+
+    with pytest.raises(EnvFailed) as failed:
+        MultiAgentEnvRunner(multiagent_job("step")).sample()
+    message = str(failed.value)
+    assert "failed 2 times in a row" in message and "\n" not in message, message
+    assert f"step returned for agent 'a1' 'hello' (str), not an observation of {MA_BOX}" in message

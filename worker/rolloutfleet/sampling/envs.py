@@ -16,6 +16,7 @@ from typing import Any, cast
 import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_space
 
 from rolloutfleet.sampling.env_calls import ENV_CALL
 from rolloutfleet.sampling.env_creators import (
@@ -95,6 +96,8 @@ def env_spaces(
     if mode == "vector":
         vec = make_vector_env(spec.model_copy(update={"num_envs": 1}), worker_index, num_workers)
         try:
+            if reset:
+                vec.reset(seed=0)  # the ResetGuard checks its observations
             return vec.single_observation_space, vec.single_action_space
         finally:
             vec.close()
@@ -129,11 +132,11 @@ def make_vector_env(
                 raise SpecError(f"spec.env.vectorization: {spec.id!r} has no vector entry point; use 'sync' or 'async'")
             vec = gym.make_vec(spec.id, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config)
             # ale-py's vector env seeds sub-env i with seed + i, as C++ ints.
-            return ResetGuard(vec, spec, seed_bits=30 if spec.id.startswith("ALE/") else None)
+            return ResetGuard(vec, spec, seed_bits=30 if spec.id.startswith("ALE/") else None, check_obs=True)
         if mode == "envpool":
             from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv  # imports envpool: only when asked
 
-            return ResetGuard(EnvPoolVectorEnv(spec), spec)
+            return ResetGuard(EnvPoolVectorEnv(spec), spec, check_obs=True)
         create = env_creator(spec, worker_index, num_workers)
         if mode == "async":
             return ResetGuard(ProcessVectorEnv(create, spec.num_envs, choice.processes), spec)
@@ -145,12 +148,19 @@ def make_vector_env(
 
 class ResetGuard(VectorWrapper):
     """A vector env whose ``reset`` errors become :class:`EnvFailed` naming the env (``vector``,
-    ``async`` and ``envpool`` modes; their step errors are the runner's to count)."""
+    ``async`` and ``envpool`` modes; their step errors are the runner's to count). With
+    ``check_obs`` (``vector``, ``envpool``: no sub-env of ours sees their observations first),
+    what ``reset`` returns that is no batch of observations is :class:`EnvFailed` too, and what
+    ``step`` returns so is a ``ValueError`` (the runner counts it as the vector env's failure):
+    :func:`obs_problem` against the batch of ``single_observation_space``, about a microsecond."""
 
-    def __init__(self, env: VectorEnv[Any, Any, Any], spec: EnvSpec, seed_bits: int | None = None) -> None:
+    def __init__(
+        self, env: VectorEnv[Any, Any, Any], spec: EnvSpec, seed_bits: int | None = None, check_obs: bool = False
+    ) -> None:
         super().__init__(env)
         self._name = env_name(spec)
         self._seed_bits = seed_bits
+        self._batch_space = batch_space(env.single_observation_space, env.num_envs) if check_obs else None
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
@@ -159,8 +169,14 @@ class ResetGuard(VectorWrapper):
             seed %= 2**self._seed_bits
         with ENV_CALL.calling("reset"):
             result = reset_or_fail(self.env.reset, self._name, "the vector env", seed=seed, options=options)
+        obs = result[0] if isinstance(result, tuple) and result else result
+        if self._batch_space is not None and (problem := obs_problem(self._batch_space, obs)) is not None:
+            raise EnvFailed(f"{self._name}: the vector env's reset returned {problem}")
         return cast("tuple[Any, dict[str, Any]]", result)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         with ENV_CALL.calling("step"):  # async names the sub-env
-            return self.env.step(actions)
+            result = self.env.step(actions)
+        if self._batch_space is not None and (problem := obs_problem(self._batch_space, result[0])) is not None:
+            raise ValueError(f"the vector env's step returned {problem}")
+        return result

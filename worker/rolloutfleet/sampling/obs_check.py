@@ -2,13 +2,13 @@
 words, a dict where a Box was declared: said in one line naming what came back, before it
 reaches a buffer of the space's dtype (where it would be a traceback, or garbage).
 
-Pure (numpy and gymnasium spaces only). Text, Graph and other leaves are not checked here
+Multi-agent envs: :func:`agents_obs_problem`, agent by agent. Pure (numpy and gymnasium spaces only). Text, Graph and other leaves are not checked here
 (:func:`rolloutfleet.inference.obs_spaces.obs_parts` refuses them up front).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,4 +54,18 @@ def obs_problem(space: spaces.Space[Any], obs: Any) -> str | None:
         return f"{_shown(obs)}, not an observation of {space}"
     if array.shape != space.shape:
         return f"an observation of shape {array.shape}, expected {space.shape}"
+    return None
+
+
+def agents_obs_problem(space_of: Callable[[Any], spaces.Space[Any] | None], obs: Mapping[Any, Any]) -> str | None:
+    """Why an agent's entry in ``obs`` (agent -> observation) is not an observation of its
+    space (``space_of(agent)``; None: not checked), naming the agent; or None.
+
+    >>> agents_obs_problem(lambda agent: spaces.Discrete(3), {"a0": 1, "a1": "x"})
+    "for agent 'a1' 'x' (str), not an observation of Discrete(3)"
+    """
+    for agent, value in obs.items():
+        space = space_of(agent)
+        if space is not None and (problem := obs_problem(space, value)) is not None:
+            return f"for agent {agent!r} {problem}"
     return None
