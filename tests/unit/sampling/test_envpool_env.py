@@ -93,3 +93,21 @@ def test_what_envpool_cannot_do_is_one_line(env: dict[str, Any], says: str) -> N
     with pytest.raises(SpecError, match=says) as error:
         EnvRunner(job(env))
     assert "\n" not in str(error.value)
+
+
+def test_envpool_outputs_pass_the_observation_check_and_a_wrong_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EnvPool's real outputs pass the check (the tests above sample through it); a step whose
+    observations lost a column (as a mismatched EnvPool build might) is a vector env failure."""
+    from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv
+    from rolloutfleet.sampling.envs import EnvFailed
+
+    step = EnvPoolVectorEnv.step
+
+    def short_rows(self: EnvPoolVectorEnv, actions: Any) -> Any:
+        obs, *rest = step(self, actions)
+        return (obs[:, :3], *rest)
+
+    monkeypatch.setattr(EnvPoolVectorEnv, "step", short_rows)
+    with pytest.raises(EnvFailed) as failed:
+        EnvRunner(job({"id": "CartPole-v1", "numEnvs": 4, "maxConsecutiveFailures": 2})).sample()
+    assert "the vector env's step returned an observation of shape (4, 3), expected (4, 4)" in str(failed.value)
