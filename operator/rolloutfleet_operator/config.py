@@ -60,76 +60,93 @@ class OperatorConfig:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
-        def get(name: str) -> str | None:
-            value = environ.get(f"ROLLOUTFLEET_{name}")
-            return value if value not in (None, "") else None
-
-        def number(name: str, kind: type[int] | type[float], low: float, high: float) -> float | None:
-            raw = get(name)
-            if raw is None:
-                return None
-            try:
-                value = kind(raw)
-            except ValueError:
-                raise ConfigError(f"ROLLOUTFLEET_{name}: not a number: {raw!r}") from None
-            if not low <= value <= high:
-                raise ConfigError(f"ROLLOUTFLEET_{name}: must be between {low} and {high}, got {raw}")
-            return value
-
-        def flag(name: str) -> bool | None:
-            raw = get(name)
-            if raw is None:
-                return None
-            if raw.lower() not in ("0", "1", "true", "false"):
-                raise ConfigError(f"ROLLOUTFLEET_{name}: must be 0/1/true/false, got {raw!r}")
-            return raw.lower() in ("1", "true")
-
-        def memory(name: str, default: str | None) -> str | None:
-            raw = get(name)
-            if raw is None:
-                return default
-            if raw.lower() == "none":
-                return None
-            if not _QUANTITY.match(raw):
-                raise ConfigError(
-                    f"ROLLOUTFLEET_{name}: must be a memory quantity like 192Mi or 1Gi, or none; got {raw!r}"
-                )
-            return raw
-
-        slim = get("WORKER_SLIM_IMAGE")
-        slim_image = cls.worker_slim_image if slim is None else None if slim.lower() == "none" else slim
-        command = cls.worker_command
-        if (raw := get("WORKER_COMMAND")) is not None:
-            try:
-                parsed = json.loads(raw)
-            except json.JSONDecodeError:
-                parsed = None
-            if not isinstance(parsed, list) or not parsed or not all(isinstance(p, str) for p in parsed):
-                raise ConfigError(f"ROLLOUTFLEET_WORKER_COMMAND: must be a JSON list of strings, got {raw!r}")
-            command = tuple(parsed)
+        env = _Environ(environ)
+        slim_image = env.slim_image(cls.worker_slim_image)
+        command = env.command(cls.worker_command)
         found = {
-            "worker_image": get("WORKER_IMAGE"),
-            "worker_metrics_port": number("WORKER_METRICS_PORT", int, 1, 65535),
-            "worker_port_per_index": flag("WORKER_PORT_PER_INDEX"),
-            "grace_seconds": number("GRACE_SECONDS", int, 0, 3600),
-            "max_unavailable": number("MAX_UNAVAILABLE", float, 0.01, 1.0),
-            "read_progress": flag("READ_PROGRESS"),
-            "worker_network_policy": flag("WORKER_NETWORK_POLICY"),
-            "redis_admin_url": _admin_url(get("REDIS_ADMIN_URL")),
-            "redis_admin_username": get("REDIS_ADMIN_USERNAME"),
-            "redis_admin_password": get("REDIS_ADMIN_PASSWORD"),
+            "worker_image": env.get("WORKER_IMAGE"),
+            "worker_metrics_port": env.number("WORKER_METRICS_PORT", int, 1, 65535),
+            "worker_port_per_index": env.flag("WORKER_PORT_PER_INDEX"),
+            "grace_seconds": env.number("GRACE_SECONDS", int, 0, 3600),
+            "max_unavailable": env.number("MAX_UNAVAILABLE", float, 0.01, 1.0),
+            "read_progress": env.flag("READ_PROGRESS"),
+            "worker_network_policy": env.flag("WORKER_NETWORK_POLICY"),
+            "redis_admin_url": _admin_url(env.get("REDIS_ADMIN_URL")),
+            "redis_admin_username": env.get("REDIS_ADMIN_USERNAME"),
+            "redis_admin_password": env.get("REDIS_ADMIN_PASSWORD"),
         }
         return cls(
             worker_command=command,
             worker_slim_image=slim_image,
-            worker_memory=memory("WORKER_MEMORY", cls.worker_memory),
-            worker_torch_memory=memory("WORKER_TORCH_MEMORY", cls.worker_torch_memory),
-            redis_peers=_peers(get("REDIS_PEERS")),
+            worker_memory=env.memory("WORKER_MEMORY", cls.worker_memory),
+            worker_torch_memory=env.memory("WORKER_TORCH_MEMORY", cls.worker_torch_memory),
+            redis_peers=_peers(env.get("REDIS_PEERS")),
             **{k: v for k, v in found.items() if v is not None},  # type: ignore[arg-type]
         )
 
     def metrics_port(self, index: int) -> int:
         return self.worker_metrics_port + index if self.worker_port_per_index else self.worker_metrics_port
+
+
+class _Environ:
+    """The ``ROLLOUTFLEET_<NAME>`` variables, read and checked: unset or empty is None, a bad
+    value one :class:`ConfigError` naming its variable."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+
+    def get(self, name: str) -> str | None:
+        value = self.environ.get(f"ROLLOUTFLEET_{name}")
+        return value if value not in (None, "") else None
+
+    def number(self, name: str, kind: type[int] | type[float], low: float, high: float) -> float | None:
+        raw = self.get(name)
+        if raw is None:
+            return None
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ConfigError(f"ROLLOUTFLEET_{name}: not a number: {raw!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"ROLLOUTFLEET_{name}: must be between {low} and {high}, got {raw}")
+        return value
+
+    def flag(self, name: str) -> bool | None:
+        raw = self.get(name)
+        if raw is None:
+            return None
+        if raw.lower() not in ("0", "1", "true", "false"):
+            raise ConfigError(f"ROLLOUTFLEET_{name}: must be 0/1/true/false, got {raw!r}")
+        return raw.lower() in ("1", "true")
+
+    def memory(self, name: str, default: str | None) -> str | None:
+        """A memory quantity; ``none``: no default."""
+        raw = self.get(name)
+        if raw is None:
+            return default
+        if raw.lower() == "none":
+            return None
+        if not _QUANTITY.match(raw):
+            raise ConfigError(f"ROLLOUTFLEET_{name}: must be a memory quantity like 192Mi or 1Gi, or none; got {raw!r}")
+        return raw
+
+    def slim_image(self, default: str | None) -> str | None:
+        """``WORKER_SLIM_IMAGE``; ``none``: the worker image for every job."""
+        slim = self.get("WORKER_SLIM_IMAGE")
+        return default if slim is None else None if slim.lower() == "none" else slim
+
+    def command(self, default: tuple[str, ...]) -> tuple[str, ...]:
+        """``WORKER_COMMAND``, a JSON list of strings."""
+        raw = self.get("WORKER_COMMAND")
+        if raw is None:
+            return default
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, list) or not parsed or not all(isinstance(p, str) for p in parsed):
+            raise ConfigError(f"ROLLOUTFLEET_WORKER_COMMAND: must be a JSON list of strings, got {raw!r}")
+        return tuple(parsed)
 
 
 def _peers(raw: str | None) -> tuple[dict[str, Any], ...]:

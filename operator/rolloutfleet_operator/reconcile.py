@@ -70,23 +70,11 @@ async def reconcile(
     pdb_index: PdbIndex | None = None,
 ) -> float | None:
     """Seconds until a restart of this job falls due (None: none pending)."""
-    bodies = list(job_index.get(key, []))
-    if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
-        metrics.forget_job(*key)
+    started, now = time.perf_counter(), time.time()
+    if (found := await _usable_job(runtime, key, job_index, now)) is None:
         return None
-    body = bodies[0]
-    state = runtime.job(key)
-    started = time.perf_counter()
-    namespace, name = key
-    now = time.time()
-    try:
-        job = RolloutJob.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": body["spec"]})
-    except SpecError as error:
-        await _report_invalid_spec(runtime, state, key, body, f"spec cannot be used: {error}", now)
-        return None
-    state.reported_invalid = ""
-
-    config = runtime.config
+    body, job = found
+    state, (namespace, name), config = runtime.job(key), key, runtime.config
     current_hash = template_hash(job, config)
     uid = str(body["metadata"]["uid"])
     own_status = state.written if state.written is not None and state.written_for == uid else body["status"]
@@ -130,6 +118,27 @@ async def reconcile(
     await _keep_service(runtime, state, body, job, uid, clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
+
+
+async def _usable_job(
+    runtime: Runtime, key: Key, job_index: JobIndex, now: float
+) -> tuple[dict[str, Any], RolloutJob] | None:
+    """The job's body and its spec; None when the job is gone or being deleted (its metrics are
+    forgotten), or when its spec cannot be used (reported in its status and an event)."""
+    bodies = list(job_index.get(key, []))
+    if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
+        metrics.forget_job(*key)
+        return None
+    body = bodies[0]
+    state = runtime.job(key)
+    namespace, name = key
+    try:
+        job = RolloutJob.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": body["spec"]})
+    except SpecError as error:
+        await _report_invalid_spec(runtime, state, key, body, f"spec cannot be used: {error}", now)
+        return None
+    state.reported_invalid = ""
+    return body, job
 
 
 def _autoscaled(

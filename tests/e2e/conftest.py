@@ -29,6 +29,7 @@ from kubernetes import client
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from tests.cluster.kubelet import LocalKubelet
+from tests.e2e.cluster_guard import start_control_plane
 from tests.e2e.cluster_kit import (
     DIAGNOSTICS,
     REPO,
@@ -84,7 +85,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster_env() -> dict[str, str]:
+    """The environment hack/cluster/up.sh runs in: the control plane (and Kueue) built or cached."""
     if "error" in _BUILD:
         missing(_BUILD["error"])
     env = dict(os.environ)
@@ -92,11 +94,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         env["CLUSTER_BIN_DIR"] = _BUILD["bin_dir"]
     if "kueue_dir" in _BUILD:
         env["KUEUE_DIR"] = _BUILD["kueue_dir"]
+    return env
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    env = cluster_env
     state = tmp_path_factory.mktemp("cluster")
+    guard = None
     try:
-        up = subprocess.run(
-            [str(REPO / "hack/cluster/up.sh"), str(state)], capture_output=True, text=True, check=False, env=env
-        )
+        up, guard = start_control_plane(state, env)  # stopped by its guard if this run is killed
         if up.returncode != 0:
             missing(f"hack/cluster/up.sh failed:\n{up.stderr[-3000:]}")
         tools = subprocess.run([str(REPO / "hack/cluster/get-tools.sh")], capture_output=True, text=True, check=False)
@@ -109,6 +116,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         DIAGNOSTICS.pop("cluster", None)
         subprocess.run([str(REPO / "hack/cluster/down.sh"), str(state)], capture_output=True, check=False)
+        if guard is not None:
+            guard.kill()
+            guard.wait()
 
 
 @pytest.fixture(scope="session")

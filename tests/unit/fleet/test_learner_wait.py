@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rolloutfleet.fleet.learner_wait import LearnerWait
+from rolloutfleet.fleet.learner_wait import WAITING_BEAT_S, LearnerWait
 
 STREAM = "rolloutfleet:{default/cartpole}:batches"
 
@@ -59,3 +59,17 @@ def test_a_stop_ends_the_wait() -> None:
     assert wait.end(now=5.0, why="stopping") is None
     wait.absent(STREAM, 2.0, now=10.0)
     assert wait.end(now=12.0, why="stopping") == "stopped waiting for a learner after 4.0 s: stopping"
+
+
+def test_the_heartbeat_says_since_when_at_once_when_it_changed_else_every_few_seconds() -> None:
+    wait = LearnerWait()
+    assert not wait.beat_due(100.0)  # not waiting, and the last beat said so
+    wait.absent("rf:cp:batches", waited_s=5.0, now=1_000.0)
+    assert wait.beat_due(100.0)  # the wait began: at once
+    wait.beat = (100.0, wait.since)
+    assert not wait.beat_due(100.0 + WAITING_BEAT_S - 0.5)
+    assert wait.beat_due(100.0 + WAITING_BEAT_S)  # still waiting: refreshed
+    wait.published(now=1_010.0)
+    assert wait.beat_due(101.0)  # the wait ended: at once
+    wait.beat = (101.0, None)
+    assert not wait.beat_due(101.0 + 10 * WAITING_BEAT_S)  # no wait to refresh

@@ -65,3 +65,37 @@ def test_step_timing_is_served_per_phase_in_seconds_per_vector_step() -> None:
         for phase in ("inference", "env_wait", "recording", "publish")
     }
     assert served == {"inference": 0.002, "env_wait": 0.005, "recording": 0.001, "publish": 0.0005}
+
+
+def test_the_transports_totals_are_carried_by_what_is_new() -> None:
+    from types import SimpleNamespace
+
+    metrics = WorkerMetrics("cp", "default", 0)
+    labels = {**LABELS, "job_name": "cp"}
+
+    def transport(blocked: float, resent: int, refusals: int) -> SimpleNamespace:
+        stats = SimpleNamespace(blocked_seconds=blocked, oom_wait_seconds=0.0, resent=resent)
+        subscriber = SimpleNamespace(resets=0, refusals=refusals)
+        return SimpleNamespace(publishers={"p": SimpleNamespace(stats=stats)}, subscribers={"w": subscriber})
+
+    metrics.count_transport(transport(1.5, 2, 0))
+    metrics.count_transport(transport(4.0, 2, 1))
+    assert metrics.registry.get_sample_value("rolloutfleet_backpressure_wait_seconds_total", labels) == 4.0
+    assert metrics.registry.get_sample_value("rolloutfleet_batches_resent_total", labels) == 2
+    assert metrics.registry.get_sample_value("rolloutfleet_weights_refused_total", labels) == 1
+
+
+def test_a_fragments_metrics_count_new_env_restarts_and_nonfinite_rows() -> None:
+    from rolloutfleet.fleet.nonfinite import NonFinite
+
+    metrics = WorkerMetrics("cp", "default", 0)
+    labels = {**LABELS, "job_name": "cp"}
+    stats = {"num_env_steps_sampled": 800, "num_episodes": 3, "env_steps_per_s": 4000.0}
+    stats |= {"episode_return_mean": float("nan"), "num_env_restarts": 5}
+    metrics.record_fragment(stats, restarts_seen=2, news=NonFinite(obs_rows=4, reward_rows=1, quarantined=0))
+    sample = metrics.registry.get_sample_value
+    assert sample("rolloutfleet_env_restarts_total", labels) == 3
+    assert sample("rolloutfleet_env_steps_total", labels) == 800
+    assert sample("rolloutfleet_nonfinite_observation_rows_total", labels) == 4
+    assert sample("rolloutfleet_nonfinite_reward_rows_total", labels) == 1
+    assert sample("rolloutfleet_episode_return_mean", labels) == 0  # a NaN mean is not served

@@ -29,7 +29,7 @@ from rolloutfleet.evaluation.confidence import summarize
 from rolloutfleet.evaluation.episodes import EpisodePlayer
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.fleet.probes import Probes, serve
-from rolloutfleet.fleet.worker import EXIT_BAD_SPEC, EXIT_REDIS, report_fatal
+from rolloutfleet.fleet.termination import EXIT_BAD_SPEC, EXIT_REDIS, report_fatal
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig

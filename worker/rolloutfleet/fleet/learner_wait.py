@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+WAITING_BEAT_S = 10.0
+"""How often a worker waiting for a learner refreshes its heartbeat (which says since when)."""
+
 
 @dataclass
 class LearnerWait:
@@ -30,10 +33,18 @@ class LearnerWait:
     slow_group: str | None = None
     """The learner group that has not made room within ``blockTimeoutSeconds``, while so."""
     slow_since: float = 0.0
+    beat: tuple[float, float | None] = (0.0, None)
+    """(monotonic time, ``since``) of the last heartbeat that said since when."""
 
     @property
     def waiting(self) -> bool:
         return self.since is not None
+
+    def beat_due(self, monotonic: float) -> bool:
+        """Whether the heartbeat should say since when: at once when that changed, else every
+        :data:`WAITING_BEAT_S` while waiting."""
+        last_at, last_since = self.beat
+        return self.since != last_since or (self.since is not None and monotonic - last_at >= WAITING_BEAT_S)
 
     def absent(self, stream: str, waited_s: float, now: float, ignored: Sequence[str] = ()) -> str | None:
         """No consumer group reads the full ``stream`` (``waited_s`` into a publish's wait):

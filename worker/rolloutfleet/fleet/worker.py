@@ -1,39 +1,15 @@
 """``rolloutfleet worker``: the process in every worker pod (and every local-fleet worker).
 
 Loop: load newer weights if any → sample a fragment → publish it → merge the observation
-filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it:
-
-* Prometheus metrics, ``/healthz`` and ``/readyz`` (:mod:`rolloutfleet.fleet.probes`);
-* SIGTERM/SIGINT: the fragment being sampled is finished and published, then exit 0;
-  with Redis unreachable the fragment is dropped after a second of tries (a stop never
-  waits out the outage backoff);
-* ready once env and policy are built and Redis is reached (before the first publish): the
-  worker can sample and publish when there is room (:mod:`rolloutfleet.fleet.probes`);
-* a full stream under ``block`` backpressure (the publisher gave up after
-  ``blockTimeoutSeconds``): still ready, fragment kept, tried again at once, no Redis error;
-  no learner reading is a wait *for a learner*, said once at its start and once at its end,
-  carried by the heartbeat and ``rolloutfleet_waiting_for_learner``
-  (:mod:`rolloutfleet.fleet.learner_wait`);
-* Redis unreachable: not ready, retry with backoff, keep the sampled fragment (never
-  crash-loop because the learner's Redis restarts); a Redis never reached at all is waited
-  for without bound too (a pod whose Redis is not up yet), unless
-  ``ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS`` bounds that wait: then one line
-  (``redis at 127.0.0.1:1: connection refused (tried for 30 s)``) and exit code 4;
-* Redis refuses the password: not retried, one line and exit code 4;
-* started by ``rolloutfleet run`` (``ROLLOUTFLEET_PARENT_PID`` set): the same stop once
-  the supervisor is gone, even by SIGKILL (:mod:`rolloutfleet.fleet.parent_watch`);
-* env or policy cannot be built, an env's ``reset`` raises, or a sub-env fails
-  ``spec.env.maxConsecutiveFailures`` times in a row: one line on stderr naming the env and
-  the error (and in the pod's termination message), exit code 3, so the operator can show
-  why; a stop signal while an env keeps failing ends sampling at the next failure, exit 0;
-  a module the image lacks (torch in the slim image) is such a line too, saying which image
-  has it (:mod:`rolloutfleet.spec.missing_modules`);
-* an env constructor, ``reset`` or ``step`` still running after ``spec.env.callTimeoutSeconds``:
-  one line naming the sub-env and the call, counted, unhealthy, exit code 3; a stop signal
-  during such a call ends the worker within seconds (:mod:`rolloutfleet.fleet.env_watchdog`);
-* NaN/inf observations and rewards: counted (metrics, a log line per fragment, heartbeat);
-* a weights version that does not fit the model or holds NaN/inf: refused once (one log
-  line, ``rolloutfleet_weights_refused``, heartbeat), sampling goes on with the weights held.
+filter's statistics with the fleet's (meanStd jobs) → heartbeat. Around it: probes and
+metrics (:mod:`rolloutfleet.fleet.probes`); a stop signal finishes and publishes the
+fragment in hand (with Redis away, a second of tries, then it is dropped); Redis away or
+refusing a command (NOPERM): not ready, retried with backoff, the fragment kept, never a
+crash loop; a full stream is a wait for a learner (:mod:`rolloutfleet.fleet.learner_wait`);
+a hung env call (:mod:`rolloutfleet.fleet.env_watchdog`); the supervisor gone
+(:mod:`rolloutfleet.fleet.parent_watch`); NaN/inf rows counted. What cannot work ends the
+worker with one line and an exit code (:mod:`rolloutfleet.fleet.termination`). The whole
+list, user-facing: docs/guides/worker.md.
 """
 
 from __future__ import annotations
@@ -46,7 +22,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -63,23 +38,17 @@ from rolloutfleet.fleet.env_watchdog import EnvWatchdog, Verdict, leave
 from rolloutfleet.fleet.learner_wait import LearnerWait
 from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
+from rolloutfleet.fleet.termination import EXIT_REDIS, report_fatal, report_unbuildable
 from rolloutfleet.fleet.worker_metrics import WorkerMetrics
 from rolloutfleet.spec.job import SpecError
-from rolloutfleet.spec.missing_modules import PROFILE_VARIABLE, missing_module, missing_module_line
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.connection import address, failure_line
 from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted, RedisFull
 
 log = logging.getLogger("rolloutfleet.fleet.worker")
 
-EXIT_BAD_SPEC = 3
-EXIT_REDIS = 4
-"""Redis refused the password, or was never reached within ``redis_startup_timeout_s``."""
 STOP_RETRY_S = 1.0
 """How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
-WAITING_BEAT_S = 10.0
-"""How often a worker waiting for a learner refreshes its heartbeat (which says since when)."""
-TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
 
 
 @dataclass
@@ -107,10 +76,8 @@ class Worker:
         self.transport: WorkerTransport | None = None
         self.nonfinite = NonFiniteTally()
         self._interrupt_envs: Callable[[], None] | None = None
-        self._counted: dict[str, float] = {}
         self.learner_wait = LearnerWait()
         self._stats: Mapping[str, float | int] = {}  # the last fragment's, for heartbeats while waiting
-        self._waiting_beat: tuple[float, float | None] = (0.0, None)  # (monotonic time, since) of the last
         self.watchdog: EnvWatchdog | None = None
         self._last_refusal = ""  # the last NOPERM line said (each distinct one once)
 
@@ -195,7 +162,7 @@ class Worker:
         loop = _Loop()
         while not self.stopping or loop.pending is not None:
             self.probes.beat()
-            self._count_transport(transport)
+            self.metrics.count_transport(transport)
             try:
                 self._one_fragment(runner, transport, loop)
             except PublishInterrupted:
@@ -343,17 +310,14 @@ class Worker:
 
     def _beat_waiting(self) -> None:
         """While waiting for a learner, a heartbeat that says since when: at once when that
-        changed, else every :data:`WAITING_BEAT_S`. Best effort: a Redis error here is the
-        publisher's to meet (and retry) on its next call."""
-        if self.transport is None:
+        changed, else every ``WAITING_BEAT_S`` (:meth:`LearnerWait.beat_due`). Best effort: a Redis
+        error here is the publisher's to meet (and retry) on its next call."""
+        if self.transport is None or not self.learner_wait.beat_due(time.monotonic()):
             return
         since = self.learner_wait.since
-        last_at, last_since = self._waiting_beat
-        if since == last_since and (since is None or time.monotonic() - last_at < WAITING_BEAT_S):
-            return
         with contextlib.suppress(redis.RedisError):
             self.transport.heartbeat(self._stats, waiting_since=since)
-            self._waiting_beat = (time.monotonic(), since)
+            self.learner_wait.beat = (time.monotonic(), since)
 
     def _gave_up(self, exc: Exception, began: float) -> bool:
         """Whether Redis, never reached yet, has been tried for ``redis_startup_timeout_s``
@@ -392,51 +356,15 @@ class Worker:
         return 0
 
     def _record(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:
-        m = self.metrics
         if news:
             log.warning("%s", NonFiniteTally.describe(news))
-            m.nonfinite_obs.inc(news.obs_rows)
-            m.nonfinite_rewards.inc(news.reward_rows)
-            m.filter_quarantined.inc(news.quarantined)
-        m.env_steps.inc(stats["num_env_steps_sampled"])
-        m.episodes.inc(stats["num_episodes"])
-        m.episodes_truncated_by_max_steps.inc(stats.get("num_episodes_truncated_by_max_steps", 0))
-        m.steps_per_s.set(stats["env_steps_per_s"])
-        if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
-            m.episode_return.set(stats["episode_return_mean"])
-        m.record_custom(stats)
-        m.record_external(stats)
-        m.record_step_timing(stats)
-        m.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
-
-    def _count_transport(self, transport: WorkerTransport) -> None:
-        """Carry the transport's own counters (publishers', weights subscribers') into the metrics."""
-        publishers = [p.stats for p in transport.publishers.values()]
-        totals = {
-            "backpressure_seconds": sum(p.blocked_seconds for p in publishers),
-            "redis_full_seconds": sum(p.oom_wait_seconds for p in publishers),
-            "batches_resent": sum(p.resent for p in publishers),
-            "weights_resets": sum(s.resets for s in transport.subscribers.values()),
-            "weights_refused": sum(s.refusals for s in transport.subscribers.values()),
-        }
-        for name, total in totals.items():
-            if total > self._counted.get(name, 0):
-                getattr(self.metrics, name).inc(total - self._counted.get(name, 0))
-                self._counted[name] = total
+        self.metrics.record_fragment(stats, restarts_seen, news)
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not self.stopping:
             self.probes.beat()
             time.sleep(min(0.1, deadline - time.monotonic()))
-
-
-def report_fatal(message: str) -> None:
-    """One line for humans (stderr) and for the operator (the pod's termination message)."""
-    line = message.replace("\n", " ")[:1000]
-    print(f"rolloutfleet worker: {line}", file=sys.stderr, flush=True)
-    with contextlib.suppress(OSError):  # not in a pod, or a read-only path: stderr is enough
-        TERMINATION_LOG.write_text(line + "\n")
 
 
 def main(environ: Mapping[str, str] | None = None, log_level: str | None = None) -> int:
@@ -460,18 +388,8 @@ def main(environ: Mapping[str, str] | None = None, log_level: str | None = None)
         signal.signal(signal.SIGTERM, worker.request_stop)
         signal.signal(signal.SIGINT, worker.request_stop)
         return worker.run()
-    except SpecError as exc:
-        module = missing_module(exc)
-        report_fatal(
-            str(exc) if module is None else missing_module_line(module, environ.get(PROFILE_VARIABLE), str(exc))
-        )
-        return EXIT_BAD_SPEC
-    except ImportError as exc:  # torch for a policy that needs it, in an image without it
-        module = missing_module(exc)
-        if module is None:
-            raise
-        report_fatal(missing_module_line(module, environ.get(PROFILE_VARIABLE)))
-        return EXIT_BAD_SPEC
+    except (SpecError, ImportError) as exc:  # ImportError: torch for a policy that needs it, in an image without it
+        return report_unbuildable(exc, environ)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
+    from rolloutfleet.fleet.nonfinite import NonFinite
+    from rolloutfleet.fleet.worker_transport import WorkerTransport
     from rolloutfleet.inference.policy import Policy
     from rolloutfleet.sampling.vectorization import VectorChoice
 
@@ -36,6 +38,7 @@ class WorkerMetrics:
     def __init__(self, job: str, namespace: str, index: int) -> None:
         self.registry = CollectorRegistry()
         self._labels = {"job_name": job, "namespace": namespace, "worker_index": str(index)}
+        self._counted: dict[str, float] = {}  # the transport's totals carried so far (count_transport)
         # Registered in this order (the order of /metrics).
         self._sampling_series()
         self._progress_series()
@@ -169,6 +172,39 @@ class WorkerMetrics:
             if name.startswith("custom/"):
                 key, _, stat = name.removeprefix("custom/").rpartition("_")
                 self._custom.labels(**self._labels, metric=key, stat=stat).set(value)
+
+    def record_fragment(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:
+        """A sampled fragment: the runner's metrics (``restarts_seen``: its env restarts counted
+        so far) and its NaN/inf rows (``news``)."""
+        if news:
+            self.nonfinite_obs.inc(news.obs_rows)
+            self.nonfinite_rewards.inc(news.reward_rows)
+            self.filter_quarantined.inc(news.quarantined)
+        self.env_steps.inc(stats["num_env_steps_sampled"])
+        self.episodes.inc(stats["num_episodes"])
+        self.episodes_truncated_by_max_steps.inc(stats.get("num_episodes_truncated_by_max_steps", 0))
+        self.steps_per_s.set(stats["env_steps_per_s"])
+        if stats["episode_return_mean"] == stats["episode_return_mean"]:  # not NaN
+            self.episode_return.set(stats["episode_return_mean"])
+        self.record_custom(stats)
+        self.record_external(stats)
+        self.record_step_timing(stats)
+        self.env_restarts.inc(int(stats["num_env_restarts"]) - restarts_seen)
+
+    def count_transport(self, transport: WorkerTransport) -> None:
+        """Carry the transport's own counters (publishers', weights subscribers') into the metrics."""
+        publishers = [p.stats for p in transport.publishers.values()]
+        totals = {
+            "backpressure_seconds": sum(p.blocked_seconds for p in publishers),
+            "redis_full_seconds": sum(p.oom_wait_seconds for p in publishers),
+            "batches_resent": sum(p.resent for p in publishers),
+            "weights_resets": sum(s.resets for s in transport.subscribers.values()),
+            "weights_refused": sum(s.refusals for s in transport.subscribers.values()),
+        }
+        for name, total in totals.items():
+            if total > self._counted.get(name, 0):
+                getattr(self, name).inc(total - self._counted.get(name, 0))
+                self._counted[name] = total
 
     def record_step_timing(self, stats: Mapping[str, float | int], publish_seconds: float | None = None) -> None:
         """The runner's ``timers/<phase>_ms`` (none: a runner that does not time its steps) and,

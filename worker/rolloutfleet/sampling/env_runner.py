@@ -32,9 +32,10 @@ from rolloutfleet.inference.obs_spaces import ObsParts
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_creators import derive_seed, episode_id_base
 from rolloutfleet.sampling.envs import make_vector_env
-from rolloutfleet.sampling.episode_clock import Ended, EpisodeClock
+from rolloutfleet.sampling.episode_clock import EpisodeClock
 from rolloutfleet.sampling.grid import RAW_REWARDS, SEQ_NO, VALID, Grid, batch_columns, grid_columns
 from rolloutfleet.sampling.info_columns import InfoColumns
+from rolloutfleet.sampling.row_callbacks import RowCallbacks
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.sampling.sync_vector_env import FAILED
 from rolloutfleet.sampling.vector_policy import VectorPolicy
@@ -110,6 +111,10 @@ class EnvRunner(Runner[SampleBatch]):
         specs = grid_columns(self.policy, state, state_names, raw_rewards=self.sampling.clip_rewards is not None)
         self._grid = Grid(n, specs, self.observation_space.shape or (), obs_dtype, leaves)
         self._batch_names = batch_columns(self.policy, state_names)
+        calls = (self._call_start, self._call_step, self._call_end)
+        self._row_callbacks = (
+            RowCallbacks(self, self._grid, calls, self._end_custom_metrics) if self._per_step else None
+        )
         self._infos = InfoColumns(info_keys, self._grid) if info_keys else None  # sampling.infos
         self._obs: np.ndarray | None = None
         # eps_ids stay unique across workers and across restarts of the same worker.
@@ -160,29 +165,18 @@ class EnvRunner(Runner[SampleBatch]):
     # -- the hot loop -----------------------------------------------------------------
 
     def _run_steps(self, start: int, steps: int, explore: bool, random_actions: bool) -> None:
-        """Step all sub-envs ``steps`` times, writing grid rows ``start`` onwards: the sampler's hot
-        path (tens of microseconds per vector step at 64 envs): act, step, one numpy assignment
-        per column. Episode bookkeeping runs over the whole chunk afterwards (:meth:`_account`);
-        only an env failure, or episode callbacks, make it run earlier."""
-        grid = self._grid
-        grid.ensure_capacity(start + steps)
-        if self._obs is None:
-            self._reset_envs()
-        cols = grid.columns
+        """Step all sub-envs ``steps`` times, writing grid rows ``start`` onwards: the hot path (tens of µs
+        per vector step at 64 envs): act, step, one numpy assignment per column. Episode bookkeeping runs
+        over the whole chunk afterwards (:meth:`_account`), earlier only on env failures or callbacks."""
+        cols = self._ready_grid(start + steps)
         c_act, c_logp, c_dist, c_vf, c_term, c_trunc, c_rew = (cols[name] for name in STEP_COLUMNS)
         c_raw = cols.get(RAW_REWARDS)
-        clip_rewards, per_step, obs_filter, clip = self.sampling.clip_rewards, self._per_step, self.filter, self._clip
-        resilient = self.vectorization == "sync"
-        vector_policy, put, infos = self._vector_policy, grid.obs_writer(), self._infos
-        act = vector_policy.act(explore, random_actions)
-        act_stateful = vector_policy.stateful_act(explore, random_actions, cols) if vector_policy.state else None
-        noise = None if random_actions else self.policy.noise_state(explore)
-        ended = self._clock.pending.copy() if noise is not None or act_stateful is not None else None
-        exempt = vector_policy.mask_exempt
-        if exempt is not None:
-            exempt[:] = self._clock.pending
+        clip_rewards, obs_filter, clip, per_step = self.sampling.clip_rewards, self.filter, self._clip, self._per_step
+        resilient, put, infos = self.vectorization == "sync", self._grid.obs_writer(), self._infos
+        pending = self._clock.pending  # sub-envs whose next step is a reset step
+        act, act_stateful, noise, ended, exempt = self._vector_policy.actors(explore, random_actions, cols, pending)
         env_step, obs, accounted = self.env.step, self._obs, start  # rows before `accounted`: bookkeeping done
-        assert obs is not None  # _reset_envs set it
+        assert obs is not None  # _ready_grid set it
         put(start, obs)
         inference_s = env_wait_s = 0.0  # StepTiming's sums: three clock reads per vector step
         for s in range(start, start + steps):
@@ -224,14 +218,17 @@ class EnvRunner(Runner[SampleBatch]):
             if info:
                 accounted = self._read_info(s, info, accounted, noise, resilient)
             if per_step:
-                self._account(accounted, s + 1)
-                accounted = s + 1
+                accounted = self._account(accounted, s + 1)
         self._account(accounted, start + steps)
         self._obs = obs
-        timing = self.step_timing
-        timing.inference_s += inference_s
-        timing.env_wait_s += env_wait_s
-        timing.steps += steps
+        self.step_timing.add(inference_s, env_wait_s, steps)
+
+    def _ready_grid(self, rows: int) -> dict[str, np.ndarray]:
+        """Room for ``rows`` grid rows and a first observation (the envs' first reset): the grid's columns."""
+        self._grid.ensure_capacity(rows)
+        if self._obs is None:
+            self._reset_envs()
+        return self._grid.columns
 
     def _restart_episodes(
         self, ended: np.ndarray, done: np.ndarray, noise: OrnsteinUhlenbeckNoise | None
@@ -280,13 +277,13 @@ class EnvRunner(Runner[SampleBatch]):
             self._vector_policy.mask_exempt[:] = False
         return s + 1
 
-    def _account(self, a: int, b: int, failed: np.ndarray | None = None) -> None:
+    def _account(self, a: int, b: int, failed: np.ndarray | None = None) -> int:
         """Episode bookkeeping for grid rows ``[a, b)`` (:meth:`EpisodeClock.advance`): their
         ``_valid``, ``eps_id`` and ``t`` columns, and the episodes that ended (returns, lengths,
         callbacks), in the order they ended. ``failed`` marks sub-envs whose last row is not a
-        transition (their episodes are dropped by the caller)."""
+        transition (their episodes are dropped by the caller). Returns ``b``, the first row not accounted."""
         if b <= a:
-            return
+            return b
         cols = self._grid.columns
         rewards = cols[sb.REWARDS if RAW_REWARDS not in cols else RAW_REWARDS][a:b]
         ended = self._clock.advance(
@@ -296,42 +293,9 @@ class EnvRunner(Runner[SampleBatch]):
         self.stats.lifetime_env_steps += ended.transitions
         self.stats.period.env_steps += ended.transitions
         self.stats.episodes(ended.returns, ended.lengths)
-        if self._per_step:
-            self._episode_callbacks(a, cols[VALID][a:b], ended)
-
-    def _episode_callbacks(self, a: int, valid: np.ndarray, ended: Ended) -> None:
-        """Steps, then episode ends and the episodes that follow them, row by row."""
-        cols, callbacks = self._grid.columns, self.callbacks
-        rows, envs, new_ids, returns, lengths = ended.rows, ended.envs, ended.new_ids, ended.returns, ended.lengths
-        e = 0
-        for r in range(len(valid)):
-            s = a + r
-            if self._call_step:
-                for i in np.flatnonzero(valid[r]):
-                    callbacks.on_episode_step(
-                        runner=self,
-                        env_index=int(i),
-                        eps_id=int(cols[sb.EPS_ID][s, i]),
-                        action=cols[sb.ACTIONS][s, i],
-                        reward=float(cols[sb.REWARDS][s, i]),
-                        new_obs=self._grid.new_obs(s, int(i)),
-                    )
-            while e < len(rows) and rows[e] == r:
-                i = int(envs[e])
-                if self._call_end:
-                    callbacks.on_episode_end(
-                        runner=self,
-                        env_index=i,
-                        eps_id=int(cols[sb.EPS_ID][s, i]),
-                        episode_return=float(returns[e]),
-                        episode_length=int(lengths[e]),
-                        terminated=bool(cols[sb.TERMINATEDS][s, i]),
-                        truncated=bool(cols[sb.TRUNCATEDS][s, i]),
-                    )
-                self._end_custom_metrics(i, ended=True)
-                if self._call_start:
-                    callbacks.on_episode_start(runner=self, env_index=i, eps_id=int(new_ids[e]))
-                e += 1
+        if self._row_callbacks is not None:
+            self._row_callbacks(a, cols[VALID][a:b], ended)
+        return b
 
     def _restart_vector_env(self, exc: Exception, step: int) -> None:
         """The whole vector env raised (vector/async modes): rebuild it, drop ongoing episodes."""

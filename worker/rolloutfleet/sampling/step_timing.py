@@ -29,6 +29,12 @@ class StepTiming:
         self.inference_s = self.env_wait_s = 0.0
         self.steps = 0
 
+    def add(self, inference_s: float, env_wait_s: float, steps: int) -> None:
+        """A runner's chunk of ``steps`` vector steps spent these seconds acting and waiting for envs."""
+        self.inference_s += inference_s
+        self.env_wait_s += env_wait_s
+        self.steps += steps
+
     def end(self, total_s: float) -> None:
         """The call took ``total_s`` seconds in all; what inference and env waits did not take is recording."""
         if self.steps == 0:

@@ -15,12 +15,22 @@ from typing import Any
 import numpy as np
 
 from rolloutfleet.data import batch as sb
+from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
 from rolloutfleet.inference.policy import ActFn, Policy
 from rolloutfleet.spec.job import SpecError
 
 Outputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """(actions, logp, dist_inputs, values) of every sub-env."""
+
+Actors = tuple[
+    Callable[[Any], Outputs],
+    Callable[[Any, int], Outputs] | None,
+    OrnsteinUhlenbeckNoise | None,
+    np.ndarray | None,
+    np.ndarray | None,
+]
+""":meth:`VectorPolicy.actors`: (act, act_stateful, noise, ended, mask exempt)."""
 
 
 class VectorPolicy:
@@ -35,6 +45,20 @@ class VectorPolicy:
         self.state_init = policy.initial_state(num_envs) if policy.recurrent else []
         self.state = [part.copy() for part in self.state_init]
         self.state_names = sb.state_column_names(len(self.state), policy.spec.state_out) if self.state else ()
+
+    def actors(
+        self, explore: bool, random_actions: bool, columns: Mapping[str, np.ndarray], pending: np.ndarray
+    ) -> Actors:
+        """What a hot loop acts with: ``act(obs)`` or, for a stateful model, ``act_stateful(obs, row)``;
+        the OU noise (None: none, or random actions); the sub-envs whose last step ended an episode,
+        from ``pending`` (None: nothing restarts per episode); the mask-exempt sub-envs, set from ``pending``."""
+        act = self.act(explore, random_actions)
+        act_stateful = self.stateful_act(explore, random_actions, columns) if self.state else None
+        noise = None if random_actions else self.policy.noise_state(explore)
+        ended = pending.copy() if noise is not None or act_stateful is not None else None
+        if self.mask_exempt is not None:
+            self.mask_exempt[:] = pending
+        return act, act_stateful, noise, ended, self.mask_exempt
 
     def act(self, explore: bool, random_actions: bool) -> Callable[[Any], Outputs]:
         """``obs -> outputs`` for a stateless model; Dict/Tuple observations are read as the

@@ -1,0 +1,55 @@
+"""``spec.redis``: where batches and weights meet the learner, and how the stream is bounded."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rolloutfleet.spec.model_base import SpecModel as _Model
+from rolloutfleet.spec.network import RedisTLSSpec
+from rolloutfleet.spec.redis_keys import MAX_SHARDS
+from rolloutfleet.spec.redis_url import parse_redis_url
+
+
+class PasswordSecretRef(_Model):
+    name: str
+    key: str = "password"
+
+
+class RedisSpec(_Model):
+    """Where batches and weights meet the learner."""
+
+    url: str = "redis://localhost:6379/0"
+    """``redis://`` or ``rediss://`` (TLS). Never put a password here: use passwordSecret."""
+    password_secret: PasswordSecretRef | None = None
+    """Kubernetes Secret holding the password; workers read it from ROLLOUTFLEET_REDIS_PASSWORD."""
+    tls: RedisTLSSpec | None = None
+    """``caSecret``: the CA that verifies a ``rediss://`` server, mounted read-only in the workers."""
+    admin_secret: PasswordSecretRef | None = None
+    """A Secret in the job's namespace with an admin password (and optionally ``username``) of
+    the job's own Redis: the operator mints the job's Redis users there (docs/operations/security.md)."""
+    max_len: int = Field(default=1000, ge=1)
+    """Upper bound on entries kept in the job's batch stream."""
+    backpressure: Literal["block", "dropOldest"] = "block"
+    """When the stream is full: block the worker (with a timeout) or trim the oldest entries (counted)."""
+    block_timeout_seconds: float = Field(default=60.0, gt=0)
+    compression: Literal["none", "lz4", "zstd"] = "none"
+    shards: int | None = Field(default=None, ge=1, le=MAX_SHARDS)
+    """Batch streams of the job, each in its own hash slot (a Redis Cluster spreads them over
+    its masters); worker ``i`` writes shard ``i % shards``. Unset: 1 on a plain Redis, one
+    per master (at most 16) on a Redis Cluster."""
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        parsed = parse_redis_url(value)  # BadRedisURL: one line without the credentials
+        if parsed.password is not None:
+            raise ValueError("must not contain a password; use passwordSecret")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> RedisSpec:
+        if self.tls is not None and self.tls.ca_secret is not None and not self.url.lower().startswith("rediss://"):
+            raise ValueError("tls.caSecret verifies a TLS server: the url must start with rediss://")
+        return self
