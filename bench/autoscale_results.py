@@ -19,19 +19,24 @@ from bench.bench_autoscale import PHASES, Setting
 from bench.results import OUT, Table, Value, machine, write
 
 
+def order(setting: Setting) -> tuple[bool, int, int, float, int]:
+    """The sweep's order: fixed fleets first, largest first; then autoscaled by start, headroom, window."""
+    return setting.fixed is None, -(setting.fixed or 0), setting.start, setting.headroom, setting.window_s
+
+
 def read_runs(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """Runs by their fleet's label, in the order the file first names each fleet."""
-    runs: dict[str, list[dict[str, Any]]] = {}
+    """Runs by their fleet's label, fleets in the sweep's order (runs end in any order)."""
+    runs: dict[Setting, list[dict[str, Any]]] = {}
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
             run = json.loads(line)
-            label = Setting(**run["setting"]).label
+            setting = Setting(**run["setting"])
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path}:{number}: not a bench_autoscale run ({error})") from None
-        runs.setdefault(label, []).append(run)
-    return runs
+        runs.setdefault(setting, []).append(run)
+    return {setting.label: runs[setting] for setting in sorted(runs, key=order)}
 
 
 def median(runs: list[dict[str, Any]], key: str, index: int | None = None) -> float | None:

@@ -25,7 +25,7 @@ def line(setting: Setting, repeat: int, worker_seconds: float, starved: float) -
 
 
 def runs_file(tmp_path: Path) -> Path:
-    runs = [line(FIXED, 0, 480, 0.05), line(SCALED, 0, 300, 0.20), line(FIXED, 1, 470, 0.03)]
+    runs = [line(SCALED, 0, 300, 0.20), line(FIXED, 0, 480, 0.05), line(FIXED, 1, 470, 0.03)]
     runs += [line(SCALED, 1, 320, 0.10), line(FIXED, 2, 490, 0.04), line(SCALED, 2, 310, 0.15)]
     path = tmp_path / "runs.jsonl"
     path.write_text("\n".join(runs) + "\n")
@@ -37,7 +37,7 @@ def test_medians_per_fleet_round_trip(tmp_path: Path) -> None:
     bench, where, (cost, starved) = read(tmp_path / "bench_autoscale.json")
     assert bench == "bench_autoscale" and where["cores"] >= 1 and "load_average_1m" in where
     fixed, scaled = cost.rows
-    assert (fixed["fleet"], scaled["fleet"]) == (FIXED.label, SCALED.label)
+    assert (fixed["fleet"], scaled["fleet"]) == (FIXED.label, SCALED.label)  # the sweep's order, not the file's
     assert (fixed["runs"], fixed["worker-seconds"], scaled["worker-seconds"]) == (3, 480.0, 310.0)
     assert starved.series == ["over the run", "fast", "slow", "back"]  # "gone": the learner reads nothing
     assert (scaled["over the run"], scaled["fast"], scaled["slow"], scaled["back"]) == (15.0, 15.0, 0.0, 30.0)
