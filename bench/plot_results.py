@@ -44,7 +44,7 @@ def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
         for k, (i, value) in enumerate(bars):
             ax.bar(group + (k - (len(bars) - 1) / 2) * width, value, width, color=f"C{i % 10}")
     drawn = sorted({i for bars in values for i, _ in bars})
-    legend = [Patch(color=f"C{i % 10}", label=textwrap.fill(table.series[i], 20)) for i in drawn]
+    legend = [Patch(facecolor=f"C{i % 10}", label=textwrap.fill(table.series[i], 20)) for i in drawn]
     ax.set_xticks(range(len(groups)), [textwrap.fill(group, 22) for group in groups], fontsize="small")
     ax.set_xlabel(table.x)
     ax.set_ylabel(table.unit + (" (log scale)" if table.log_y else ""))
