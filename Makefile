@@ -76,7 +76,7 @@ fmt: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the sampling, transport, fleet, multi-agent, footprint, Atari, GPU and heavy-env tables also as JSON and matplotlib plots in out/bench
+bench: install ## throughput figures, ours next to the ceiling and the peer, a worker's memory and start-up, and CPU vs GPU inference (GPU where one is usable), measured in one run; the sampling, transport, fleet, multi-agent, footprint, Atari, GPU, heavy-env and operator tables also as JSON and matplotlib plots in out/bench
 	$(BIN)/python -m bench.bench_footprint
 	$(BIN)/python -m bench.bench_sampling
 	$(BIN)/python -m bench.bench_transport
@@ -100,9 +100,12 @@ bench-external: install ## external simulators: actions/s and p50/p99 latency fo
 	$(BIN)/python -m bench.bench_external
 	$(BIN)/python -m bench.plot_results out/bench
 
-bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 REPEATS=3: worker-seconds at matched starvation
+bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 REPEATS=3: worker-seconds at matched starvation; JSON and plots in out/bench
+	mkdir -p out/bench && rm -f out/bench/bench_autoscale.jsonl
 	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60) --repeats $(or $(REPEATS),1) \
-		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8)
+		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8) --json out/bench/bench_autoscale.jsonl
+	$(BIN)/python -m bench.autoscale_results out/bench/bench_autoscale.jsonl
+	$(BIN)/python -m bench.plot_results out/bench
 
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers; JSON and plots in out/bench
 	$(BIN)/python -m bench.bench_cluster

@@ -34,7 +34,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from bench import apiserver_metrics, children
+from bench import apiserver_metrics, children, operator_results, results
 from bench.sim_kubelet import SimKubelet
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 
@@ -369,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()
         print(f"\nOperator on the local control plane ({os.cpu_count()} cores, load {load[0]:.1f}; work dir {work})")
         print("\n".join(render(rows, os.cpu_count() or 1)))
+        if rows:  # the tables as JSON too, for bench.plot_results
+            results.write("bench_operator", operator_results.tables(rows), results.machine())
     return 0 if all(r.outcome.startswith("ok") for r in rows) else 1
 
 

@@ -1,6 +1,7 @@
 """``python -m bench.plot_results [DIR]``: one PNG per table of every ``DIR/*.json`` that the
 benches wrote (default ``out/bench``), drawn by matplotlib: grouped bars, one group per row,
-one bar per measured column, the machine in the caption."""
+one bar per measured column (a column not measured in a row leaves no gap: the row's bars
+stay centred on its tick), the machine in the caption."""
 
 from __future__ import annotations
 
@@ -21,20 +22,29 @@ def caption(where: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def measured(table: Table) -> list[list[tuple[int, float]]]:
+    """Per row, (series index, value) of each column measured (a number; None is not)."""
+    return [
+        [(i, float(v)) for i, name in enumerate(table.series) if isinstance(v := row.get(name), int | float)]
+        for row in table.rows
+    ]
+
+
 def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
 
     groups = [str(row[table.x]) for row in table.rows]
-    width = 0.8 / max(len(table.series), 1)
-    figure = Figure(figsize=(max(8.0, 0.5 * len(groups) * max(len(table.series), 1) + 3), 4.5), dpi=100)
+    values = measured(table)
+    slots = max((len(bars) for bars in values), default=1) or 1  # a row's bars sit centred on its tick
+    width = 0.8 / slots
+    figure = Figure(figsize=(max(8.0, 0.5 * len(groups) * slots + 3), 4.5), dpi=100)
     ax = figure.subplots()
-    for i, name in enumerate(table.series):
-        xs = [g + (i - (len(table.series) - 1) / 2) * width for g in range(len(groups))]
-        values = [row.get(name) for row in table.rows]
-        measured = [(x, float(v)) for x, v in zip(xs, values, strict=True) if isinstance(v, int | float)]
-        if measured:
-            label = textwrap.fill(name, 20)
-            ax.bar([x for x, _ in measured], [v for _, v in measured], width, label=label, color=f"C{i % 10}")
+    for group, bars in enumerate(values):
+        for k, (i, value) in enumerate(bars):
+            ax.bar(group + (k - (len(bars) - 1) / 2) * width, value, width, color=f"C{i % 10}")
+    drawn = sorted({i for bars in values for i, _ in bars})
+    legend = [Patch(facecolor=f"C{i % 10}", label=textwrap.fill(table.series[i], 20)) for i in drawn]
     ax.set_xticks(range(len(groups)), [textwrap.fill(group, 22) for group in groups], fontsize="small")
     ax.set_xlabel(table.x)
     ax.set_ylabel(table.unit + (" (log scale)" if table.log_y else ""))
@@ -42,7 +52,7 @@ def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
         ax.set_yscale("log")
     ax.set_title(textwrap.fill(table.title, 80), loc="left", fontsize="small")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(handles=legend, fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.text(0.01, 0.01, caption(where), fontsize="x-small", color="0.4")
     figure.subplots_adjust(left=0.12, right=0.82, top=0.86, bottom=0.2)
     buffer = io.BytesIO()

@@ -21,6 +21,11 @@ def columns_of(image: np.ndarray, colour: str) -> tuple[int, int]:
     return int(rows.min()) if rows.size else -1, int(near.sum())
 
 
+def axes_of(image: np.ndarray) -> np.ndarray:
+    """The plot without its legend (right of 82 % of the width), whose swatches sit high."""
+    return image[:, : int(0.8 * image.shape[1])]
+
+
 def test_results_round_trip_with_the_machine(tmp_path: Path) -> None:
     table = Table("t", "envs", ["cpu", "gpu"], rows=[{"envs": 8, "cpu": 10.0, "gpu": None}])
     path = write("bench_x", [table], machine(gpu=None), out=tmp_path)
@@ -57,3 +62,21 @@ def test_a_log_axis_shows_small_rows_beside_large_ones(tmp_path: Path) -> None:
     _, logged = columns_of(imread(tmp_path / "log-1.png")[:, :400], "C0")
     assert logged > 20 * max(linear, 1)
     assert read(tmp_path / "log.json")[2][0].log_y and not read(tmp_path / "lin.json")[2][0].log_y
+
+
+def bar_width(image: np.ndarray, colour: str) -> int:
+    """Pixel columns of ``colour`` in the plot (the legend cut off)."""
+    near = np.abs(axes_of(image)[:, :, :3] - np.array(colors.to_rgb(colour))).max(axis=2) < 0.02
+    return int(near.any(axis=0).sum())
+
+
+def test_a_row_measured_in_one_column_of_several_gets_a_bar_as_wide_as_its_group(tmp_path: Path) -> None:
+    """Phases that each have their own mark (created; settled): no gaps for the others' columns."""
+    dense = [{"what": "a", "seconds": 10.0}, {"what": "b", "seconds": 20.0}]
+    sparse = [{"what": "a", "created": 10.0, "settled": None}, {"what": "b", "settled": 20.0}]
+    write("dense", [Table("t", "what", ["seconds"], "s", dense)], machine(), out=tmp_path)
+    write("sparse", [Table("t", "what", ["created", "settled"], "s", sparse)], machine(), out=tmp_path)
+    assert plot_results.main([str(tmp_path)]) == 0
+    dense_image, sparse_image = imread(tmp_path / "dense-1.png"), imread(tmp_path / "sparse-1.png")
+    assert bar_width(dense_image, "C0") > 100  # the dense table's two bars
+    assert abs(bar_width(sparse_image, "C0") + bar_width(sparse_image, "C1") - bar_width(dense_image, "C0")) <= 4
