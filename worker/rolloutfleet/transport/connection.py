@@ -21,7 +21,9 @@ import threading
 from typing import Any, Self, cast
 
 import redis
+from redis._parsers import Encoder
 from redis.cluster import RedisCluster
+from redis.connection import PythonRespSerializer
 
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url, redacted_url
 from rolloutfleet.transport.client_options import PASSWORD_ENV, USERNAME_ENV, client_options
@@ -104,12 +106,20 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     return cast(redis.Redis, cluster.get_redis_connection(cluster.get_node_from_key(key)))
 
 
+UNCOPIED_VALUES = PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode)  # type: ignore[no-untyped-call]
+"""redis-py's pure-Python command packer: it hands an argument over 6 000 bytes to the
+socket as it is, where the default (hiredis's) copies the whole command into a fresh
+buffer, twice. For a 185 KB payload those copies and the page faults of fresh buffers cost
+a publish more than encoding the batch does (docs/transport.md, "Where the time goes")."""
+
+
 def connect(
     url: str,
     password: str | None = None,
     *,
     socket_timeout: float = 30.0,
     connect_timeout: float = 5.0,
+    large_values: bool = False,
 ) -> redis.Redis:
     """A client for ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``): a
     :class:`~redis.cluster.RedisCluster` when the node is in cluster mode. Asks the node
@@ -118,10 +128,14 @@ def connect(
     The password is ``password`` or else ``$ROLLOUTFLEET_REDIS_PASSWORD``; it is never
     logged (redis-py masks it in the client's repr). ``socket_timeout`` must exceed the
     longest BLOCK plus the largest transfer: without one a dead server hangs the caller.
+    ``large_values``: the client sends an argument over 6 000 bytes (a batch's payload)
+    from its own buffer (:data:`UNCOPIED_VALUES`; not on a Redis Cluster, whose client
+    takes no packer and copies as before).
     """
     parsed = parse_redis_url(url)  # BadRedisURL (a ValueError): one line, no password
     options = client_options(password, socket_timeout, connect_timeout, parsed)
-    client = redis.Redis.from_url(parsed.client_url, health_check_interval=30, **options)
+    packer = {"command_packer": UNCOPIED_VALUES} if large_values else {}
+    client = redis.Redis.from_url(parsed.client_url, health_check_interval=30, **options, **packer)
     if parsed.scheme == "unix":
         return client
     cluster = _cluster_state(client)
@@ -172,10 +186,11 @@ class JobClient:
         reconnect_timeout_s: float,
         socket_timeout_s: float = 30.0,
         stop: threading.Event | None = None,
+        large_values: bool = False,
     ) -> None:
         self._retry = RetryLoop(reconnect_timeout_s, stop=stop, where=where_url(redis_url))
         self.client: redis.Redis = self._retry.call(
-            lambda: connect(redis_url, password, socket_timeout=socket_timeout_s)
+            lambda: connect(redis_url, password, socket_timeout=socket_timeout_s, large_values=large_values)
         )
         self._retry.client = self.client
 
