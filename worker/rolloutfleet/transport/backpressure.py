@@ -35,6 +35,14 @@ return 1
 """
 """KEYS[1]: the job's ``learners`` hash; ARGV: the group, the hash's TTL in ms."""
 
+LAST_ID_SCRIPT = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] then return last[1][1] end
+return false
+"""
+"""KEYS[1]: a stream; the id of its last entry (nil when empty). XREVRANGE itself would send
+the whole entry, its payload with it, to every measuring publisher."""
+
 
 @dataclass(frozen=True)
 class StreamLoad:
@@ -199,7 +207,7 @@ class BackpressureMeter:
         pipe.xinfo_groups(self.keys.batches)
         pipe.hgetall(self.keys.learners)
         pipe.time()
-        pipe.xrevrange(self.keys.batches, count=1)  # the last entry: a group past it has nothing undelivered
+        pipe.eval(LAST_ID_SCRIPT, 1, self.keys.batches)  # a group past the last entry has nothing undelivered
         for name in self.groups:
             pipe.xinfo_consumers(self.keys.batches, name)
             pipe.xpending(self.keys.batches, name)
@@ -234,7 +242,7 @@ class BackpressureMeter:
             per_group = pipe.execute(raise_on_error=False) if names else []
         consumers, pending = per_group[0::2], per_group[1::2]
         idle = group_idle_ms(names, consumers, reading, now)
-        last_id = _text(last[0][0]) if isinstance(last, list) and last else None
+        last_id = _text(last) if isinstance(last, bytes | str) else None
         load = stream_load(int(length), groups, idle, self.learner_idle_s, last_id)
         learners = [(name, summary) for name, summary in zip(names, pending, strict=True) if name not in load.ignored]
         bound = None

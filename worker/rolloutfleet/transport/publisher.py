@@ -179,6 +179,7 @@ class BatchPublisher(JobClient):
             reconnect_timeout_s=reconnect_timeout_s,
             socket_timeout_s=socket_timeout_s,
             stop=self._interrupted,
+            large_values=True,  # the payload goes to the socket uncopied
         )
         self.job_client = self.client
         """The client for the job's other keys (a Redis Cluster client on a cluster)."""

@@ -1,0 +1,43 @@
+"""The backpressure measurement's Redis side against a real redis-server: the stream's last
+entry id (without the entry), and a learner that consumed everything."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import redis
+
+from rolloutfleet.transport.backpressure import LAST_ID_SCRIPT, stream_id
+from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.publisher import BatchPublisher
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_last_id_script_answers_the_last_entry_id_or_nil(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    assert client.eval(LAST_ID_SCRIPT, 1, "s") is None  # no stream
+    ids = [client.xadd("s", {"payload": b"x" * 100_000}) for _ in range(3)]
+    assert client.eval(LAST_ID_SCRIPT, 1, "s") == ids[-1] == client.xrevrange("s", count=1)[0][0]
+    client.xdel("s", ids[-1])
+    assert client.eval(LAST_ID_SCRIPT, 1, "s") == ids[1]
+    client.xdel("s", *ids[:2])
+    assert client.eval(LAST_ID_SCRIPT, 1, "s") is None  # an empty stream
+
+
+def test_a_learner_that_consumed_everything_leaves_the_whole_stream_free(redis_url: str) -> None:
+    batch = {"obs": np.zeros((2048, 4), np.float32)}
+    with (
+        BatchPublisher(redis_url, "job", max_len=10) as publisher,
+        BatchConsumer(redis_url, "job", group="g") as consumer,
+    ):
+        consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it is a learner's
+        for _ in range(5):
+            publisher.publish(batch)
+        assert publisher.load().unconsumed == 5
+        consumer.ack(consumer.read(count=5, timeout=1))
+        load = publisher.load()
+        last = redis.Redis.from_url(redis_url).xrevrange(publisher.keys.batches, count=1)[0][0].decode()
+    assert (load.unconsumed, load.group) == (0, "g")
+    assert publisher.meter.trim_before is not None
+    assert stream_id(publisher.meter.trim_before) > stream_id(last)  # everything before it is consumed
