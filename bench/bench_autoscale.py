@@ -4,7 +4,8 @@ speed hardly depends on how many share the machine), a real redis-server, a lear
 this process whose appetite steps: fast, slow, gone, fast again.
 
 Per configuration (fixed sizes; autoscaled with each starting size x ``headroom`` x
-``windowSeconds`` of the sweep): worker-seconds (workers alive, summed over the run), the
+``windowSeconds`` x ``minReplicas`` x how workers start, forked from the warm server or exec'd, of the sweep;
+fixed fleets fork theirs): worker-seconds (workers alive, summed over the run), the
 learner's starvation (share of its time ``get()`` waited for rows, from its own
 ``BatchConsumer`` meter; over the run and per phase), rows it got, the time from each
 appetite step to the fleet's last change in it, changes. Medians over
@@ -12,7 +13,7 @@ appetite step to the fleet's last change in it, changes. Medians over
 fixed fleet (or the closest one). The load average is printed before and after.
 
 Usage: ``python -m bench.bench_autoscale [--phase-seconds 60] [--repeats 1] [--headroom 0.1,0.3]
-[--window-seconds 4,8] [--start 1,4] [--fixed 4,3] [--parallel 1] [--json out.jsonl]`` (``make bench-autoscale``).
+[--window-seconds 4,8] [--start 1,4] [--min-replicas 0,1] [--worker-start fork,exec] [--fixed 4,3] [--parallel 1] [--json out.jsonl]`` (``make bench-autoscale``).
 """
 
 from __future__ import annotations
@@ -48,12 +49,18 @@ class Setting:
     headroom: float = 0.1
     window_s: int = 8
     start: int = 1
+    worker_start: str = "fork"
+    """How the fleet starts a worker: forked from the warm server, or a new interpreter (exec)."""
+    min_replicas: int = 0
 
     @property
     def label(self) -> str:
+        how = "" if self.worker_start == "fork" else f", workers {self.worker_start}'d"
         if self.fixed is not None:
-            return f"fixed, {self.fixed} workers"
-        return f"autoscaled 0..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, window {self.window_s} s"
+            return f"fixed, {self.fixed} workers{how}"
+        return (
+            f"autoscaled 0..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, window {self.window_s} s{how}"
+        )
 
 
 @dataclass
@@ -75,7 +82,7 @@ def job(name: str, setting: Setting, idle_s: int) -> RolloutJob:
         "redis": {"maxLen": 20, "backpressure": "block", "blockTimeoutSeconds": 2},
     }
     if setting.fixed is None:
-        spec["autoscaling"] = {"minReplicas": 0, "maxReplicas": MAX_REPLICAS, "idleSeconds": idle_s,
+        spec["autoscaling"] = {"minReplicas": setting.min_replicas, "maxReplicas": MAX_REPLICAS, "idleSeconds": idle_s,
                                "windowSeconds": setting.window_s, "scaleDownSeconds": setting.window_s,
                                "headroom": setting.headroom}  # fmt: skip
     return RolloutJob.from_dict({"metadata": {"name": name}, "spec": spec})
@@ -128,7 +135,8 @@ class Learner:
 
 
 def run(name: str, setting: Setting, phase_s: float, url: str) -> Result:
-    fleet = LocalFleet(job(name, setting, max(5, int(phase_s / 4))), redis_url=url, grace_seconds=10)
+    spec = job(name, setting, max(5, int(phase_s / 4)))
+    fleet = LocalFleet(spec, redis_url=url, grace_seconds=10, start=setting.worker_start)
     learner = Learner(url, name)
     thread = threading.Thread(target=learner.run, daemon=True)
     worker_seconds, changes, settle, phase_starved = 0.0, 0, [], []
@@ -163,7 +171,9 @@ def sweep(args: argparse.Namespace) -> list[Setting]:
     peak = math.ceil(max(a for _, a in PHASES if a) * 1.1 / (1 / STEP_S * 0.85))  # ~85 % of the paced speed
     fixed = [int(f) for f in args.fixed.split(",")] if args.fixed else [peak, peak - 1]
     autoscaled = [
-        Setting(None, float(h), int(w), int(n))
+        Setting(None, float(h), int(w), int(n), how, int(low))
+        for how in args.worker_start.split(",")
+        for low in args.min_replicas.split(",")
         for n in args.start.split(",")
         for h in args.headroom.split(",")
         for w in args.window_seconds.split(",")
@@ -236,6 +246,9 @@ def main() -> None:
     parser.add_argument("--headroom", default="0.1", help="autoscaled: comma-separated headroom values to sweep")
     parser.add_argument("--window-seconds", default="8", help="autoscaled: comma-separated windowSeconds to sweep")
     parser.add_argument("--start", default="1", help="autoscaled: comma-separated starting sizes (spec.replicas)")
+    parser.add_argument("--worker-start", default="fork",
+                        help="autoscaled: comma-separated fork (warm server) and/or exec (fixed fleets: fork)")  # fmt: skip
+    parser.add_argument("--min-replicas", default="0", help="autoscaled: comma-separated minReplicas to sweep")
     parser.add_argument("--fixed", default="", help="fixed sizes, comma-separated (default: the peak's and one fewer)")
     parser.add_argument("--parallel", type=int, default=1, help="configurations run at once (more: noisier)")
     parser.add_argument("--json", default="", help="append each run's figures to this file (JSON lines)")
