@@ -69,8 +69,9 @@ class WorkerHandle(Protocol):
 
 
 def available() -> bool:
-    """Whether this platform has the fork server (Linux and macOS do; Windows does not)."""
-    return "forkserver" in multiprocessing.get_all_start_methods()
+    """Whether this platform has the fork server (Linux and macOS do; Windows does not), on the
+    Python whose launch step :class:`_Popen` mirrors (3.11); elsewhere workers are exec'd."""
+    return sys.version_info[:2] == (3, 11) and "forkserver" in multiprocessing.get_all_start_methods()
 
 
 class _Popen(popen_forkserver.Popen):

@@ -73,6 +73,8 @@ class LocalFleet:
             raise ValueError(f"start must be auto, fork or exec, got {start!r}")
         if start == "auto":
             start = "fork" if job.spec.autoscaling is not None and local_forkserver.available() else "exec"
+        elif start == "fork" and not local_forkserver.available():
+            raise ValueError("start fork: no fork server here (Python 3.11 on Linux or macOS): use exec")
         self.start_method = start
         self.job = job
         self.grace_seconds = grace_seconds
