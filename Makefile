@@ -100,9 +100,11 @@ bench-external: install ## external simulators: actions/s and p50/p99 latency fo
 	$(BIN)/python -m bench.bench_external
 	$(BIN)/python -m bench.plot_results out/bench
 
-bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 REPEATS=3: worker-seconds at matched starvation
+bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 START=1,4 MIN_REPLICAS=0,1 WORKER_START=fork,exec REPEATS=3: worker-seconds at matched starvation
 	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60) --repeats $(or $(REPEATS),1) \
-		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8)
+		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8) --start $(or $(START),1) \
+		--min-replicas $(or $(MIN_REPLICAS),0) --worker-start $(or $(WORKER_START),fork) --parallel $(or $(PARALLEL),1) \
+		--startup-repeats $(or $(STARTUP_REPEATS),5)
 
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers; JSON and plots in out/bench
 	$(BIN)/python -m bench.bench_cluster

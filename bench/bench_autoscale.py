@@ -4,16 +4,18 @@ speed hardly depends on how many share the machine), a real redis-server, a lear
 this process whose appetite steps: fast, slow, gone, fast again.
 
 Per configuration (fixed sizes; autoscaled with each starting size x ``headroom`` x
-``windowSeconds`` x ``minReplicas`` x how workers start, forked from the warm server or exec'd, of the sweep;
+``windowSeconds`` x ``minReplicas`` x worker start, forked from the warm server or exec'd;
 fixed fleets fork theirs): worker-seconds (workers alive, summed over the run), the
 learner's starvation (share of its time ``get()`` waited for rows, from its own
 ``BatchConsumer`` meter; over the run and per phase), rows it got, the time from each
-appetite step to the fleet's last change in it, changes. Medians over
-``--repeats``; then the cheapest autoscaled setting starved no more than the peak-sized
-fixed fleet (or the closest one). The load average is printed before and after.
+appetite step to the fleet's last change in it, changes; medians over ``--repeats`` (0:
+none); then the cheapest autoscaled setting starved no more than the peak-sized fixed fleet
+(or the closest one). ``--startup-repeats``: first, a worker's start to its first batch,
+forked and exec'd. The load average is printed before and after.
 
 Usage: ``python -m bench.bench_autoscale [--phase-seconds 60] [--repeats 1] [--headroom 0.1,0.3]
-[--window-seconds 4,8] [--start 1,4] [--min-replicas 0,1] [--worker-start fork,exec] [--fixed 4,3] [--parallel 1] [--json out.jsonl]`` (``make bench-autoscale``).
+[--window-seconds 4,8] [--start 1,4] [--min-replicas 0,1] [--worker-start fork,exec] [--fixed 4,3]
+[--parallel 1] [--startup-repeats 5] [--json out.jsonl]`` (``make bench-autoscale``).
 """
 
 from __future__ import annotations
@@ -29,10 +31,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
+import redis
+
 from rolloutfleet import RolloutJob
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.supervisor import LocalFleet
+from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 
 STEP_S = 0.005  # one env step: a worker makes at most 200 rows/s
@@ -239,6 +244,32 @@ def report(settings: list[Setting], results: dict[Setting, list[Result]]) -> Non
               f"is starved {median(results[best], 'starved'):.1%} and spends {saved:.0%} fewer worker-seconds")  # fmt: skip
 
 
+def startup(url: str, repeats: int) -> None:
+    """Seconds from starting one worker to its first batch in the stream, forked from the warm
+    server and exec'd, interleaved; medians (the first fork, which also starts the server, not counted)."""
+    times: dict[str, list[float]] = {"fork": [], "exec": []}
+    client = redis.Redis.from_url(url)
+    for repeat in range(repeats + 1):
+        for how in times:
+            name = f"startup-{how}-{repeat}"
+            fleet = LocalFleet(job(name, Setting(fixed=1), 60), redis_url=url, grace_seconds=10, start=how)
+            stream = job_keys(fleet.job.namespace, name).batches
+            began = time.monotonic()
+            with fleet:
+                while not client.xlen(stream):
+                    fleet.poll()
+                    if time.monotonic() - began > 120:
+                        raise SystemExit(f"worker start ({how}): no batch within 120 s; logs in {fleet.log_dir}")
+                    time.sleep(0.01)
+                took = time.monotonic() - began
+            if repeat:
+                times[how].append(took)
+    client.close()
+    for how, seconds in times.items():
+        print(f"worker start ({how}): {statistics.median(seconds):.2f} s from start to its first batch "
+              f"(median of {len(seconds)}, {min(seconds):.2f} to {max(seconds):.2f} s)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-seconds", type=float, default=60.0, help="each appetite phase lasts this long")
@@ -251,18 +282,28 @@ def main() -> None:
     parser.add_argument("--min-replicas", default="0", help="autoscaled: comma-separated minReplicas to sweep")
     parser.add_argument("--fixed", default="", help="fixed sizes, comma-separated (default: the peak's and one fewer)")
     parser.add_argument("--parallel", type=int, default=1, help="configurations run at once (more: noisier)")
+    parser.add_argument("--startup-repeats", type=int, default=0,
+                        help="first time a worker's start to its first batch, forked and exec'd, this many times each")  # fmt: skip
     parser.add_argument("--json", default="", help="append each run's figures to this file (JSON lines)")
     args = parser.parse_args()
     settings = sweep(args)
     load = os.getloadavg()
     print(f"load average before: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores", flush=True)
+    if args.startup_repeats:
+        with EmbeddedRedis() as server:
+            startup(server.url, args.startup_repeats)
+    if args.repeats > 0:
+        report_runs(settings, args)
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores")
+
+
+def report_runs(settings: list[Setting], args: argparse.Namespace) -> None:
     results = measure(settings, args)
     phases = ", ".join(f"{n} {a or 0:.0f} rows/s" for n, a in PHASES)
     print(f"\nappetite: {phases}; {args.phase_seconds:.0f} s each; one worker makes <= {1 / STEP_S:.0f} rows/s; "
           f"medians of {args.repeats} run(s), {args.parallel} at once\n")  # fmt: skip
     report(settings, results)
-    load = os.getloadavg()
-    print(f"load average after: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
