@@ -64,7 +64,8 @@ class Setting:
         if self.fixed is not None:
             return f"fixed, {self.fixed} workers{how}"
         return (
-            f"autoscaled 0..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, window {self.window_s} s{how}"
+            f"autoscaled {self.min_replicas}..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, "
+            f"window {self.window_s} s{how}"
         )
 
 
