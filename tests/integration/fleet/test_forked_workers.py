@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,10 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from rolloutfleet.fleet import local_forkserver
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from tests.integration.fleet.test_boundaries import alive
 from tests.integration.fleet_helpers import read_until, small_job, wait_until
@@ -32,6 +35,13 @@ def stat(pid: int) -> tuple[str, int]:
     text = Path(f"/proc/{pid}/stat").read_text()
     name = text[text.index("(") + 1 : text.rindex(")")]
     return name, int(text.rsplit(")", 1)[1].split()[1])
+
+
+def name_of(pid: int) -> str:
+    try:
+        return stat(pid)[0]
+    except OSError:
+        return ""  # gone
 
 
 def descendants(root: int) -> set[int]:
@@ -76,6 +86,10 @@ def test_a_forked_worker_publishes_is_restarted_after_sigkill_and_drains_on_sigt
     assert "stopped cleanly" in (fleet.log_dir / "worker-0.log").read_text()
 
 
+def text(path: Path) -> str:
+    return path.read_text(errors="replace")
+
+
 def autoscaled_manifest(tmp_path: Path) -> Path:
     job = small_job("forked-run", replicas=2).to_dict()["spec"]
     job["autoscaling"] = {"minReplicas": 2, "maxReplicas": 3, "idleSeconds": 600}
@@ -88,7 +102,8 @@ def autoscaled_manifest(tmp_path: Path) -> Path:
 
 def test_forked_workers_end_when_the_supervisor_is_killed(tmp_path: Path) -> None:
     """Held by a worker, the server's pipe would keep the server, and its workers, alive."""
-    stderr = (tmp_path / "run.stderr").open("wb")
+    stderr_path = tmp_path / "run.stderr"
+    stderr = stderr_path.open("wb")
     supervisor = subprocess.Popen(
         [sys.executable, "-m", "rolloutfleet.cli.main", "run", str(autoscaled_manifest(tmp_path)), "--no-status"],
         stdout=subprocess.DEVNULL,
@@ -99,17 +114,26 @@ def test_forked_workers_end_when_the_supervisor_is_killed(tmp_path: Path) -> Non
 
         def two_workers() -> bool:
             started.update(descendants(supervisor.pid))
-            return sum(1 for pid in started if alive(pid) and stat(pid)[0].startswith("rf-worker")) == 2
+            return sum(1 for pid in started if alive(pid) and name_of(pid).startswith("rf-worker")) == 2
 
         wait_until(two_workers, 120, "two forked workers")
-        time.sleep(2)  # their signal handlers and parent watch in place
+        # Both have published: their signal handlers and parent watch are in place.
+        wait_until(lambda: re.search(r"redis (redis://\S+),", text(stderr_path)) is not None, 60, "the URL")
+        url = re.search(r"redis (redis://\S+),", text(stderr_path))
+        assert url is not None
+        client = redis.Redis.from_url(url.group(1))
+        stream = job_keys("default", "forked-run").batches
+        wait_until(
+            lambda: {int(f[b"worker_index"]) for _, f in client.xrange(stream)} == {0, 1}, 120, "batches of both"
+        )
+        client.close()
         everything = descendants(supervisor.pid)
         supervisor.kill()
         supervisor.wait(30)
         deadline = time.monotonic() + 30  # a few seconds expected; generous on a loaded machine
         while time.monotonic() < deadline and any(alive(pid) for pid in everything):
             time.sleep(0.2)
-        left = {pid: stat(pid)[0] for pid in everything if alive(pid)}
+        left = {pid: name_of(pid) for pid in everything if alive(pid)}
         assert left == {}, f"orphans 30 s after the SIGKILL: {left}"
     finally:
         if supervisor.poll() is None:

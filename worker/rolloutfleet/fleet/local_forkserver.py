@@ -163,7 +163,12 @@ def _worker_main(environ: dict[str, str], log_path: str, index: int) -> None:
     os.environ.clear()
     os.environ.update(environ)
     # The worker watches its parent, the server: it ends when the fleet does (see the module doc).
-    os.environ[PARENT_PID_ENV] = str(os.getppid())
+    server = os.getppid()
+    try:  # the fleet still there now: the server (which outlives it) was our parent above
+        os.kill(int(environ[PARENT_PID_ENV]), 0)
+    except (KeyError, ValueError, ProcessLookupError):
+        os._exit(1)
+    os.environ[PARENT_PID_ENV] = str(server)
     multiprocessing.current_process().daemon = False  # its env processes (async vectorization) may start
     sys.argv = ["rolloutfleet", "worker"]
     with contextlib.suppress(OSError):  # not Linux: the name is only for ps and top
