@@ -19,9 +19,18 @@ from bench.bench_autoscale import PHASES, Setting
 from bench.results import OUT, Table, Value, machine, write
 
 
-def order(setting: Setting) -> tuple[bool, int, int, float, int]:
-    """The sweep's order: fixed fleets first, largest first; then autoscaled by start, headroom, window."""
-    return setting.fixed is None, -(setting.fixed or 0), setting.start, setting.headroom, setting.window_s
+def order(setting: Setting) -> tuple[bool, int, int, int, float, int, bool]:
+    """The sweep's order: fixed fleets first, largest first; then autoscaled by start, minReplicas,
+    headroom, window; forked workers before new interpreters."""
+    return (
+        setting.fixed is None,
+        -(setting.fixed or 0),
+        setting.start,
+        setting.min_replicas,
+        setting.headroom,
+        setting.window_s,
+        setting.worker_start != "fork",
+    )
 
 
 def read_runs(path: Path) -> dict[str, list[dict[str, Any]]]:

@@ -4,15 +4,18 @@ speed hardly depends on how many share the machine), a real redis-server, a lear
 this process whose appetite steps: fast, slow, gone, fast again.
 
 Per configuration (fixed sizes; autoscaled with each starting size x ``headroom`` x
-``windowSeconds`` of the sweep): worker-seconds (workers alive, summed over the run), the
+``windowSeconds`` x ``minReplicas`` x worker start, forked from the warm server or exec'd;
+fixed fleets fork theirs): worker-seconds (workers alive, summed over the run), the
 learner's starvation (share of its time ``get()`` waited for rows, from its own
 ``BatchConsumer`` meter; over the run and per phase), rows it got, the time from each
-appetite step to the fleet's last change in it, changes. Medians over
-``--repeats``; then the cheapest autoscaled setting starved no more than the peak-sized
-fixed fleet (or the closest one). The load average is printed before and after.
+appetite step to the fleet's last change in it, changes; medians over ``--repeats`` (0:
+none); then the cheapest autoscaled setting starved no more than the peak-sized fixed fleet
+(or the closest one). ``--startup-repeats``: first, a worker's start to its first batch,
+forked and exec'd. The load average is printed before and after.
 
 Usage: ``python -m bench.bench_autoscale [--phase-seconds 60] [--repeats 1] [--headroom 0.1,0.3]
-[--window-seconds 4,8] [--start 1,4] [--fixed 4,3] [--parallel 1] [--json out.jsonl]`` (``make bench-autoscale``).
+[--window-seconds 4,8] [--start 1,4] [--min-replicas 0,1] [--worker-start fork,exec] [--fixed 4,3]
+[--parallel 1] [--startup-repeats 5] [--json out.jsonl]`` (``make bench-autoscale``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
+import redis
+
 from rolloutfleet import RolloutJob
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.supervisor import LocalFleet
+from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 
 STEP_S = 0.005  # one env step: a worker makes at most 200 rows/s
@@ -48,12 +54,19 @@ class Setting:
     headroom: float = 0.1
     window_s: int = 8
     start: int = 1
+    worker_start: str = "fork"
+    """How the fleet starts a worker: forked from the warm server, or a new interpreter (exec)."""
+    min_replicas: int = 0
 
     @property
     def label(self) -> str:
+        how = "" if self.worker_start == "fork" else f", workers {self.worker_start}'d"
         if self.fixed is not None:
-            return f"fixed, {self.fixed} workers"
-        return f"autoscaled 0..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, window {self.window_s} s"
+            return f"fixed, {self.fixed} workers{how}"
+        return (
+            f"autoscaled {self.min_replicas}..{MAX_REPLICAS} from {self.start}, headroom {self.headroom:g}, "
+            f"window {self.window_s} s{how}"
+        )
 
 
 @dataclass
@@ -75,7 +88,7 @@ def job(name: str, setting: Setting, idle_s: int) -> RolloutJob:
         "redis": {"maxLen": 20, "backpressure": "block", "blockTimeoutSeconds": 2},
     }
     if setting.fixed is None:
-        spec["autoscaling"] = {"minReplicas": 0, "maxReplicas": MAX_REPLICAS, "idleSeconds": idle_s,
+        spec["autoscaling"] = {"minReplicas": setting.min_replicas, "maxReplicas": MAX_REPLICAS, "idleSeconds": idle_s,
                                "windowSeconds": setting.window_s, "scaleDownSeconds": setting.window_s,
                                "headroom": setting.headroom}  # fmt: skip
     return RolloutJob.from_dict({"metadata": {"name": name}, "spec": spec})
@@ -128,7 +141,8 @@ class Learner:
 
 
 def run(name: str, setting: Setting, phase_s: float, url: str) -> Result:
-    fleet = LocalFleet(job(name, setting, max(5, int(phase_s / 4))), redis_url=url, grace_seconds=10)
+    spec = job(name, setting, max(5, int(phase_s / 4)))
+    fleet = LocalFleet(spec, redis_url=url, grace_seconds=10, start=setting.worker_start)
     learner = Learner(url, name)
     thread = threading.Thread(target=learner.run, daemon=True)
     worker_seconds, changes, settle, phase_starved = 0.0, 0, [], []
@@ -163,7 +177,9 @@ def sweep(args: argparse.Namespace) -> list[Setting]:
     peak = math.ceil(max(a for _, a in PHASES if a) * 1.1 / (1 / STEP_S * 0.85))  # ~85 % of the paced speed
     fixed = [int(f) for f in args.fixed.split(",")] if args.fixed else [peak, peak - 1]
     autoscaled = [
-        Setting(None, float(h), int(w), int(n))
+        Setting(None, float(h), int(w), int(n), how, int(low))
+        for how in args.worker_start.split(",")
+        for low in args.min_replicas.split(",")
         for n in args.start.split(",")
         for h in args.headroom.split(",")
         for w in args.window_seconds.split(",")
@@ -229,6 +245,32 @@ def report(settings: list[Setting], results: dict[Setting, list[Result]]) -> Non
               f"is starved {median(results[best], 'starved'):.1%} and spends {saved:.0%} fewer worker-seconds")  # fmt: skip
 
 
+def startup(url: str, repeats: int) -> None:
+    """Seconds from starting one worker to its first batch in the stream, forked from the warm
+    server and exec'd, interleaved; medians (the first fork, which also starts the server, not counted)."""
+    times: dict[str, list[float]] = {"fork": [], "exec": []}
+    client = redis.Redis.from_url(url)
+    for repeat in range(repeats + 1):
+        for how in times:
+            name = f"startup-{how}-{repeat}"
+            fleet = LocalFleet(job(name, Setting(fixed=1), 60), redis_url=url, grace_seconds=10, start=how)
+            stream = job_keys(fleet.job.namespace, name).batches
+            began = time.monotonic()
+            with fleet:
+                while not client.xlen(stream):
+                    fleet.poll()
+                    if time.monotonic() - began > 120:
+                        raise SystemExit(f"worker start ({how}): no batch within 120 s; logs in {fleet.log_dir}")
+                    time.sleep(0.01)
+                took = time.monotonic() - began
+            if repeat:
+                times[how].append(took)
+    client.close()
+    for how, seconds in times.items():
+        print(f"worker start ({how}): {statistics.median(seconds):.2f} s from start to its first batch "
+              f"(median of {len(seconds)}, {min(seconds):.2f} to {max(seconds):.2f} s)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase-seconds", type=float, default=60.0, help="each appetite phase lasts this long")
@@ -236,20 +278,33 @@ def main() -> None:
     parser.add_argument("--headroom", default="0.1", help="autoscaled: comma-separated headroom values to sweep")
     parser.add_argument("--window-seconds", default="8", help="autoscaled: comma-separated windowSeconds to sweep")
     parser.add_argument("--start", default="1", help="autoscaled: comma-separated starting sizes (spec.replicas)")
+    parser.add_argument("--worker-start", default="fork",
+                        help="autoscaled: comma-separated fork (warm server) and/or exec (fixed fleets: fork)")  # fmt: skip
+    parser.add_argument("--min-replicas", default="0", help="autoscaled: comma-separated minReplicas to sweep")
     parser.add_argument("--fixed", default="", help="fixed sizes, comma-separated (default: the peak's and one fewer)")
     parser.add_argument("--parallel", type=int, default=1, help="configurations run at once (more: noisier)")
+    parser.add_argument("--startup-repeats", type=int, default=0,
+                        help="first time a worker's start to its first batch, forked and exec'd, this many times each")  # fmt: skip
     parser.add_argument("--json", default="", help="append each run's figures to this file (JSON lines)")
     args = parser.parse_args()
     settings = sweep(args)
     load = os.getloadavg()
     print(f"load average before: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores", flush=True)
+    if args.startup_repeats:
+        with EmbeddedRedis() as server:
+            startup(server.url, args.startup_repeats)
+    if args.repeats > 0:
+        report_runs(settings, args)
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores")
+
+
+def report_runs(settings: list[Setting], args: argparse.Namespace) -> None:
     results = measure(settings, args)
     phases = ", ".join(f"{n} {a or 0:.0f} rows/s" for n, a in PHASES)
     print(f"\nappetite: {phases}; {args.phase_seconds:.0f} s each; one worker makes <= {1 / STEP_S:.0f} rows/s; "
           f"medians of {args.repeats} run(s), {args.parallel} at once\n")  # fmt: skip
     report(settings, results)
-    load = os.getloadavg()
-    print(f"load average after: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

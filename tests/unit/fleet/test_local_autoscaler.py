@@ -92,3 +92,23 @@ def test_resize_starts_new_indexes_and_stops_the_highest_gracefully(
     finally:
         codes = fleet.stop()
     assert codes == {0: 0}
+
+
+def test_while_idle_it_looks_more_often_so_a_returning_learner_is_seen_sooner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[float] = []
+
+    def signals(*args: object) -> Signals:
+        now = 100.0 + len(seen)
+        seen.append(now)
+        return Signals(now=now)  # no learner has read
+
+    monkeypatch.setattr(local_autoscaler, "read_signals", signals)
+    fleet = Recorded(job(2, minReplicas=0, maxReplicas=4, idleSeconds=10), tmp_path)
+    scaler = LocalAutoscaler(fleet, look_s=2.0, idle_look_s=0.5)
+    ticks = [0.0, 0.5, 1.0, 2.0, 10.0, 10.5, 11.0, 11.5]
+    lines = [scaler.tick(now) for now in ticks]
+    assert lines[4] == "autoscaling: no learner has read yet (idleSeconds 10): 2 -> 0 workers"
+    # Active: a look every 2 s (0, 2, 10); idle from 10 s on: every 0.5 s (10.5, 11, 11.5).
+    assert len(seen) == 6 and fleet.sizes == [0]

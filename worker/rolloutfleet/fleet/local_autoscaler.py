@@ -17,12 +17,15 @@ from rolloutfleet.transport.appetite import read_signals
 
 LOOK_S = 2.0
 """How often the local fleet looks at the signals (the operator: every timer tick, 5 s)."""
+IDLE_LOOK_S = 0.5
+"""How often it looks while idle (no learner reading, the fleet at ``minReplicas``): a learner
+that reads again gets its workers within this, plus a worker's start (forked: about 0.5 s)."""
 
 
 class LocalAutoscaler:
     """Sizes a started :class:`LocalFleet` whose job has ``spec.autoscaling``."""
 
-    def __init__(self, fleet: LocalFleet, look_s: float = LOOK_S) -> None:
+    def __init__(self, fleet: LocalFleet, look_s: float = LOOK_S, idle_look_s: float = IDLE_LOOK_S) -> None:
         spec = fleet.job.spec.autoscaling
         if spec is None:
             raise ValueError(f"{fleet.job.name}: spec.autoscaling is not set")
@@ -30,6 +33,7 @@ class LocalAutoscaler:
         self.autoscaler = Autoscaler(spec, len(fleet.workers))
         self.decision: Decision | None = None
         self.look_s = look_s
+        self.idle_look_s = min(idle_look_s, look_s)
         self._next = 0.0
         self._said = ""
 
@@ -38,9 +42,9 @@ class LocalAutoscaler:
         now = time.monotonic() if now is None else now
         if now < self._next:
             return None
-        self._next = now + self.look_s
         signals = read_signals(self.fleet.redis_url, self.fleet.job, self.fleet.redis_password)
         decision = self.decision = self.autoscaler.observe(signals, now)
+        self._next = now + (self.idle_look_s if self.autoscaler.idle else self.look_s)
         if decision.changed:
             self.fleet.resize(decision.replicas, now)
         kind = re.sub(r"\d[\d,.]*", "#", decision.reason)

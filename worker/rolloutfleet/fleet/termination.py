@@ -17,7 +17,10 @@ from rolloutfleet.spec.missing_modules import PROFILE_VARIABLE, missing_module, 
 EXIT_BAD_SPEC = 3
 EXIT_REDIS = 4
 """Redis refused the password, or was never reached within ``redis_startup_timeout_s``."""
-TERMINATION_LOG = Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
+TERMINATION_LOG: Path | None = None
+"""Where the line goes; ``None``: ``$ROLLOUTFLEET_TERMINATION_LOG`` read when the line is written
+(a worker forked from the local fleet's warm server gets its own after the import), else the
+pod's ``/dev/termination-log``."""
 
 
 def report_fatal(message: str) -> None:
@@ -25,7 +28,8 @@ def report_fatal(message: str) -> None:
     line = message.replace("\n", " ")[:1000]
     print(f"rolloutfleet worker: {line}", file=sys.stderr, flush=True)
     with contextlib.suppress(OSError):  # not in a pod, or a read-only path: stderr is enough
-        TERMINATION_LOG.write_text(line + "\n")
+        path = TERMINATION_LOG or Path(os.environ.get("ROLLOUTFLEET_TERMINATION_LOG", "/dev/termination-log"))
+        path.write_text(line + "\n")
 
 
 def report_unbuildable(exc: SpecError | ImportError, environ: Mapping[str, str]) -> int:
