@@ -41,8 +41,11 @@ def external_job(fragment: int, **external: Any) -> RolloutJob:
     )
 
 
-def start_worker(job: RolloutJob, redis_url: str, port: int, tmp_path: Path) -> subprocess.Popen[str]:
-    config = WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=0)
+def start_worker(
+    job: RolloutJob, redis_url: str, port: int, tmp_path: Path, worker_index: int = 0, num_workers: int = 1
+) -> subprocess.Popen[str]:
+    config = WorkerConfig(job=job, worker_index=worker_index, num_workers=num_workers, redis_url=redis_url,
+                          metrics_port=0)  # fmt: skip
     environ = {**os.environ, **config.to_environ(), "ROLLOUTFLEET_EXTERNAL_PORT": str(port),
                "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination")}  # fmt: skip
     with (tmp_path / "worker.log").open("w") as log:

@@ -21,6 +21,8 @@ class ExternalError(Exception):
     """A call the server refuses; ``status`` is its HTTP status, the message goes to the client."""
 
     status = 400
+    kind: str | None = None
+    """A word for clients to act on (``"elsewhere"``), beside the message."""
 
 
 class BadInput(ExternalError):
@@ -29,6 +31,14 @@ class BadInput(ExternalError):
 
 class UnknownEpisode(ExternalError):
     status = 404
+
+
+class EpisodeElsewhere(UnknownEpisode):
+    """An id another worker gave (or an earlier run of this one): the episode cannot continue
+    here. The client's answer says ``"kind": "elsewhere"``; a PolicyClient that started the
+    episode continues it in a new episode on this worker (docs/external-simulators.md)."""
+
+    kind = "elsewhere"
 
 
 class EpisodeEnded(ExternalError):
