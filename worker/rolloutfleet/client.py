@@ -240,6 +240,22 @@ class PolicyClient:
     # -- the wire --------------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """One call; a worker that is stopping (it did nothing) is left for a new connection,
+        once: through a Service, another worker."""
+        try:
+            return self._exchange(method, path, body)
+        except PolicyClientError as exc:
+            if exc.kind != "stopping":
+                raise
+            self._drop_connection()
+        return self._exchange(method, path, body)
+
+    def _drop_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _exchange(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
         headers = {CLIENT_HEADER: self.client_id, "Content-Type": "application/json"}
         for attempt in (0, 1):

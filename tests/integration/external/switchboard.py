@@ -25,11 +25,12 @@ class Switchboard:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def switch(self, backend: int) -> None:
-        """New connections go to ``backend``; the open ones are cut."""
+    def switch(self, backend: int, cut_open: bool = True) -> None:
+        """New connections go to ``backend``; the open ones are cut (else they stay, as
+        kube-proxy keeps a connection to an endpoint that left the Service)."""
         with self._lock:
             self.backend = backend
-            cut, self._open = self._open, []
+            cut, self._open = (self._open, []) if cut_open else ([], self._open)
         for sock in cut:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)

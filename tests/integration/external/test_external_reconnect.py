@@ -15,9 +15,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rolloutfleet.client import PolicyClient
+from rolloutfleet.client import PolicyClient, PolicyClientError
 from rolloutfleet.data.batch import SampleBatch
+from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.sampling.runners import make_env_runner
+from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats
 from tests.integration.external.switchboard import Switchboard
@@ -88,8 +91,10 @@ def stop_all(workers: list[Any]) -> None:
                 worker.kill()
 
 
-def two_workers(redis_url: str, tmp_path: Path, fragment: int = 4) -> tuple[Any, list[Any], list[int]]:
-    job = external_job(fragment=fragment, port=9900, episodeTimeoutSeconds=2)
+def two_workers(redis_url: str, tmp_path: Path) -> tuple[Any, list[Any], list[int]]:
+    """Workers 0 and 1 of one job. One row a fragment: a worker publishes (and beats, with its
+    counters) as soon as a timeout releases the row it held back."""
+    job = external_job(fragment=1, port=9900, episodeTimeoutSeconds=2)
     ports = [free_port(), free_port()]
     workers = []
     for i, port in enumerate(ports):
@@ -123,7 +128,7 @@ def test_remote_episodes_stay_whole_on_their_worker_and_go_on_as_new_ones_on_ano
             return [beats.get(i, {}).get("external/episodes_timed_out") for i in (0, 1)] == [2, 1]
 
         wait_until(timed_out, 60, "worker 0 timing out 2 episodes and worker 1 one")
-        stop_all(workers)  # a stop publishes the rows short of a fragment
+        stop_all(workers)
         total = sum(len(steps) for steps in played) - 3  # a move loses the step in flight
         messages = read_until(consumer, lambda ms: sum(len(m.batch) for m in ms) >= total, timeout=60)
     finally:
@@ -149,10 +154,83 @@ def test_remote_episodes_stay_whole_on_their_worker_and_go_on_as_new_ones_on_ano
     assert played[0][2]["server"] == played[0][0]["server"]  # a cut to the same worker: the same episode
 
 
+def test_a_worker_that_stops_mid_episode_sends_the_episode_on_to_another(redis_url: str, tmp_path: Path) -> None:
+    _, workers, ports = two_workers(redis_url, tmp_path)
+    consumer = BatchConsumer(redis_url, "ext", group="test")
+    board = Switchboard(ports[0])
+    probe = PolicyClient(f"127.0.0.1:{ports[0]}")
+
+    def stopping() -> bool:
+        try:
+            probe.start_episode()
+        except PolicyClientError as exc:
+            return exc.kind == "stopping"
+        except OSError:
+            return True  # gone already
+        return False
+
+    def stop_worker_0() -> None:
+        board.switch(ports[1], cut_open=False)  # its endpoint leaves the Service; open connections stay
+        workers[0].send_signal(signal.SIGTERM)
+        wait_until(stopping, 60, "worker 0 stopping")
+
+    try:
+        client = PolicyClient(board.address)
+        steps = play(client, 7, {("act", 4): stop_worker_0})
+        assert client.episodes_moved == 1
+        assert workers[0].wait(timeout=60) == 0
+        stop_all(workers)
+        messages = read_until(consumer, lambda ms: sum(len(m.batch) for m in ms) >= len(steps) - 1, timeout=60)
+    finally:
+        board.close()
+        stop_all(workers)
+    batch = SampleBatch.concat([m.batch for m in messages])
+    rows = stream_episodes(batch)
+    first, second = steps[0]["server"], steps[-1]["server"]
+    assert [s["server"] for s in steps] == [first] * 4 + [second] * (len(steps) - 4)
+    assert (int(first) >> 44, int(second) >> 44) == (0, 1) and sorted(rows) == sorted([int(first), int(second)])
+    # The stopping worker closed the episode as truncated: the step in flight (3) lost with it.
+    assert_rows_are(batch, rows[int(first)], steps[:3], cut=True)
+    assert_rows_are(batch, rows[int(second)], steps[4:], cut=False)
+
+
+def test_a_stopping_worker_answers_503_and_the_client_goes_on_through_a_new_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window the test above rarely hits (its worker exits within moments): a worker that
+    is stopping but still answers. Two action servers in this process, no Redis."""
+    monkeypatch.setenv(PORT_VARIABLE, "0")
+    job = external_job(fragment=100, port=9900)
+    with make_env_runner(job, 0, 2) as old, make_env_runner(job, 1, 2) as new:
+        assert isinstance(old, ExternalRunner) and isinstance(new, ExternalRunner)
+        board = Switchboard(old.port)
+        client = PolicyClient(board.address)
+        episode = client.start_episode()
+        for k in range(3):
+            client.get_action(episode, [float(k), 0.0, 0.0, 0.0])
+            client.log_returns(episode, 1.0)
+        board.switch(new.port, cut_open=False)  # the kept-alive connection still reaches the old one
+        with old.lock:
+            old.book.close_all("the worker stopped: closed as truncated")  # what SIGTERM does first
+        client.get_action(episode, [3.0, 0.0, 0.0, 0.0])  # 503 "worker stopping", then a new connection
+        client.log_returns(episode, 1.0)
+        client.end_episode(episode, [4.0, 0.0, 0.0, 0.0])
+        board.close()
+        assert [board_port == new.port for board_port in board.connections] == [False, True]
+        assert client.episodes_moved == 1
+        kept, moved = old.book.take(None), new.book.take(None)
+    assert [(float(r["obs"][0]), r["t"], r["terminateds"], r["truncateds"]) for r in kept] == [
+        (0.0, 0, False, False),
+        (1.0, 1, False, True),  # step 2's action never saw its consequence on the old worker
+    ]
+    assert [(float(r["obs"][0]), float(r["new_obs"][0]), r["t"], r["terminateds"]) for r in moved] == [
+        (3.0, 4.0, 0, True)
+    ]
+    assert (kept[0]["eps_id"], moved[0]["eps_id"] >> 44) == (int(episode), 1)  # a new episode of worker 1
+
+
 def test_local_inference_ships_the_unshipped_rows_to_the_new_episode(redis_url: str, tmp_path: Path) -> None:
-    # One row a fragment: the old worker publishes (and beats) as soon as the timeout releases
-    # the row it held back.
-    job, workers, ports = two_workers(redis_url, tmp_path, fragment=1)
+    job, workers, ports = two_workers(redis_url, tmp_path)
     consumer = BatchConsumer(redis_url, "ext", group="test")
     board = Switchboard(ports[0])
     try:

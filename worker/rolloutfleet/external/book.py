@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.external.spaces import BadInput, EpisodeElsewhere, EpisodeEnded, Refused, UnknownEpisode
+from rolloutfleet.external.spaces import BadInput, EpisodeElsewhere, EpisodeEnded, Refused, Stopping, UnknownEpisode
 
 ENDED_REMEMBERED = 100_000
 """Ended episode ids kept to tell "ended" from "unknown" in errors."""
@@ -94,7 +94,7 @@ class EpisodeBook:
         """Note a call of ``client_id``; its slot (``env_id``). A new client beyond ``maxClients``
         is :class:`Refused`."""
         if self.stopping:
-            raise Refused("worker stopping: connect to another worker")
+            raise Stopping("worker stopping: connect to another worker")
         known = self.clients.get(client_id)
         if known is not None:
             self.clients[client_id] = (known[0], now)

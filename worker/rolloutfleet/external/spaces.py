@@ -57,6 +57,13 @@ class Refused(ExternalError):
     status = 503
 
 
+class Stopping(Refused):
+    """The worker is stopping: the call did nothing (a client retries on a new connection,
+    which a Service sends to another worker)."""
+
+    kind = "stopping"
+
+
 def declared_space(spec: SpaceSpec) -> spaces.Space[Any]:
     if spec.type == "Discrete":
         assert spec.n is not None  # SpaceSpec's validator
