@@ -35,11 +35,13 @@ class PolicyClientError(Exception):
     """The server refused a call: ``status`` (HTTP) and the server's reason as the message.
 
     400: bad input (the episode was dropped); 404: unknown episode; 409: the episode ended;
-    503: the server is full (``maxClients``) or stopping."""
+    503: the server is full (``maxClients``) or stopping. ``kind``: ``"elsewhere"`` (404) for
+    an episode another worker started, or this one before a restart."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.kind = kind
 
 
 class PolicyClient:
@@ -52,6 +54,12 @@ class PolicyClient:
     version (the default MLP with Box observations and Discrete actions; otherwise the
     server refuses with the reason). ``client_id`` names this client to the server (default:
     a random id); reusing it after a reconnect keeps the same slot.
+
+    A reconnect that lands on another worker (a Service picks a worker per connection): an
+    episode this client started goes on there as a new episode (:attr:`episodes_moved`
+    counts them, :meth:`server_episode_id` names the new id); the old worker closes the old
+    one as truncated after its timeout. Remote inference loses the step in flight; local
+    inference ships its unshipped rows to the new episode.
     """
 
     def __init__(
@@ -81,6 +89,11 @@ class PolicyClient:
         self._connection: http.client.HTTPConnection | None = None
         self.last_weights_seq_no = 0
         """The weights version of the last action received."""
+        self._started: dict[str, str | None] = {}
+        """Open episodes this client started -> the id they go on under (None: moved, not yet
+        started on the new worker)."""
+        self.episodes_moved = 0
+        """Episodes that went on as a new episode on another worker after a reconnect."""
 
     # -- RLlib's verbs ---------------------------------------------------------------
 
@@ -89,13 +102,20 @@ class PolicyClient:
         episode is trained on (``training_enabled`` must be True)."""
         if episode_id is not None or not training_enabled:
             raise ValueError("the server assigns episode ids and trains on every episode")
-        return str(self._call("POST", "/v1/episodes", {})["episode_id"])
+        episode_id = str(self._call("POST", "/v1/episodes", {})["episode_id"])
+        self._started[episode_id] = episode_id
+        return episode_id
+
+    def server_episode_id(self, episode_id: str) -> str | None:
+        """The id the episode's rows carry now (``eps_id`` in the stream): ``episode_id`` unless it
+        moved to another worker (None: moved, nothing sent there yet)."""
+        return self._started.get(episode_id, episode_id)
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         """The action for ``observation`` (an int for Discrete actions, a nested list for Box)."""
         if self.inference == "local":
             return self._act_locally(episode_id, observation)
-        reply = self._call("POST", f"/v1/episodes/{episode_id}/action", {"obs": _plain(observation)})
+        reply = self._episode_call(episode_id, "action", {"obs": _plain(observation)})
         self.last_weights_seq_no = int(reply.get("weights_seq_no", 0))
         return reply["action"]
 
@@ -107,7 +127,13 @@ class PolicyClient:
                 raise ValueError(f"episode {episode_id}: a reward before the first get_action() rewards no action")
             step["reward"] += float(reward)
             return
-        self._call("POST", f"/v1/episodes/{episode_id}/returns", {"reward": _plain(reward)})
+        if self._started.get(episode_id, episode_id) is None:
+            return  # moved: the action it rewards was taken on the old worker, lost with it
+        try:
+            self._call("POST", f"/v1/episodes/{self._server_id(episode_id)}/returns", {"reward": _plain(reward)})
+        except PolicyClientError as exc:
+            if not self._moved(episode_id, exc):
+                raise
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """The episode ended at ``observation``: terminated, or ``truncated`` (a time limit)."""
@@ -115,9 +141,48 @@ class PolicyClient:
             self._step_done(episode_id, observation)
             self._ship(episode_id, "truncated" if truncated else "terminated")
             del self._open[episode_id]
+            self._started.pop(episode_id, None)
             return
         self._open.pop(episode_id, None)
-        self._call("POST", f"/v1/episodes/{episode_id}/end", {"obs": _plain(observation), "truncated": truncated})
+        if self._started.get(episode_id, episode_id) is None:
+            del self._started[episode_id]  # moved, no action asked on the new worker: no row to end there
+            return
+        try:
+            self._call("POST", f"/v1/episodes/{self._server_id(episode_id)}/end",
+                       {"obs": _plain(observation), "truncated": truncated})  # fmt: skip
+        except PolicyClientError as exc:
+            if not self._moved(episode_id, exc):
+                raise  # moved: its last step went with the old worker
+        self._started.pop(episode_id, None)
+
+    # -- episodes that move to another worker ------------------------------------------
+
+    def _episode_call(self, episode_id: str, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``verb`` for the episode; once more as a new episode if its worker is not the one
+        reached now."""
+        try:
+            return self._call("POST", f"/v1/episodes/{self._server_id(episode_id)}/{verb}", body)
+        except PolicyClientError as exc:
+            if not self._moved(episode_id, exc):
+                raise
+        return self._call("POST", f"/v1/episodes/{self._server_id(episode_id)}/{verb}", body)
+
+    def _moved(self, episode_id: str, exc: PolicyClientError) -> bool:
+        """Whether ``exc`` says another worker holds this client's episode: it then goes on as a new
+        episode on the worker reached now (started at the next call)."""
+        if exc.kind != "elsewhere" or episode_id not in self._started:
+            return False
+        self._started[episode_id] = None
+        self.episodes_moved += 1
+        return True
+
+    def _server_id(self, episode_id: str) -> str:
+        """The id to call with; a moved episode is started anew on the worker reached now."""
+        server_id = self._started.get(episode_id, episode_id)
+        if server_id is None:
+            server_id = str(self._call("POST", "/v1/episodes", {})["episode_id"])
+            self._started[episode_id] = server_id
+        return server_id
 
     # -- inference="local" ------------------------------------------------------------
 
@@ -144,7 +209,7 @@ class PolicyClient:
 
     def _ship(self, episode_id: str, end: str | None) -> None:
         rows, self._open[episode_id]["rows"] = self._open[episode_id]["rows"], []
-        reply = self._call("POST", f"/v1/episodes/{episode_id}/rows", {"rows": rows, "end": end})
+        reply = self._episode_call(episode_id, "rows", {"rows": rows, "end": end})
         self._contact = time.monotonic()
         if int(reply.get("weights_seq_no", 0)) > self._local.seq_no:
             self._pull_policy()
@@ -175,6 +240,22 @@ class PolicyClient:
     # -- the wire --------------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """One call; a worker that is stopping (it did nothing) is left for a new connection,
+        once: through a Service, another worker."""
+        try:
+            return self._exchange(method, path, body)
+        except PolicyClientError as exc:
+            if exc.kind != "stopping":
+                raise
+            self._drop_connection()
+        return self._exchange(method, path, body)
+
+    def _drop_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _exchange(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
         headers = {CLIENT_HEADER: self.client_id, "Content-Type": "application/json"}
         for attempt in (0, 1):
@@ -197,7 +278,8 @@ class PolicyClient:
         except ValueError:
             raise PolicyClientError(response.status, f"{self.address}: not a RolloutFleet action server") from None
         if response.status >= 400:
-            raise PolicyClientError(response.status, f"{self.address}: {reply.get('error', response.reason)}")
+            message = f"{self.address}: {reply.get('error', response.reason)}"
+            raise PolicyClientError(response.status, message, reply.get("kind"))
         return dict(reply)
 
 

@@ -41,8 +41,11 @@ def external_job(fragment: int, **external: Any) -> RolloutJob:
     )
 
 
-def start_worker(job: RolloutJob, redis_url: str, port: int, tmp_path: Path) -> subprocess.Popen[str]:
-    config = WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=0)
+def start_worker(
+    job: RolloutJob, redis_url: str, port: int, tmp_path: Path, worker_index: int = 0, num_workers: int = 1
+) -> subprocess.Popen[str]:
+    config = WorkerConfig(job=job, worker_index=worker_index, num_workers=num_workers, redis_url=redis_url,
+                          metrics_port=0)  # fmt: skip
     environ = {**os.environ, **config.to_environ(), "ROLLOUTFLEET_EXTERNAL_PORT": str(port),
                "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination")}  # fmt: skip
     with (tmp_path / "worker.log").open("w") as log:
@@ -193,3 +196,52 @@ def test_rolloutfleet_run_prints_the_address_and_hands_it_to_its_command(tmp_pat
     assert f"simulators connect to 127.0.0.1:{port}" in result.stderr
     steps = logged(log)
     assert sum(step["terminated"] or step["truncated"] for step in steps) == 2
+
+
+def metric(port: int, name: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def test_a_stop_during_a_publish_still_publishes_every_row_the_clients_made(own_redis: Any, tmp_path: Path) -> None:
+    """SIGTERM while a fragment's publish waits on Redis (paused), with client rows made after
+    that fragment was cut: the worker publishes the fragment, then the rows, then exits."""
+    job = external_job(fragment=4, port=9900)
+    consumer = BatchConsumer(own_redis.url, "ext", group="test")
+    port = free_port()
+    worker = start_worker(job, own_redis.url, port, tmp_path)
+    log = (tmp_path / "worker.log").read_text()
+    metrics_port = int(log.split("probes and metrics on :", 1)[1].split("'", 1)[0].split('"', 1)[0])
+    try:
+        client = PolicyClient(f"127.0.0.1:{port}")
+        episode = client.start_episode()
+
+        def act(k: int) -> None:
+            client.get_action(episode, [k / 100, 0.0, 0.0, 0.0])
+            client.log_returns(episode, 1.0)
+
+        for k in range(6):  # rows 0-4 complete, 0-3 released: the first fragment
+            act(k)
+        read_until(consumer, lambda ms: sum(len(m.batch) for m in ms) == 4, timeout=30)
+        redis = own_redis.client()
+        wait_until(lambda: bool(read_heartbeats(own_redis.url, job)), 30, "the first fragment's heartbeat")
+        redis.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")  # reads (weights polls) go on, writes wait
+        try:
+            for k in range(6, 10):  # rows 5-8 complete, 4-7 released: the second fragment, cut
+                act(k)
+            wait_until(lambda: metric(metrics_port, "rolloutfleet_env_steps_total") >= 8, 30,
+                       "the worker cutting the second fragment (its publish then waits on Redis)")  # fmt: skip
+            client.end_episode(episode, [0.1, 0.0, 0.0, 0.0])  # rows 8 and 9: made after the cut
+            worker.send_signal(signal.SIGTERM)
+        finally:
+            redis.execute_command("CLIENT", "UNPAUSE")
+        assert worker.wait(timeout=60) == 0
+        messages = read_until(consumer, lambda ms: sum(len(m.batch) for m in ms) >= 6, timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    batch = SampleBatch.concat([m.batch for m in messages])
+    assert batch["t"].tolist() == [4, 5, 6, 7, 8, 9]
+    assert batch["terminateds"].tolist() == [False] * 5 + [True]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rolloutfleet.external import book as book_module
 from rolloutfleet.external.book import EPISODES_PER_CLIENT, EpisodeBook, Step
-from rolloutfleet.external.spaces import BadInput, EpisodeEnded, Refused, UnknownEpisode
+from rolloutfleet.external.spaces import BadInput, EpisodeElsewhere, EpisodeEnded, Refused, UnknownEpisode
 
 
 def step(action: int, obs: np.ndarray) -> Step:
@@ -79,6 +80,25 @@ def test_bad_input_drops_the_episode_and_what_it_held() -> None:
         book.get(eps, 0.0)
     with pytest.raises(UnknownEpisode, match="unknown episode id 12345"):
         book.get(12345, 0.0)
+
+
+def test_an_id_this_book_never_gave_is_elsewhere_one_it_forgot_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(book_module, "ENDED_REMEMBERED", 1)
+    book = EpisodeBook(1 << 44, 4, 10)  # worker 1's ids: 1 << 44, (1 << 44) + 1, ...
+    slot = book.client("a", 0.0)
+    first, second = book.start(slot, 0.0), book.start(slot, 0.0)
+    assert (first, second) == (1 << 44, (1 << 44) + 1)
+    for eps_id in (first, second):
+        book.end(book.get(eps_id, 0.0), np.array([0.0], np.float32), truncated=False)
+    with pytest.raises(EpisodeEnded):
+        book.get(second, 0.0)
+    with pytest.raises(UnknownEpisode) as forgotten:  # its own id, no longer remembered
+        book.get(first, 0.0)
+    assert not isinstance(forgotten.value, EpisodeElsewhere) and forgotten.value.kind is None
+    for foreign in (0, (1 << 44) - 1, (1 << 44) + 2, 2 << 44):  # another worker's, or one not given yet
+        with pytest.raises(EpisodeElsewhere, match=f"unknown episode id {foreign}: another worker started it") as moved:
+            book.get(foreign, 0.0)
+        assert (moved.value.status, moved.value.kind) == (404, "elsewhere")
 
 
 def test_misuse_is_named() -> None:

@@ -323,3 +323,11 @@ def test_local_inference_refused_with_the_reason_and_bad_rows_named(monkeypatch:
         with pytest.raises(PolicyClientError, match=r"rows\[0\].action: expected an integer in \[0, 2\)") as bad:
             client._call("POST", f"/v1/episodes/{episode}/rows", {"rows": [row], "end": None})
         assert bad.value.status == 400 and "dropped" in str(bad.value)
+
+
+def test_an_episode_this_client_did_not_start_is_refused_not_moved(runner: ExternalRunner) -> None:
+    client = PolicyClient(f"127.0.0.1:{runner.port}")
+    with pytest.raises(PolicyClientError, match="unknown episode id 42: another worker started it") as elsewhere:
+        client.get_action("42", [0.0] * 4)  # an id from elsewhere, not one this client started
+    assert (elsewhere.value.status, elsewhere.value.kind, client.episodes_moved) == (404, "elsewhere", 0)
+    assert runner.book.episodes == {}  # nothing started on its behalf

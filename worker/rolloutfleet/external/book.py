@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.external.spaces import BadInput, EpisodeEnded, Refused, UnknownEpisode
+from rolloutfleet.external.spaces import BadInput, EpisodeElsewhere, EpisodeEnded, Refused, Stopping, UnknownEpisode
 
 ENDED_REMEMBERED = 100_000
 """Ended episode ids kept to tell "ended" from "unknown" in errors."""
@@ -94,7 +94,7 @@ class EpisodeBook:
         """Note a call of ``client_id``; its slot (``env_id``). A new client beyond ``maxClients``
         is :class:`Refused`."""
         if self.stopping:
-            raise Refused("worker stopping: connect to another worker")
+            raise Stopping("worker stopping: connect to another worker")
         known = self.clients.get(client_id)
         if known is not None:
             self.clients[client_id] = (known[0], now)
@@ -133,6 +133,11 @@ class EpisodeBook:
             how = self._ended.get(eps_id)
             if how is not None:
                 raise EpisodeEnded(f"episode {eps_id} has ended ({how}); start a new one")
+            if not self._eps_base <= eps_id < self._eps_base + self._next_eps:  # not an id this book gave
+                raise EpisodeElsewhere(
+                    f"unknown episode id {eps_id}: another worker started it (or this worker before a restart); "
+                    "an episode cannot move between workers: start a new one here"
+                )
             raise UnknownEpisode(f"unknown episode id {eps_id}: start_episode() gives the ids this server knows")
         episode.last_seen = now
         return episode

@@ -49,6 +49,8 @@ WAIT_S = 0.5
 class ExternalRunner(Runner[SampleBatch]):
     """Serves one worker's share of an external env's clients; one policy, ``"default"``."""
 
+    holds_made_rows = True
+
     def __init__(
         self,
         job: RolloutJob,
@@ -145,13 +147,12 @@ class ExternalRunner(Runner[SampleBatch]):
             raise ValueError("an external runner cuts rows its clients made: num_timesteps only")
         target = num_timesteps or self.sampling.rollout_fragment_length
         with self._ready:
-            while len(self.book.ready) < target:
-                if stop_requested():
-                    self.book.close_all("the worker stopped: closed as truncated")
-                    break
+            while len(self.book.ready) < target and not stop_requested():
                 self._ready.wait(WAIT_S)
                 if self.idle is not None:
                     self.idle()
+            if stop_requested():  # every row the clients made goes, open episodes as truncated
+                self.book.close_all("the worker stopped: closed as truncated")
             rows = self.book.take(None if self.book.complete_episodes or stop_requested() else target)
             self._account()
         if not rows:

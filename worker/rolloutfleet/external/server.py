@@ -298,7 +298,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 
 def _error(exc: ExternalError) -> web.Response:
-    return web.json_response({"error": str(exc)}, status=exc.status)
+    body = {"error": str(exc)} if exc.kind is None else {"error": str(exc), "kind": exc.kind}
+    return web.json_response(body, status=exc.status)
 
 
 class ServerThread:

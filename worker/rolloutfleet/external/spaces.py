@@ -21,6 +21,8 @@ class ExternalError(Exception):
     """A call the server refuses; ``status`` is its HTTP status, the message goes to the client."""
 
     status = 400
+    kind: str | None = None
+    """A word for clients to act on (``"elsewhere"``), beside the message."""
 
 
 class BadInput(ExternalError):
@@ -29,6 +31,14 @@ class BadInput(ExternalError):
 
 class UnknownEpisode(ExternalError):
     status = 404
+
+
+class EpisodeElsewhere(UnknownEpisode):
+    """An id another worker gave (or an earlier run of this one): the episode cannot continue
+    here. The client's answer says ``"kind": "elsewhere"``; a PolicyClient that started the
+    episode continues it in a new episode on this worker (docs/external-simulators.md)."""
+
+    kind = "elsewhere"
 
 
 class EpisodeEnded(ExternalError):
@@ -45,6 +55,13 @@ class Refused(ExternalError):
     """The server is full (``maxClients``) or stopping."""
 
     status = 503
+
+
+class Stopping(Refused):
+    """The worker is stopping: the call did nothing (a client retries on a new connection,
+    which a Service sends to another worker)."""
+
+    kind = "stopping"
 
 
 def declared_space(spec: SpaceSpec) -> spaces.Space[Any]:

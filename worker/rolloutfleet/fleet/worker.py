@@ -160,7 +160,9 @@ class Worker:
         from rolloutfleet.sampling.envs import EnvInterrupted
 
         loop = _Loop()
-        while not self.stopping or loop.pending is not None:
+        last_sample = runner.holds_made_rows  # rows clients made, still in the runner at a stop
+        while not self.stopping or loop.pending is not None or last_sample:
+            last_sample = last_sample and not (self.stopping and loop.pending is None)
             self.probes.beat()
             self.metrics.count_transport(transport)
             try:

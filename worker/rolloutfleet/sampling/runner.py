@@ -64,6 +64,9 @@ class Runner(Generic[BatchT]):
     idle: Callable[[], None] | None = None
     """Called now and then while ``sample()`` waits on something other than its envs (an external
     env's clients): the worker's liveness beat."""
+    holds_made_rows = False
+    """Whether rows made before a stop request may wait in the runner past the fragment in hand
+    (an external env's clients made them): the worker then samples once more after a stop."""
     _episode_chunk = 1
     """Vector steps taken between two looks for complete episodes (``complete_episodes``, ``num_episodes``)."""
 
