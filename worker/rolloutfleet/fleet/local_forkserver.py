@@ -173,9 +173,9 @@ def _worker_main(environ: dict[str, str], log_path: str, index: int) -> None:
     sys.argv = ["rolloutfleet", "worker"]
     with contextlib.suppress(OSError):  # not Linux: the name is only for ps and top
         Path("/proc/self/comm").write_text(f"rf-worker-{index}"[:15])
-    from rolloutfleet.cli.main import main
+    from rolloutfleet.fleet.worker import main  # what ``rolloutfleet worker`` runs (evaluators are never forked)
 
-    sys.exit(main(["worker"]))
+    sys.exit(main())
 
 
 def _forget_server_pipe() -> None:
