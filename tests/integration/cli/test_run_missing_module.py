@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MANIFEST = """\
 kind: RolloutJob
 metadata: {name: lacks}
@@ -16,9 +18,15 @@ spec:
 """
 
 
-def test_run_stops_once_with_the_missing_module_line(redis_url: str, tmp_path: Path) -> None:
+# An autoscaled job's workers are forked from the warm server, which imported the worker's
+# modules before the fleet gave each worker its own termination log.
+AUTOSCALED = MANIFEST.replace("  replicas: 2\n", "  autoscaling: {minReplicas: 2, maxReplicas: 2}\n")
+
+
+@pytest.mark.parametrize("text", [MANIFEST, AUTOSCALED], ids=["fixed", "autoscaled-forked"])
+def test_run_stops_once_with_the_missing_module_line(text: str, redis_url: str, tmp_path: Path) -> None:
     manifest = tmp_path / "lacks.yaml"
-    manifest.write_text(MANIFEST)
+    manifest.write_text(text)
     result = subprocess.run(
         [sys.executable, "-m", "rolloutfleet.cli.main", "run", str(manifest), "--redis", redis_url, "--no-status"],
         capture_output=True,
