@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import kopf
 from kubernetes import client as k8s
@@ -74,9 +74,18 @@ async def patch_status(api: Api, namespace: str, name: str, status: dict[str, An
                 raise
 
 
-async def create_pod(api: Api, pod: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(uid of the pod this call created, the API server's reason for refusing it). An
-    existing pod of that name (an earlier reconcile's or operator's) gives neither."""
+class Created(NamedTuple):
+    """What a create answered: the uid of the pod this call created and its resourceVersion,
+    or the API server's reason for refusing it. An existing pod of that name (an earlier
+    reconcile's or operator's) gives neither."""
+
+    uid: str | None
+    refusal: str | None
+    version: str = ""
+
+
+async def create_pod(api: Api, pod: dict[str, Any]) -> Created:
+    """Create ``pod`` (see :class:`Created` for the answer)."""
     async with api.write():
         try:
             # Raw responses: parsing 1 000 full V1Pod models would cost more than the calls.
@@ -85,12 +94,13 @@ async def create_pod(api: Api, pod: dict[str, Any]) -> tuple[str | None, str | N
             )
         except ApiException as error:
             if error.status == 409:
-                return None, None
+                return Created(None, None)
             if error.status is not None and error.status >= 500:
                 raise  # the server's trouble, not the pod's: the reconcile fails and runs again
-            return None, refusal_reason(error)  # quota, admission, an invalid field: worth an Event
+            return Created(None, refusal_reason(error))  # quota, admission, an invalid field: worth an Event
     metrics.PODS_CREATED.inc()
-    return str(json.loads(response.data).get("metadata", {}).get("uid", "")), None
+    metadata = json.loads(response.data).get("metadata", {})
+    return Created(str(metadata.get("uid", "")), None, str(metadata.get("resourceVersion", "")))
 
 
 def refusal_reason(error: ApiException) -> str:

@@ -179,6 +179,7 @@ async def pod_changed(
     *, type: str, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, memo: Any, **indexes: Any
 ) -> None:
     key = (namespace or "", labels[JOB_LABEL])
+    memo.runtime.note_pod_version(key[0], body.metadata.get("resourceVersion"))  # the index has this pod now
     state = memo.runtime.jobs.get(key)  # none for a deleted job's pods: nothing to remember
     if type == "DELETED" and state is not None and (view := PodView.from_pod(body)) is not None:
         state.memory.note_gone(view)  # its final state may say why it went
