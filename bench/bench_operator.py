@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ceiling",
         type=int,
         nargs="*",
-        default=[API_CONCURRENCY, 4 * API_CONCURRENCY],
+        default=[16, API_CONCURRENCY],
         metavar="IN_FLIGHT",
         help="after each size, a bare client creates as many pods, this many in flight (none: skip)",
     )
