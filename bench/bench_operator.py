@@ -294,6 +294,8 @@ def run_ceiling(
         owner = bench.custom.create_namespaced_custom_object(*API, namespace, "rolloutjobs", body)
         body["metadata"]["namespace"] = namespace
         bodies = create_ceiling.pod_bodies(body, owner["metadata"]["uid"], size, operator_env(bench.kubeconfig))
+        pdb = create_ceiling.pdb_body(body, owner["metadata"]["uid"])
+        client.PolicyV1Api(bench.api).create_namespaced_pod_disruption_budget(namespace, pdb)
         settings = client.Configuration()
         config.load_kube_config(config_file=bench.kubeconfig, client_configuration=settings)
         settings.connection_pool_maxsize = concurrency

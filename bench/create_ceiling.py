@@ -6,7 +6,8 @@ at a time over pooled connections, with no rate limit and no parsing of the answ
 What the operator makes of the same server is then a ratio of this ceiling, not a number
 that mostly says how busy the shared machine was. The pods belong to a RolloutJob that no
 operator watches (its namespace is not the operator's), so the garbage collector keeps
-them, and the simulated kubelet makes them Running as it does the operator's.
+them; the job's PodDisruptionBudget is created first (:func:`pdb_body`) and the simulated
+kubelet makes the pods Running, so the server has the work it has with the operator.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.pods import build_pod, template_hash
+from rolloutfleet_operator.pods import build_pdb, build_pod, template_hash
 
 
 def pod_bodies(job_body: Mapping[str, Any], uid: str, count: int, env: Mapping[str, str]) -> list[bytes]:
@@ -29,6 +30,13 @@ def pod_bodies(job_body: Mapping[str, Any], uid: str, count: int, env: Mapping[s
     config = OperatorConfig.from_environ(env)
     hash_ = template_hash(job, config)
     return [json.dumps(build_pod(job, uid, index, config, hash_)).encode() for index in range(count)]
+
+
+def pdb_body(job_body: Mapping[str, Any], uid: str) -> dict[str, Any]:
+    """The PodDisruptionBudget the operator keeps for the job: with it, each pod event costs
+    kube-controller-manager's disruption controller a scale GET and a PDB status PUT, as it
+    does while the operator starts a job."""
+    return build_pdb(RolloutJob.from_dict(dict(job_body)), uid)
 
 
 def post_all(api: Any, namespace: str, bodies: list[bytes], concurrency: int) -> tuple[float, int]:
