@@ -28,34 +28,20 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
-from bench import apiserver_metrics, children, operator_results, results
+from bench import apiserver_metrics, children, create_ceiling, operator_results, results
+from bench.operator_table import Row, render
 from bench.sim_kubelet import SimKubelet
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet_operator.api_calls import API_CONCURRENCY
 
 REPO = Path(__file__).resolve().parents[1]
 API = ("rolloutfleet.io", "v1alpha1")
 BIG = 10_000
-
-
-@dataclass
-class Row:
-    """One line of the table: a size or a phase, what it took, and what it cost."""
-
-    what: str
-    outcome: str = "ok"
-    seconds: dict[str, float] = field(default_factory=dict)
-    operator_cpu_s: float = float("nan")
-    operator_rss_mb: float = float("nan")
-    bench_cpu_s: float = float("nan")
-    control_plane_cpu_s: float = float("nan")
-    requests: apiserver_metrics.Requests = field(default_factory=apiserver_metrics.Counter)
-    pods: int = 0
 
 
 def job(name: str, replicas: int, redis_url: str) -> dict[str, object]:
@@ -191,11 +177,11 @@ def ready(size: int, generation: int | None = None) -> Callable[[dict[str, Any] 
 class Meter:
     """CPU, RSS and API requests between :meth:`start` and :meth:`stop`, into a :class:`Row`."""
 
-    def __init__(self, bench: Bench, operator_pid: int, row: Row) -> None:
+    def __init__(self, bench: Bench, operator_pid: int | None, row: Row) -> None:
         self.bench, self.pid, self.row = bench, operator_pid, row
 
     def start(self) -> Meter:
-        self.t0, self.op0 = time.monotonic(), proc_stat(self.pid)[0]
+        self.t0, self.op0 = time.monotonic(), proc_stat(self.pid)[0] if self.pid else float("nan")
         self.me0, self.cp0 = time.process_time(), self.bench.control_plane_cpu()
         self.req0 = apiserver_metrics.scrape(self.bench.api)
         return self
@@ -204,11 +190,11 @@ class Meter:
         self.row.seconds[name] = time.monotonic() - self.t0
 
     def stop(self) -> Row:
-        op, rss = proc_stat(self.pid)
+        op, rss = proc_stat(self.pid) if self.pid else (float("nan"), float("nan"))
         self.row.operator_cpu_s, self.row.operator_rss_mb = op - self.op0, rss
         self.row.bench_cpu_s = time.process_time() - self.me0
         self.row.control_plane_cpu_s = self.bench.control_plane_cpu() - self.cp0
-        self.row.requests = apiserver_metrics.diff(apiserver_metrics.scrape(self.bench.api), self.req0)
+        self.row.server = apiserver_metrics.diff(apiserver_metrics.scrape(self.bench.api), self.req0)
         self.row.seconds.setdefault("wall", time.monotonic() - self.t0)
         return self.row
 
@@ -241,8 +227,17 @@ def run_size(
             bench.wait_job(namespace, "big", ready(size), timeout)
             meter.mark("ready")
             meter.stop()
-            if behave:
-                big_job_phases(bench, sim, namespace, size, pid, timeout, rows)
+            try:
+                if behave:
+                    big_job_phases(bench, sim, namespace, size, pid, timeout, rows)
+            finally:
+                for code, count in sorted(getattr(sim, "refused", {}).items()):
+                    print(
+                        f"{size} workers: the simulated kubelet's status patch refused {count}x with HTTP {code}, "
+                        f"first answer: {sim.refusal_bodies[code]}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     except Exception as error:  # noqa: BLE001 - a failed size is a row of the table
         failed = rows[-1] if rows[-1].outcome == "ok" and not rows[-1].seconds.get("wall") else Row("", pods=size)
         failed.outcome = f"FAILED: {type(error).__name__}: {error}"[:200]
@@ -253,6 +248,45 @@ def run_size(
         if operator is not None:
             stop_operator(operator, bench.py_spy is not None)
     return rows
+
+
+def run_ceiling(
+    bench: Bench,
+    size: int,
+    concurrency: int,
+    redis_url: str,
+    timeout: float,
+    rows: list[Row],
+    kubelet: Callable[..., Any] = SimKubelet,
+) -> None:
+    """The bare client's pods/s (:mod:`bench.create_ceiling`) for ``size`` pods, under the
+    same simulated kubelet: a row appended to ``rows``; never raises."""
+    namespace = f"ceiling-{size}-{concurrency}"
+    row = Row(f"{size} pods, bare client ({concurrency} in flight, no operator)", pods=size)
+    rows.append(row)
+    try:
+        bench.core.create_namespace({"metadata": {"name": namespace}})
+        body = job("big", size, redis_url)
+        owner = bench.custom.create_namespaced_custom_object(*API, namespace, "rolloutjobs", body)
+        body["metadata"]["namespace"] = namespace
+        bodies = create_ceiling.pod_bodies(body, owner["metadata"]["uid"], size, operator_env(bench.kubeconfig))
+        pdb = create_ceiling.pdb_body(body, owner["metadata"]["uid"])
+        client.PolicyV1Api(bench.api).create_namespaced_pod_disruption_budget(namespace, pdb)
+        settings = client.Configuration()
+        config.load_kube_config(config_file=bench.kubeconfig, client_configuration=settings)
+        settings.connection_pool_maxsize = concurrency
+        with client.ApiClient(settings) as api, kubelet(bench.api, namespace) as sim:
+            meter = Meter(bench, None, row).start()
+            seconds, created = create_ceiling.post_all(api, namespace, bodies, concurrency)
+            row.seconds["created"] = seconds
+            if created < size:
+                raise RuntimeError(f"the API server created {created} of {size} pods")
+            if not sim.wait_for(lambda: sim.running >= size, timeout):
+                raise TimeoutError(f"{sim.running} of {size} Running after {timeout:.0f} s")
+            meter.mark("running")
+            meter.stop()
+    except Exception as error:  # noqa: BLE001 - a failed measurement is a row of the table
+        row.outcome = f"FAILED: {type(error).__name__}: {error}"[:200]
 
 
 def stop_operator(operator: Any, profiled: bool) -> None:
@@ -316,32 +350,20 @@ def big_job_phases(
     phase(f"{size} workers: job deleted -> all pods gone", None, delete)
 
 
-def render(rows: list[Row], cores: int) -> list[str]:
-    lines = [
-        "| what | outcome | seconds | operator CPU s (ms/pod) | operator peak RSS | API requests (req/s) "
-        "| bench CPU s | apiserver+etcd CPU s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in rows:
-        wall = r.seconds.get("wall", float("nan"))
-        marks = ", ".join(f"{k} {v:.1f}" for k, v in r.seconds.items() if k != "wall") or f"{wall:.1f}"
-        total = sum(r.requests.values())
-        per_pod = 1000 * r.operator_cpu_s / r.pods if r.pods else float("nan")
-        share = 100 * r.bench_cpu_s / (wall * cores) if wall == wall and wall > 0 else float("nan")
-        lines.append(
-            f"| {r.what} | {r.outcome} | {marks} | {r.operator_cpu_s:.1f} ({per_pod:.1f}) | {r.operator_rss_mb:.0f} MB "
-            f"| {apiserver_metrics.summary(r.requests, 3)} ({total / wall if wall > 0 else 0:.0f}/s) "
-            f"| {r.bench_cpu_s:.1f} ({share:.0f} % of {cores} cores) | {r.control_plane_cpu_s:.1f} |"
-        )
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000])
     parser.add_argument("--big", action="store_true", help=f"add a {BIG}-worker job (minutes)")
     parser.add_argument("--behave", action="store_true", help="the largest job: scale, roll, delete")
     parser.add_argument("--restart", action="store_true", help="SIGKILL -> replacement's first batch (real workers)")
+    parser.add_argument(
+        "--ceiling",
+        type=int,
+        nargs="*",
+        default=[16, API_CONCURRENCY],
+        metavar="IN_FLIGHT",
+        help="after each size, a bare client creates as many pods, this many in flight (none: skip)",
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds each phase may take")
     parser.add_argument("--py-spy", help="path of a py-spy binary: profile each operator (raw stacks in the work dir)")
     args = parser.parse_args(argv)
@@ -360,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         for size in sizes:
             done = len(rows)
             run_size(bench, size, redis.url, args.timeout, args.behave and size == max(sizes), rows=rows)
+            ceilings = []
+            for concurrency in args.ceiling:
+                run_ceiling(bench, size, concurrency, redis.url, args.timeout, ceilings)
+            best = max((r.created_per_s() for r in ceilings if r.outcome == "ok"), default=float("nan"))
+            rows[done].ceiling = best
+            rows.extend(ceilings)
             print("\n".join(render(rows[done:], os.cpu_count() or 1)), flush=True)
     finally:  # also on SIGTERM/SIGHUP (SystemExit): stop everything, then print what was measured
         children.kill_all()

@@ -67,6 +67,10 @@ class SimKubelet:
         self.low_water = 0  # fewest Running since :meth:`mark_old`
         self.patched: set[str] = set()  # uids sent a patch
         self.patches = 0
+        # Patches the API server refused (a pod deleted or replaced meanwhile): HTTP code -> count,
+        # and the first answer body of each code, for the bench to show.
+        self.refused: dict[int, int] = {}
+        self.refusal_bodies: dict[int, str] = {}
         self.changed = threading.Condition()
         self._stop = threading.Event()
         self._response: Any = None
@@ -174,3 +178,5 @@ class SimKubelet:
         except ApiException as error:
             if error.status not in (404, 409, 422):
                 raise
+            self.refused[error.status] = self.refused.get(error.status, 0) + 1
+            self.refusal_bodies.setdefault(error.status, str(error.body or error.reason)[:500])

@@ -82,7 +82,8 @@ async def reconcile(
     job, scaling = _autoscaled(job, state, body, key, own_status, clock)
     views = list(pod_index.get(key, []))
     evaluators = [view for view in views if view.role == "evaluator"]  # spec.evaluation's, planned apart
-    observation = observe(state.memory, [view for view in views if view.role == "worker"], clock)
+    watched = runtime.pod_versions.get(namespace)  # how far the pod watch got: what it must have shown
+    observation = observe(state.memory, [view for view in views if view.role == "worker"], clock, watched)
     # Kueue (a queue-name label): no pods without an admitted Workload; deleting them then is no failure.
     gate = await kueue_gate(runtime.api, body, job, observation.pods, (workload_index or {}).get(key, []),
                             lambda: build_pod(job, uid, 0, config, current_hash))  # fmt: skip
@@ -254,25 +255,25 @@ async def _create_pods(
     gate: Gate,
 ) -> None:
     """Create in growing batches (:func:`.plan.creation_batches`); stop at the first refusal.
-    Each created pod is expected from the time its batch was answered, not the round's
-    start: a round that creates 3 000 pods takes most of a minute, and expectations dated
-    from its start ran out (:data:`.observe.EXPECTATION_TTL_S`) while the watch caught up,
-    so the next round created hundreds of them again (answered 409)."""
+    Each created pod is expected (:class:`.observe.Expectation`) until the pod watch has gone
+    past the resourceVersion its create was answered with: at 10 000 pods the watch lagged
+    by more than a minute, and expectations that ran out by the clock made the next round
+    post thousands of them again (answered 409)."""
     created: list[int] = []
     refusal = ""
     for batch in creation_batches(to_create):
         pods = [gate.place(build_pod(job, uid, index, runtime.config, current_hash)) for index in batch]
         outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods))
         clock = time.monotonic()
-        for index, (pod_uid, error) in zip(batch, outcomes, strict=True):
-            if pod_uid is not None:
+        for index, outcome in zip(batch, outcomes, strict=True):
+            if outcome.uid is not None:
                 created.append(index)
-                state.memory.note_created(index, pod_uid, clock)
-            elif error is None:  # it exists already (409): the watch lags; expect it again, don't post it again
+                state.memory.note_created(index, outcome.uid, clock, outcome.version)
+            elif outcome.refusal is None:  # it exists already (409): the watch lags; expect it, don't post it again
                 state.memory.note_created(index, "", clock)
-        refused = [index for index, (_, error) in zip(batch, outcomes, strict=True) if error]
+        refused = [index for index, outcome in zip(batch, outcomes, strict=True) if outcome.refusal]
         if refused:
-            refusal = next(error for _, error in outcomes if error)
+            refusal = next(outcome.refusal for outcome in outcomes if outcome.refusal)
             if refusal != state.reported_refusal:  # once per distinct reason, not on every timer tick
                 message = f"the API server refused worker pod(s) {shown(refused)}: {refusal}"
                 post_event(body["metadata"], "Warning", "CreateFailed", message)
@@ -297,10 +298,10 @@ async def _keep_evaluators(
         post_event(body["metadata"], "Normal", "DeletedEvaluator", f"deleted evaluation pod {name}: {why}")
     pods_made = [build_evaluator_pod(job, uid, index, runtime.config, current) for index in create]
     outcomes = await asyncio.gather(*(create_pod(runtime.api, pod) for pod in pods_made))
-    created = [pod["metadata"]["name"] for pod, (pod_uid, _) in zip(pods_made, outcomes, strict=True) if pod_uid]
+    created = [pod["metadata"]["name"] for pod, outcome in zip(pods_made, outcomes, strict=True) if outcome.uid]
     if created:
         post_event(body["metadata"], "Normal", "CreatedEvaluators", f"created evaluation pod(s) {', '.join(created)}")
-    if refusal := next((error for _, error in outcomes if error), None):
+    if refusal := next((outcome.refusal for outcome in outcomes if outcome.refusal), None):
         post_event(body["metadata"], "Warning", "CreateFailed", f"the API server refused an evaluation pod: {refusal}")
 
 

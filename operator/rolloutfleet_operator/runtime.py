@@ -11,7 +11,7 @@ from typing import Any
 from rolloutfleet_operator.api_calls import Api
 from rolloutfleet_operator.coalescing import Rounds
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.observe import PodMemory
+from rolloutfleet_operator.observe import PodMemory, resource_version
 from rolloutfleet_operator.scaling import Scaling
 
 Key = tuple[str, str]  # (namespace, name) of a RolloutJob
@@ -55,6 +55,14 @@ class Runtime:
     config: OperatorConfig
     api: Api
     jobs: dict[Key, JobRuntime] = field(default_factory=dict)
+    # namespace -> the newest resourceVersion the pod watch brought there (.observe.Expectation)
+    pod_versions: dict[str, int] = field(default_factory=dict)
 
     def job(self, key: Key) -> JobRuntime:
         return self.jobs.setdefault(key, JobRuntime())
+
+    def note_pod_version(self, namespace: str, version: object) -> None:
+        """A pod event from the watch: it has got at least as far as ``version``."""
+        number = resource_version(version)
+        if number is not None and number > self.pod_versions.get(namespace, -1):
+            self.pod_versions[namespace] = number

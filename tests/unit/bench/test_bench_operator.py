@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from bench import apiserver_metrics, bench_operator, children
-from bench.bench_operator import Row, render, run_size
+from bench import apiserver_metrics, children
+from bench.bench_operator import render, run_size
 
 
 class RefusingBench:
@@ -42,7 +42,7 @@ def no_kubelet(api: Any, namespace: str) -> Any:
 
 
 def test_a_failing_size_is_a_row_and_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(apiserver_metrics, "scrape", lambda api: apiserver_metrics.Counter())
+    monkeypatch.setattr(apiserver_metrics, "scrape", lambda api: apiserver_metrics.Scrape())
     bench: Any = RefusingBench(tmp_path)
     rows = run_size(bench, 1000, "redis://x", timeout=5, behave=False, kubelet=no_kubelet)
     assert [r.outcome.split(":")[0] for r in rows] == ["FAILED"]
@@ -51,14 +51,3 @@ def test_a_failing_size_is_a_row_and_leaves_no_process(tmp_path: Path, monkeypat
     assert operator.poll() is not None  # stopped (and reaped): nothing left running
     assert children.alive() == []
     assert "FAILED" in "\n".join(render(rows, 2))  # the table shows it, with no numbers made up
-
-
-def test_the_table_states_cpu_per_pod_and_the_bench_share() -> None:
-    row = Row("1000 workers: apply -> Ready", pods=1000, operator_cpu_s=5.0, bench_cpu_s=2.0, operator_rss_mb=150)
-    row.seconds = {"created": 10.0, "ready": 20.0, "wall": 20.0}
-    row.requests = apiserver_metrics.Counter({("POST", "pods"): 1000})
-    line = render([row], cores=2)[-1]
-    assert "5.0 (5.0)" in line  # 5 ms a pod
-    assert "2.0 (5 % of 2 cores)" in line  # 2 CPU s in 20 s on 2 cores
-    assert "(50/s)" in line  # 1000 requests in 20 s
-    assert bench_operator.BIG == 10_000

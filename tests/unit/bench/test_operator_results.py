@@ -18,7 +18,9 @@ def rows() -> list[Row]:
     start = Row("1000 workers: apply -> Ready", pods=1000, operator_cpu_s=5.0, bench_cpu_s=2.0, operator_rss_mb=134)
     start.control_plane_cpu_s = 12.0
     start.seconds = {"created": 10.0, "running": 30.0, "ready": 40.0, "wall": 40.0}
-    start.requests = apiserver_metrics.Counter({("POST", "pods"): 1000, ("PATCH", "pods/status"): 1000})
+    start.server = apiserver_metrics.Scrape(
+        requests=apiserver_metrics.Counter({("POST", "pods"): 1000, ("PATCH", "pods/status"): 1000})
+    )
     down = Row("1000 -> 100 workers (scale down)", pods=1000, operator_cpu_s=1.0, bench_cpu_s=0.5)
     down.control_plane_cpu_s, down.operator_rss_mb = 3.0, 140
     down.seconds = {"settled": 20.0, "wall": 20.0}

@@ -77,7 +77,11 @@ class FakeKube:
     def create_namespaced_pod(self, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
         self._call("create_namespaced_pod", namespace=namespace, body=body, **kw)
         name = body["metadata"]["name"]
-        created = {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}-{len(self.calls)}"}}
+        serial = len(self.calls)  # as the API server's: a uid, and a resourceVersion that only grows
+        created = {
+            **body,
+            "metadata": {**body["metadata"], "uid": f"uid-{name}-{serial}", "resourceVersion": str(serial)},
+        }
         self.pods[name] = created
         return SimpleNamespace(data=json.dumps(created).encode())
 

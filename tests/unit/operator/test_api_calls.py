@@ -27,8 +27,9 @@ def pod(name: str = "cp-worker-0") -> dict[str, Any]:
 @pytest.mark.asyncio
 async def test_a_created_pod_gives_its_uid_and_counts(kube: Any) -> None:
     before = REGISTRY.get_sample_value("rolloutfleet_operator_pods_created_total") or 0.0
-    uid, refusal = await create_pod(kube.api(), pod())
+    uid, refusal, version = await create_pod(kube.api(), pod())
     assert uid == kube.pods["cp-worker-0"]["metadata"]["uid"] and refusal is None
+    assert version == kube.pods["cp-worker-0"]["metadata"]["resourceVersion"]
     (call,) = kube.named("create_namespaced_pod")
     assert call["namespace"] == "team" and call["body"] == pod()
     assert call["_preload_content"] is False  # raw answers: no V1Pod models parsed
@@ -38,16 +39,16 @@ async def test_a_created_pod_gives_its_uid_and_counts(kube: Any) -> None:
 @pytest.mark.asyncio
 async def test_a_pod_that_exists_already_is_neither_created_nor_refused(kube: Any) -> None:
     kube.fail("create_namespaced_pod", 409, "already exists")
-    assert await create_pod(kube.api(), pod()) == (None, None)
+    assert await create_pod(kube.api(), pod()) == (None, None, "")
 
 
 @pytest.mark.asyncio
 async def test_a_refusal_gives_the_servers_words(kube: Any) -> None:
     quota = 'pods "cp-worker-0" is forbidden: exceeded quota: workers'
     kube.fail("create_namespaced_pod", 403, quota)
-    assert await create_pod(kube.api(), pod()) == (None, quota)
+    assert await create_pod(kube.api(), pod()) == (None, quota, "")
     kube.fail("create_namespaced_pod", 422, None, reason="Unprocessable Entity")
-    assert await create_pod(kube.api(), pod()) == (None, "HTTP 422 Unprocessable Entity")
+    assert await create_pod(kube.api(), pod()) == (None, "HTTP 422 Unprocessable Entity", "")
 
 
 @pytest.mark.asyncio

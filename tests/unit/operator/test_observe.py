@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolloutfleet_operator.observe import EXPECTATION_TTL_S, PodMemory, observe
+from rolloutfleet_operator.observe import (
+    EXPECTATION_MAX_S,
+    EXPECTATION_SETTLE_S,
+    EXPECTATION_TTL_S,
+    Expectation,
+    PodMemory,
+    observe,
+    resource_version,
+)
 from rolloutfleet_operator.pods import PodView
 
 
@@ -54,22 +62,49 @@ def test_a_pod_replaced_under_the_same_index_is_not_marked_by_its_predecessor() 
     assert seen.pods == [pod(0, uid="new")] and seen.vanished == [] and seen.memory.deleted == set()
 
 
-def test_a_creation_is_expected_until_the_watch_shows_it_or_it_expires() -> None:
+def test_a_creation_of_unknown_version_is_expected_until_the_watch_shows_it_or_it_expires() -> None:
     memory = PodMemory()
     memory.note_created(1, "uid-1", clock=100.0)
     memory.note_created(2, "uid-2", clock=100.0)
+    memory.note_created(2, "uid-2", clock=100.0)
     assert memory.known == {}  # only a pod the watch showed can vanish
     seen = observe(memory, [pod(1)], clock=101.0)
-    assert seen.memory.expected == {2: ("uid-2", 100.0)} and seen.vanished == []
+    assert seen.memory.expected == {2: Expectation("uid-2", None, 100.0)} and seen.vanished == []
     assert seen.creatable([0, 2, 3]) == [0, 3]  # pod 2 is on its way: not posted again
     later = observe(seen.memory, [pod(1)], clock=100.0 + EXPECTATION_TTL_S)
     assert later.memory.expected == {} and later.creatable([2]) == [2]  # never showed up: create it again
 
 
+def test_a_creation_is_expected_as_long_as_the_watch_is_behind_it() -> None:
+    memory = PodMemory()
+    memory.note_created(4, "uid-4", clock=0.0, version="5000")
+    # The watch lags (a 10 000-pod start): minutes pass, it has brought events up to 4 999 only.
+    behind = observe(memory, [], clock=10 * EXPECTATION_TTL_S, watch_version=4999)
+    assert behind.creatable([4]) == []  # not posted again (it would be answered 409)
+    # The watch reaches the create's version: the pod's own event is due; a short settle, then
+    # a pod it never showed (created and deleted meanwhile) is created again.
+    reached = observe(behind.memory, [], clock=700.0, watch_version=5000)
+    assert reached.creatable([4]) == []
+    assert observe(reached.memory, [], clock=700.0 + EXPECTATION_SETTLE_S, watch_version=5003).creatable([4]) == [4]
+    # Shown by the watch: no longer expected, whatever the versions say.
+    assert observe(behind.memory, [pod(4)], clock=1.0, watch_version=4999).memory.expected == {}
+
+
+def test_no_creation_is_expected_for_ever() -> None:
+    expectation = Expectation("uid", 10, created=0.0)
+    assert expectation.follow(EXPECTATION_MAX_S - 1, watch_version=None) == expectation  # no event yet: waits
+    assert expectation.follow(EXPECTATION_MAX_S, watch_version=9) is None  # a watch stuck that long: no lag
+
+
+def test_resource_versions_are_numbers_or_unknown() -> None:
+    assert resource_version("123") == 123
+    assert resource_version("") is None and resource_version(None) is None and resource_version("a1") is None
+
+
 def test_observing_leaves_the_memory_it_was_given_as_it_was() -> None:
-    memory = PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
-    observe(memory, [pod(3)], clock=1.0)
-    assert memory == PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: ("uid-3", 0.0)})
+    memory = PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: Expectation("uid-3", 7, 0.0)})
+    observe(memory, [pod(3)], clock=1.0, watch_version=9)
+    assert memory == PodMemory(known={0: pod(0)}, deleted={"uid-0", "gone"}, expected={3: Expectation("uid-3", 7, 0.0)})
 
 
 def test_a_replacement_is_expected_while_the_watch_still_shows_its_predecessor_going() -> None:
@@ -77,7 +112,7 @@ def test_a_replacement_is_expected_while_the_watch_still_shows_its_predecessor_g
     memory = PodMemory(known={0: pod(0, uid="old")}, deleted={"old"})
     memory.note_created(0, "new", clock=10.0)
     seen = observe(memory, [pod(0, uid="old")], clock=11.0)
-    assert seen.memory.expected == {0: ("new", 10.0)}
+    assert seen.memory.expected == {0: Expectation("new", None, 10.0)}
     # The old pod leaves the index before the new one enters it: nothing to create again.
     gone = observe(seen.memory, [], clock=12.0)
     assert gone.creatable([0]) == []

@@ -317,24 +317,30 @@ async def test_pods_created_late_in_a_long_round_are_not_created_again(
 async def test_a_pod_that_exists_already_is_expected_again_not_posted_every_round(
     kube: Any, posted: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The watch can lag minutes behind at 10 000 pods: a create answered 409 (it exists)
-    renews the expectation, so the pod is not posted again in each round until the watch
-    shows it (7 459 extra POSTs, all 409, in a 10 000-pod run before this)."""
+    """A create answered 409 (it exists; its resourceVersion unknown) renews the
+    expectation, so the pod is not posted again in each round until the watch shows it
+    (7 459 extra POSTs, all 409, in a 10 000-pod run before this)."""
     import time as real_time
     from types import SimpleNamespace
 
     from rolloutfleet_operator import reconcile as module
-    from rolloutfleet_operator.observe import EXPECTATION_TTL_S
+    from rolloutfleet_operator.observe import EXPECTATION_SETTLE_S
 
-    late = EXPECTATION_TTL_S + 1  # round 2 comes after the first expectations ran out
-    ticks = iter([0.0, 0.0, 0.0, late, late, late, late + 1])
+    # monotonic() is called once at a round's start, once per batch (3 pods: batches of 1, 2).
+    late = 1 + EXPECTATION_SETTLE_S
+    ticks = iter([0.0, 0.0, 0.0, 1.0, late, late, late, late + 1])
     clock = SimpleNamespace(monotonic=lambda: next(ticks), time=real_time.time, perf_counter=real_time.perf_counter)
     monkeypatch.setattr(module, "time", clock)
     runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job(replicas=3)
     await run(runtime, job, [])
+    # The watch went past the creates without showing the pods (say, deleted meanwhile, as
+    # another process created them again): after a short settle they are posted again.
+    runtime.note_pod_version("team", "1000000")
     kube.fail("create_namespaced_pod", 409)
     kube.calls.clear()
-    await run(runtime, job, [])  # the watch still shows none: posted again, answered 409
+    await run(runtime, job, [])  # the watch is past them: the pods' own events are due
+    assert kube.named("create_namespaced_pod") == []
+    await run(runtime, job, [])  # settled, still not shown: posted again, answered 409
     assert len(kube.named("create_namespaced_pod")) == 3
     assert [e["reason"] for e in posted] == ["CreatedWorkers"]  # no event for pods it did not create
     kube.calls.clear()
