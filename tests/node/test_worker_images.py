@@ -91,8 +91,30 @@ def redis_client(node: Node) -> Any:
     return redis.Redis.from_url(url, password=password, ssl_ca_certs=str(ca_file), ssl_check_hostname=False)
 
 
-def producers(client: Any, job: str) -> set[bytes]:
-    return {fields[b"producer"] for _, fields in client.xrange(job_keys(NS, job).batches, count=200)}
+class Reader:
+    """Reads the jobs' streams as a learner does (a consumer group, each batch acknowledged),
+    keeping who produced what it read: without a reader the fleet stops at `maxLen` (64
+    batches in the example), which a worker started a few seconds before the other can fill
+    alone before the other's first batch."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.seen: dict[str, set[bytes]] = {}
+
+    def producers(self, job: str) -> set[bytes]:
+        stream = job_keys(NS, job).batches
+        if job not in self.seen:
+            self.seen[job] = set()
+            try:
+                self.client.xgroup_create(stream, "node-test", id="0", mkstream=True)
+            except redis.ResponseError as error:
+                if "BUSYGROUP" not in str(error):
+                    raise
+        for _, entries in self.client.xreadgroup("node-test", "t", {stream: ">"}, count=200) or []:
+            self.seen[job] |= {fields[b"producer"] for _, fields in entries}
+            if entries:
+                self.client.xack(stream, "node-test", *[entry_id for entry_id, _ in entries])
+        return self.seen[job]
 
 
 def test_install_the_chart(node: Node) -> None:
@@ -124,11 +146,26 @@ def test_the_cartpole_example_runs_slim_and_a_torch_job_full(node: Node) -> None
     assert (wide["cartpole"], wide["cartpole-torch"]) == (SLIM, FULL)
     assert "IMAGE" not in node.kubectl("-n", NS, "get", "rj").splitlines()[0]
     # Both publish: every worker's batches are in its job's stream (no learner needed for the first).
-    client = redis_client(node)
+    reader = Reader(redis_client(node))
     wanted = {"cartpole": 2, "cartpole-torch": 1}
-    wait_for(lambda: all(len(producers(client, j)) == n for j, n in wanted.items()), 180, lambda: node.diagnostics(NS))
+    wait_for(lambda: all(len(reader.producers(j)) == n for j, n in wanted.items()), 180, lambda: node.diagnostics(NS))
     # Room on the 2-core node for the next test's job.
-    node.kubectl("-n", NS, "delete", "rj", "cartpole-torch", "--wait=true", "--timeout=60s")
+    node.kubectl("-n", NS, "delete", "rj", "cartpole-torch", "--wait=false")
+    wait_for(
+        lambda: not gone_or_none(node, "cartpole-torch"), 180, lambda: deletion_diagnostics(node, "cartpole-torch")
+    )
+
+
+def gone_or_none(node: Node, job: str) -> str:
+    """The job's name while the API server still has it, else ''."""
+    return node.kubectl("-n", NS, "get", "rj", job, "--ignore-not-found", "-o", "name", check=False).strip()
+
+
+def deletion_diagnostics(node: Node, job: str) -> str:
+    """What holds a deletion: the job's metadata (finalizers) and the operator's last lines."""
+    meta = node.kubectl("-n", NS, "get", "rj", job, "-o", "jsonpath={.metadata}", check=False)
+    log = node.kubectl("-n", NS, "logs", "deploy/rolloutfleet-operator", "--tail=60", check=False)
+    return f"{meta}\n--- operator log (tail) ---\n{log}\n{node.diagnostics(NS)}"
 
 
 @pytest.mark.timeout(600)
