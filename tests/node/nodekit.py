@@ -14,6 +14,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
+def chart_app_version() -> str:
+    """The chart's appVersion: the tag of the images `make images` built for it."""
+    for line in (REPO / "charts" / "rolloutfleet" / "Chart.yaml").read_text().splitlines():
+        if line.startswith("appVersion:"):
+            return line.split(":", 1)[1].strip().strip('"')
+    raise AssertionError("no appVersion in Chart.yaml")
+
+
 @dataclass
 class Node:
     """The real node's cluster: kubectl and helm as a user runs them, from the repo root."""

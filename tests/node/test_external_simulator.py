@@ -31,7 +31,7 @@ import pytest
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.transport.consumer import BatchConsumer
 from tests.integration.fleet_helpers import read_until
-from tests.node.nodekit import REPO, Node, wait_for
+from tests.node.nodekit import REPO, Node, chart_app_version, wait_for
 
 NS = "ext"
 RELEASE = "rolloutfleet"
@@ -40,14 +40,7 @@ PORT = 9900
 SIMULATOR = REPO / "tests" / "integration" / "external" / "simulator.py"
 
 
-def version() -> str:
-    for line in (REPO / "charts" / "rolloutfleet" / "Chart.yaml").read_text().splitlines():
-        if line.startswith("appVersion:"):
-            return line.split(":", 1)[1].strip().strip('"')
-    raise AssertionError("no appVersion in Chart.yaml")
-
-
-SLIM = f"ghcr.io/rolloutfleet/worker:{version()}-slim"
+SLIM = f"ghcr.io/rolloutfleet/worker:{chart_app_version()}-slim"
 
 
 def job_manifest() -> dict[str, Any]:

@@ -19,21 +19,14 @@ import pytest
 import redis
 
 from rolloutfleet.spec.redis_keys import job_keys
-from tests.node.nodekit import REPO, Node, wait_for
+from tests.node.nodekit import REPO, Node, chart_app_version, wait_for
 
 NS = "img"
 RELEASE = "rolloutfleet"
 REGISTRY = "ghcr.io/rolloutfleet"
 
 
-def version() -> str:
-    for line in (REPO / "charts" / "rolloutfleet" / "Chart.yaml").read_text().splitlines():
-        if line.startswith("appVersion:"):
-            return line.split(":", 1)[1].strip().strip('"')
-    raise AssertionError("no appVersion in Chart.yaml")
-
-
-FULL = f"{REGISTRY}/worker:{version()}"
+FULL = f"{REGISTRY}/worker:{chart_app_version()}"
 SLIM = f"{FULL}-slim"
 
 
