@@ -46,6 +46,10 @@ POD_FILTER: dict[str, Any] = {
 TIMER_INTERVAL_S = 5.0
 WORKER_LIMIT = 2048  # kopf's per-object workers alive at once (see startup)
 WORKER_IDLE_S = 1.0  # ... and how long one waits for its object's next event
+# A deleted job keeps kopf's finalizer until its timer has returned. A tick caught mid-call
+# (a Redis read, a reconcile) made kopf look again only after its default 60 s, so the
+# job and its pods outlived ``kubectl delete`` by a minute; now it looks every second.
+TIMER_STOP_POLL_S = 1.0
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -83,6 +87,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Our own Events say what we do; kopf's per-handler "succeeded" Events would be noise.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    settings.background.cancellation_polling = TIMER_STOP_POLL_S
     # kopf runs one worker per object, alive until idle_timeout after its last event, and
     # stops reading the watch while worker_limit are alive: the pair caps the objects whose
     # events it takes a second. 256 and kopf's 5 s capped it at ~51 pods/s, and the pod
@@ -196,13 +201,18 @@ async def pod_changed(
 
 
 @kopf.timer(*JOBS, interval=TIMER_INTERVAL_S)
-async def tick(*, namespace: str | None, name: str, memo: Any, **indexes: Any) -> None:
+async def tick(*, namespace: str | None, name: str, memo: Any, stopped: kopf.DaemonStopped, **indexes: Any) -> None:
     runtime: Runtime = memo.runtime
     key = (namespace or "", name)
     if runtime.config.read_progress:
-        await read_progress(key, runtime, indexes["job_index"])
-        await read_stream_metrics(key, runtime, indexes["job_index"])
-        await autoscale(key, runtime, indexes["job_index"])  # spec.autoscaling's jobs only
+        # Each step may wait seconds on a Redis that hangs; a job deleted meanwhile (kopf
+        # sets ``stopped``) waits for this tick to return, so the rest is skipped.
+        for step in (read_progress, read_stream_metrics, autoscale):  # autoscale: spec.autoscaling's jobs only
+            if stopped:
+                return
+            await step(key, runtime, indexes["job_index"])
+    if stopped:
+        return
     await request_reconcile(
         key, runtime, indexes["job_index"], indexes["pod_index"], indexes["workload_index"], indexes["pdb_index"]
     )
