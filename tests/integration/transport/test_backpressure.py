@@ -41,3 +41,27 @@ def test_a_learner_that_consumed_everything_leaves_the_whole_stream_free(redis_u
     assert (load.unconsumed, load.group) == (0, "g")
     assert publisher.meter.trim_before is not None
     assert stream_id(publisher.meter.trim_before) > stream_id(last)  # everything before it is consumed
+
+
+def test_a_measurement_riding_an_xadd_takes_the_last_id_from_it_and_runs_no_script(redis_url: str) -> None:
+    """The script copies the stream's last entry (a whole batch) into Lua: ~250 us of Redis's
+    single thread a measurement. Behind an XADD, the XADD's id is the last id; Redis's own
+    command counters say no script ran, and the riding measurements judged the stream as a
+    lone one does."""
+    batch = {"obs": np.zeros((2048, 4), np.float32)}
+    admin = redis.Redis.from_url(redis_url)
+    with (
+        BatchPublisher(redis_url, "ride", max_len=4) as publisher,
+        BatchConsumer(redis_url, "ride", group="g") as consumer,
+    ):
+        consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it is a learner's
+        publisher.publish(batch)  # the first publish measures alone first (the stream's load is unknown)
+        admin.config_resetstat()
+        for _ in range(3):  # 1 unconsumed: the next publish goes bare, then two carry a measurement
+            publisher.publish(batch)
+        stats = admin.info("commandstats")
+        assert stats["cmdstat_xadd"]["calls"] == 3
+        assert stats["cmdstat_xinfo|groups"]["calls"] == 2  # the two riding measurements
+        assert "cmdstat_eval" not in stats and "cmdstat_evalsha" not in stats
+        assert publisher.meter.full  # 4 unconsumed of maxLen 4: the next publish waits
+        assert (publisher.load().unconsumed, publisher.load().group) == (4, "g")

@@ -308,14 +308,14 @@ class BatchPublisher(JobClient):
             entry_id, *acks = pipe.execute()
             self._replicated(acks[0] if acks else None)
             return entry_id
-        meter.queue_measure(pipe)
+        meter.queue_measure(pipe, after_xadd=True)
         entry_id, *replies = pipe.execute(raise_on_error=False)
         if isinstance(entry_id, Exception):
             raise entry_id
         if self._replicas:
             acks, *replies = replies
             self._replicated(acks)
-        meter.measured(replies)
+        meter.measured(replies, added=entry_id)
         return entry_id
 
     def _add_dropping(self, fields: dict[Any, Any]) -> Any:
