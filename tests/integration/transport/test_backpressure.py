@@ -3,6 +3,9 @@ entry id (without the entry), and a learner that consumed everything."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 import redis
@@ -65,3 +68,29 @@ def test_a_measurement_riding_an_xadd_takes_the_last_id_from_it_and_runs_no_scri
         assert "cmdstat_eval" not in stats and "cmdstat_evalsha" not in stats
         assert publisher.meter.full  # 4 unconsumed of maxLen 4: the next publish waits
         assert (publisher.load().unconsumed, publisher.load().group) == (4, "g")
+
+
+def test_a_publish_waiting_for_room_looks_up_the_last_id_about_once_a_second(redis_url: str) -> None:
+    """Waiting, a publisher polls every few ms; the script (a whole entry copied into Lua)
+    runs for the first look and then about once a second, as Redis's counters tell."""
+    batch = {"obs": np.zeros((2048, 4), np.float32)}
+    admin = redis.Redis.from_url(redis_url)
+    with (
+        BatchPublisher(redis_url, "wait", max_len=2, block_timeout_s=60) as publisher,
+        BatchConsumer(redis_url, "wait", group="g") as consumer,
+    ):
+        consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it is a learner's
+        publisher.publish(batch)
+        publisher.publish(batch)  # 2 unconsumed of maxLen 2: the next publish waits
+        admin.config_resetstat()
+        learner = threading.Timer(2.5, lambda: consumer.ack(consumer.read(count=2, timeout=1)))
+        learner.start()
+        started = time.monotonic()
+        publisher.publish(batch)
+        waited = time.monotonic() - started
+        learner.join()
+        stats = admin.info("commandstats")
+    looks = stats["cmdstat_xinfo|groups"]["calls"]
+    scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
+    assert publisher.stats.blocked == 1 and looks > 20  # it did wait, polling
+    assert 1 <= scripts <= waited + 1  # the first look, then at most one a second

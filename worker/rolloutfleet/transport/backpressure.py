@@ -125,6 +125,10 @@ class BackpressureTimeout(TimeoutError):
 
 
 HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
+LAST_ID_EVERY_S = 1.0
+"""While a publish waits for room, the stream's last id (a script, ~250 us of Redis's one
+thread for a 185 KB entry) is looked up at most this often; the polls between count a
+group's ``lag`` as Redis reports it."""
 HOLD_RECORD_TTL_MS = 3000
 # "since" is Redis's clock (no host's): when the holder began to hold. A fresh record dates
 # from the start of the wait that writes it; a change of holder, from now; refreshes by
@@ -200,36 +204,39 @@ class BackpressureMeter:
             return False
         return True
 
-    def queue_measure(self, pipe: Any, after_xadd: bool = False) -> None:
+    def queue_measure(self, pipe: Any, script: bool = True) -> None:
         """Queue the measurement on ``pipe``: consumers and pending summaries of the groups
-        seen last time ride in the same round trip; a new group costs one more.
-        ``after_xadd``: queued right behind an XADD, whose reply is the stream's last id;
-        else a script finds it (in Redis, at ~250 us a 185 KB entry: Lua copies the entry)."""
+        seen last time ride in the same round trip; a new group costs one more. ``script``:
+        find the stream's last id with :data:`LAST_ID_SCRIPT` (in Redis, ~250 us for a 185 KB
+        entry: Lua copies the entry); without, give it to :meth:`measured` (an XADD's id)
+        or go without it."""
         pipe.xlen(self.keys.batches)
         pipe.xinfo_groups(self.keys.batches)
         pipe.hgetall(self.keys.learners)
         pipe.time()
-        if not after_xadd:
+        if script:
             pipe.eval(LAST_ID_SCRIPT, 1, self.keys.batches)  # a group past the last entry has nothing undelivered
         for name in self.groups:
             pipe.xinfo_consumers(self.keys.batches, name)
             pipe.xpending(self.keys.batches, name)
 
     def measured(self, replies: list[Any], added: bytes | str | None = None) -> StreamLoad:
-        """The load from :meth:`queue_measure`'s replies (``added``: the id of the XADD they
-        followed, given with ``after_xadd``); decides the next publishes: wait when full, and
-        skip measurements while even every producer publishing that many times could not fill
-        more than half of the stream (at most 16, to notice a stalled learner)."""
+        """The load from :meth:`queue_measure`'s replies (``added``: with ``script=False``,
+        the id of the XADD they followed, the stream's last); decides the next publishes: wait
+        when full, and skip measurements while even every producer publishing that many times
+        could not fill more than half of the stream (at most 16, to notice a stalled learner)."""
         load = self._load(replies if added is None else [*replies[:4], added, *replies[4:]])
         self.full = load.unconsumed >= self.max_len
         self._until_check = min(16, (self.max_len // 2 - load.unconsumed) // self.producers)
         return load
 
-    def load(self) -> StreamLoad:
-        """The stream's load now, in one round trip (two when the groups changed)."""
+    def load(self, last_id: bool = True) -> StreamLoad:
+        """The stream's load now, in one round trip (two when the groups changed).
+        ``last_id=False``: without the script; a group's stale ``lag`` then counts as is."""
         pipe = self.client.pipeline(transaction=False)
-        self.queue_measure(pipe)
-        return self._load(pipe.execute(raise_on_error=False))
+        self.queue_measure(pipe, script=last_id)
+        replies = pipe.execute(raise_on_error=False)
+        return self._load(replies if last_id else [*replies[:4], None, *replies[4:]])
 
     def _load(self, replies: list[Any]) -> StreamLoad:
         length, groups, reading, now, last, *per_group = replies
@@ -262,7 +269,16 @@ class BackpressureMeter:
         started = time.monotonic()
         delay, waited = 0.001, False
         next_record = started + HOLD_RECORD_AFTER_S
-        while (load := self.load()).unconsumed >= self.max_len:
+        next_last_id = started  # the first look finds the stream's last id, then one a second
+
+        def look() -> StreamLoad:
+            nonlocal next_last_id
+            if time.monotonic() < next_last_id:
+                return self.load(last_id=False)
+            next_last_id = time.monotonic() + LAST_ID_EVERY_S
+            return self.load()
+
+        while (load := look()).unconsumed >= self.max_len:
             if self._interrupted.is_set():
                 raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
             waited_s = time.monotonic() - started

@@ -308,7 +308,7 @@ class BatchPublisher(JobClient):
             entry_id, *acks = pipe.execute()
             self._replicated(acks[0] if acks else None)
             return entry_id
-        meter.queue_measure(pipe, after_xadd=True)
+        meter.queue_measure(pipe, script=False)  # the XADD's reply is the stream's last id
         entry_id, *replies = pipe.execute(raise_on_error=False)
         if isinstance(entry_id, Exception):
             raise entry_id
