@@ -225,9 +225,10 @@ async def pod_changed(
 
 
 @kopf.timer(*JOBS, interval=TIMER_INTERVAL_S)
-async def tick(*, namespace: str | None, name: str, memo: Any, stopped: kopf.DaemonStopped, **indexes: Any) -> None:
+async def tick(*, namespace: str | None, name: str, memo: Any, **indexes: Any) -> None:
     runtime: Runtime = memo.runtime
     key = (namespace or "", name)
+    stopped: kopf.DaemonStopped = indexes["stopped"]  # kopf's: set once the job is deleted
     if runtime.config.read_progress:
         # Each step may wait seconds on a Redis that hangs; a job deleted meanwhile (kopf
         # sets ``stopped``) waits for this tick to return, so the rest is skipped.
