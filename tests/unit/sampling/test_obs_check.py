@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.sampling.envs import EnvFailed
-from rolloutfleet.sampling.obs_check import obs_problem
+from rolloutfleet.sampling.obs_check import AgentsObsCheck, obs_problem
 from rolloutfleet.sampling.sizes import check_sizes
 from rolloutfleet.spec.job import SpecError
 
@@ -47,6 +47,29 @@ def test_obs_problem() -> None:
     assert "'b'" in str(obs_problem(mixed, {"a": np.zeros(2)}))
     assert obs_problem(spaces.Tuple((BOX,)), (np.zeros(2),)) is None
     assert obs_problem(spaces.Tuple((BOX,)), (np.zeros(2), 1)) is not None
+
+
+def test_the_per_agent_check_says_what_obs_problem_says_and_asks_each_space_once() -> None:
+    """Its shortcut for numeric arrays of the space's shape changes no verdict."""
+    agent_spaces: dict[str, spaces.Space[Any]] = {
+        "box": BOX,
+        "discrete": spaces.Discrete(3),
+        "multi": spaces.MultiDiscrete([2, 3]),
+        "bits": spaces.MultiBinary(3),
+        "dict": spaces.Dict({"pos": BOX}),
+    }
+    values = [
+        np.zeros(2, np.float32), np.zeros(2, np.int64), np.zeros(3, np.float32), np.array(1), np.array([1, 2]),
+        np.zeros(3, bool), np.array(["a", "b"]), np.array([None, None], dtype=object), [0.0, 1.0], 2, "x",
+        {"pos": np.zeros(2, np.float32)}, {"pos": "x"},
+    ]  # fmt: skip
+    asked: list[str] = []
+    check = AgentsObsCheck(lambda agent: asked.append(agent) or agent_spaces[agent])
+    for value in values:
+        for agent, space in agent_spaces.items():
+            expected = obs_problem(space, value)
+            assert check({agent: value}) == (None if expected is None else f"for agent {agent!r} {expected}")
+    assert sorted(asked) == sorted(agent_spaces)  # each space looked up once
 
 
 def test_a_string_from_reset_is_one_line_naming_the_env_and_what_it_returned() -> None:

@@ -26,7 +26,7 @@ from rolloutfleet.sampling.aec_env import AECDriver, is_aec
 from rolloutfleet.sampling.env_calls import watched_creator
 from rolloutfleet.sampling.env_creators import EnvContext
 from rolloutfleet.sampling.env_failures import EnvFailed, reset_or_fail
-from rolloutfleet.sampling.obs_check import agents_obs_problem
+from rolloutfleet.sampling.obs_check import AgentsObsCheck
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
 
@@ -64,7 +64,7 @@ class MultiAgentEnvAdapter:
         self._obs_space = _space_lookup(env, "observation")
         self._act_space = _space_lookup(env, "action")
         self._pettingzoo_style = False  # learnt from the first step: no "__all__" keys
-        self._checked_spaces: dict[Any, spaces.Space[Any] | None] = {}
+        self._obs_problem = AgentsObsCheck(self._obs_space_or_none)
 
     @property
     def possible_agents(self) -> list[Any]:
@@ -99,11 +99,9 @@ class MultiAgentEnvAdapter:
         return self._aec is not None
 
     def _obs_space_or_none(self, agent: Any) -> spaces.Space[Any] | None:
-        """The agent's observation space for the checks (cached; None: the env does not say)."""
-        if agent not in self._checked_spaces:
-            space = None if self._obs_space is None else self._obs_space(agent)
-            self._checked_spaces[agent] = space if isinstance(space, spaces.Space) else None
-        return self._checked_spaces[agent]
+        """The agent's observation space for the checks (None: the env does not say)."""
+        space = None if self._obs_space is None else self._obs_space(agent)
+        return space if isinstance(space, spaces.Space) else None
 
     def reset(self, seed: int | None = None) -> dict[Any, Any]:
         """The first observations; one that is not an observation of its agent's space is :class:`EnvFailed`."""
@@ -114,7 +112,7 @@ class MultiAgentEnvAdapter:
             obs = result[0] if isinstance(result, tuple) else result
             if not isinstance(obs, Mapping):
                 raise SpecError(f"{self.field}: reset() returned {type(obs).__name__}, expected a dict of agent -> obs")
-        if (problem := agents_obs_problem(self._obs_space_or_none, obs)) is not None:
+        if (problem := self._obs_problem(obs)) is not None:
             raise EnvFailed(f"{self.field}: reset returned {problem}")
         return dict(obs)
 
@@ -122,7 +120,7 @@ class MultiAgentEnvAdapter:
         """One step; an observation that is not one of its agent's space is a ``ValueError``
         (the runner counts it as the sub-env's failure)."""
         step = self._step(actions)
-        if (problem := agents_obs_problem(self._obs_space_or_none, step.obs)) is not None:
+        if (problem := self._obs_problem(step.obs)) is not None:
             raise ValueError(f"step returned {problem}")
         return step
 

@@ -2,7 +2,7 @@
 words, a dict where a Box was declared: said in one line naming what came back, before it
 reaches a buffer of the space's dtype (where it would be a traceback, or garbage).
 
-Multi-agent envs: :func:`agents_obs_problem`, agent by agent. Pure (numpy and gymnasium spaces only). Text, Graph and other leaves are not checked here
+Multi-agent envs: :class:`AgentsObsCheck`, agent by agent. Pure (numpy and gymnasium spaces only). Text, Graph and other leaves are not checked here
 (:func:`rolloutfleet.inference.obs_spaces.obs_parts` refuses them up front).
 """
 
@@ -57,15 +57,39 @@ def obs_problem(space: spaces.Space[Any], obs: Any) -> str | None:
     return None
 
 
-def agents_obs_problem(space_of: Callable[[Any], spaces.Space[Any] | None], obs: Mapping[Any, Any]) -> str | None:
-    """Why an agent's entry in ``obs`` (agent -> observation) is not an observation of its
-    space (``space_of(agent)``; None: not checked), naming the agent; or None.
+_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
-    >>> agents_obs_problem(lambda agent: spaces.Discrete(3), {"a0": 1, "a1": "x"})
+
+class AgentsObsCheck:
+    """Why an agent's entry in an observation dict is not an observation of its space
+    (``space_of(agent)``, asked once per agent; None: not checked), naming the agent; or None.
+
+    Every step of every agent goes through it: an agent whose space is one array (Box,
+    Discrete, MultiDiscrete, MultiBinary) and whose observation is a numeric ndarray of the
+    space's shape passes in one comparison, without :func:`obs_problem`'s walk.
+
+    >>> AgentsObsCheck(lambda agent: spaces.Discrete(3))({"a0": 1, "a1": "x"})
     "for agent 'a1' 'x' (str), not an observation of Discrete(3)"
     """
-    for agent, value in obs.items():
-        space = space_of(agent)
-        if space is not None and (problem := obs_problem(space, value)) is not None:
-            return f"for agent {agent!r} {problem}"
-    return None
+
+    def __init__(self, space_of: Callable[[Any], spaces.Space[Any] | None]) -> None:
+        self._space_of = space_of
+        self._spaces: dict[Any, tuple[spaces.Space[Any] | None, tuple[int, ...] | None]] = {}
+
+    def _space(self, agent: Any) -> tuple[spaces.Space[Any] | None, tuple[int, ...] | None]:
+        space = self._space_of(agent)
+        shape = space.shape if isinstance(space, _ARRAY_SPACES) else None
+        self._spaces[agent] = entry = (space, shape)
+        return entry
+
+    def __call__(self, obs: Mapping[Any, Any]) -> str | None:
+        known = self._spaces
+        for agent, value in obs.items():
+            space, shape = known.get(agent) or self._space(agent)
+            if space is None:
+                continue
+            if type(value) is np.ndarray and value.shape == shape and value.dtype.kind in _NUMERIC:
+                continue
+            if (problem := obs_problem(space, value)) is not None:
+                return f"for agent {agent!r} {problem}"
+        return None
