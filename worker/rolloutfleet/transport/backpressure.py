@@ -214,18 +214,18 @@ class BackpressureMeter:
         pipe.xinfo_groups(self.keys.batches)
         pipe.hgetall(self.keys.learners)
         pipe.time()
-        if script:
-            pipe.eval(LAST_ID_SCRIPT, 1, self.keys.batches)  # a group past the last entry has nothing undelivered
         for name in self.groups:
             pipe.xinfo_consumers(self.keys.batches, name)
             pipe.xpending(self.keys.batches, name)
+        if script:  # last: a group past the last entry has nothing undelivered
+            pipe.eval(LAST_ID_SCRIPT, 1, self.keys.batches)
 
     def measured(self, replies: list[Any], added: bytes | str | None = None) -> StreamLoad:
         """The load from :meth:`queue_measure`'s replies (``added``: with ``script=False``,
         the id of the XADD they followed, the stream's last); decides the next publishes: wait
         when full, and skip measurements while even every producer publishing that many times
         could not fill more than half of the stream (at most 16, to notice a stalled learner)."""
-        load = self._load(replies if added is None else [*replies[:4], added, *replies[4:]])
+        load = self._load(replies, added)
         self.full = load.unconsumed >= self.max_len
         self._until_check = min(16, (self.max_len // 2 - load.unconsumed) // self.producers)
         return load
@@ -236,10 +236,12 @@ class BackpressureMeter:
         pipe = self.client.pipeline(transaction=False)
         self.queue_measure(pipe, script=last_id)
         replies = pipe.execute(raise_on_error=False)
-        return self._load(replies if last_id else [*replies[:4], None, *replies[4:]])
+        return self._load(replies[:-1], replies[-1]) if last_id else self._load(replies, None)
 
-    def _load(self, replies: list[Any]) -> StreamLoad:
-        length, groups, reading, now, last, *per_group = replies
+    def _load(self, replies: list[Any], last: Any) -> StreamLoad:
+        """The load from the measurement's replies (without the script's) and the stream's
+        last id (the script's reply, an XADD's id, or None: unknown)."""
+        length, groups, reading, now, *per_group = replies
         if isinstance(length, Exception):
             raise length
         names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
