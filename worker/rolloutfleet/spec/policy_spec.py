@@ -25,7 +25,27 @@ class RecurrentSpec(_Model):
     """Units of the cell (its state: ``h`` and, for an LSTM, ``c``, each of this size)."""
 
 
-class PolicySpec(_Model):
+class _PolicyFields(_Model):
+    """The checks of the fields a policy and a multi-agent policy's overrides share (an
+    override's null, a field left out, passes)."""
+
+    @field_validator("entry_point", check_fields=False)
+    @classmethod
+    def _entry_point_syntax(cls, value: str | None) -> str | None:
+        return check_entry_point(value)
+
+    @field_validator("hidden", check_fields=False)
+    @classmethod
+    def _positive_layers(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else check_layers(value)
+
+    @field_validator("device", check_fields=False)
+    @classmethod
+    def _device_syntax(cls, value: str | None) -> str | None:
+        return None if value is None else check_device(value)
+
+
+class PolicySpec(_PolicyFields):
     """Which torch model acts, and where it runs."""
 
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
@@ -57,21 +77,6 @@ class PolicySpec(_Model):
     state_out: bool = False
     """Stateful models: also record each row's ``state_out_<k>`` (the state after the step)."""
 
-    @field_validator("entry_point")
-    @classmethod
-    def _entry_point_syntax(cls, value: str | None) -> str | None:
-        return check_entry_point(value)
-
-    @field_validator("hidden")
-    @classmethod
-    def _positive_layers(cls, value: list[int]) -> list[int]:
-        return check_layers(value)
-
-    @field_validator("device")
-    @classmethod
-    def _device_syntax(cls, value: str) -> str:
-        return check_device(value)
-
     @model_validator(mode="after")
     def _recurrent_wraps_the_default_model(self) -> PolicySpec:
         check_recurrent(self.recurrent, self.entry_point)
@@ -88,7 +93,7 @@ def check_recurrent(recurrent: RecurrentSpec | None, entry_point: str | None) ->
         )
 
 
-class PolicyOverrides(_Model):
+class PolicyOverrides(_PolicyFields):
     """One policy of a multi-agent job: any field of ``spec.policy``, overriding it for this policy."""
 
     hidden: list[int] | None = None
@@ -103,21 +108,6 @@ class PolicyOverrides(_Model):
     num_threads: int | None = Field(default=None, ge=1)
     recurrent: RecurrentSpec | None = None
     state_out: bool | None = None
-
-    @field_validator("entry_point")
-    @classmethod
-    def _entry_point_syntax(cls, value: str | None) -> str | None:
-        return check_entry_point(value)
-
-    @field_validator("hidden")
-    @classmethod
-    def _positive_layers(cls, value: list[int] | None) -> list[int] | None:
-        return None if value is None else check_layers(value)
-
-    @field_validator("device")
-    @classmethod
-    def _device_syntax(cls, value: str | None) -> str | None:
-        return None if value is None else check_device(value)
 
     def apply(self, base: PolicySpec) -> PolicySpec:
         """``base`` with the fields given here replaced; a field left out (or null) keeps ``base``'s value."""
