@@ -112,3 +112,17 @@ def test_while_idle_it_looks_more_often_so_a_returning_learner_is_seen_sooner(
     assert lines[4] == "autoscaling: no learner has read yet (idleSeconds 10): 2 -> 0 workers"
     # Active: a look every 2 s (0, 2, 10); idle from 10 s on: every 0.5 s (10.5, 11, 11.5).
     assert len(seen) == 6 and fleet.sizes == [0]
+
+
+def test_due_in_tells_the_loop_how_long_it_may_wait_before_the_next_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_autoscaler, "read_signals", lambda *args: Signals(now=100.0))
+    fleet = Recorded(job(2, minReplicas=0, maxReplicas=4, idleSeconds=10), tmp_path)
+    scaler = LocalAutoscaler(fleet, look_s=2.0, idle_look_s=0.1)
+    assert scaler.due_in(0.0) == 0.0  # never looked: due now
+    scaler.tick(0.0)
+    assert scaler.due_in(0.5) == pytest.approx(1.5)  # active: every 2 s
+    assert scaler.due_in(3.0) == 0.0
+    scaler.tick(10.0)  # idle from here (no learner for idleSeconds): every 0.1 s
+    assert fleet.sizes == [0] and scaler.due_in(10.0) == pytest.approx(0.1)

@@ -246,7 +246,8 @@ def _watch(
                 return _all_down(fleet, console)
             if args.duration is not None and now - started >= args.duration:
                 return 0
-            if stop.received.wait(0.25):
+            wait = 0.25 if scaler is None else min(0.25, max(0.02, scaler.due_in(time.monotonic())))
+            if stop.received.wait(wait):
                 return 0
     finally:
         if live is not None:

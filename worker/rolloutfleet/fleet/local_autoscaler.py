@@ -17,9 +17,11 @@ from rolloutfleet.transport.appetite import read_signals
 
 LOOK_S = 2.0
 """How often the local fleet looks at the signals (the operator: every timer tick, 5 s)."""
-IDLE_LOOK_S = 0.5
+IDLE_LOOK_S = 0.1
 """How often it looks while idle (no learner reading, the fleet at ``minReplicas``): a learner
-that reads again gets its workers within this, plus a worker's start (forked: about 0.5 s)."""
+that reads again gets its workers within this, plus a worker's start (forked: 0.2 to 0.4 s),
+while it reads the rows the workers left in the stream (up to ``maxLen`` entries). A look is
+a few reads of small hashes."""
 
 
 class LocalAutoscaler:
@@ -36,6 +38,10 @@ class LocalAutoscaler:
         self.idle_look_s = min(idle_look_s, look_s)
         self._next = 0.0
         self._said = ""
+
+    def due_in(self, now: float) -> float:
+        """Seconds until the next look (0 when due): the caller's loop waits no longer."""
+        return max(0.0, self._next - now)
 
     def tick(self, now: float | None = None) -> str | None:
         """Look at the signals if due and carry out the decision; the line to say, if any."""
