@@ -100,12 +100,12 @@ bench-external: install ## external simulators: actions/s and p50/p99 latency fo
 	$(BIN)/python -m bench.bench_external
 	$(BIN)/python -m bench.plot_results out/bench
 
-bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 START=1,4 MIN_REPLICAS=0,1 WORKER_START=fork,exec REPEATS=3: worker-seconds at matched starvation; JSON and plots in out/bench
+bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner whose appetite steps; sweep e.g. HEADROOM=0.1,0.3 WINDOW_SECONDS=4,8 START=1,4 MIN_REPLICAS=0,1 WORKER_START=fork,exec FIXED=4 REPEATS=3: worker-seconds at matched starvation; JSON and plots in out/bench
 	mkdir -p out/bench && rm -f out/bench/bench_autoscale.jsonl
 	$(BIN)/python -m bench.bench_autoscale --phase-seconds $(or $(PHASE_SECONDS),60) --repeats $(or $(REPEATS),1) \
 		--headroom $(or $(HEADROOM),0.1) --window-seconds $(or $(WINDOW_SECONDS),8) --start $(or $(START),1) \
 		--min-replicas $(or $(MIN_REPLICAS),0) --worker-start $(or $(WORKER_START),fork) --parallel $(or $(PARALLEL),1) \
-		--startup-repeats $(or $(STARTUP_REPEATS),5) --json out/bench/bench_autoscale.jsonl
+		--startup-repeats $(or $(STARTUP_REPEATS),5) $(if $(FIXED),--fixed $(FIXED)) --json out/bench/bench_autoscale.jsonl
 	$(BIN)/python -m bench.autoscale_results out/bench/bench_autoscale.jsonl
 	$(BIN)/python -m bench.plot_results out/bench
 
