@@ -5,7 +5,9 @@
   protocol 5 (a local speed reference only: pickle never goes on the wire);
 * end to end: 2 producer processes publishing flat out + 1 consumer reading and acking, as
   BatchPublisher/BatchConsumer, next to the raw ceiling of the same topology (bare redis-py
-  XADD / XREADGROUP + XACK of an equally large opaque payload) and redis-benchmark's SET
+  XADD / XREADGROUP + XACK of an equally large opaque payload; its XADDs trim, so what its
+  consumer is too slow for is dropped), a lossless raw pipeline (bare producers waiting at
+  1 000 unconsumed entries, the consumer deleting what it acked) and redis-benchmark's SET
   of that size (the C client: what the server sustains);
 * weights: publish -> every one of N polling subscribers holding the decoded weights, for
   1 MB and 100 MB.
@@ -157,6 +159,22 @@ def produce_raw(url: str, stop: Event, index: int) -> None:
         client.xadd(key, {"payload": payload, "worker_index": index}, maxlen=1000, approximate=True)
 
 
+def produce_raw_lossless(url: str, stop: Event, index: int) -> None:
+    """The ceiling's producer, but it loses nothing: no trimming (the consumer deletes what it
+    acked), and it waits while ``max_len`` (1 000) entries are unconsumed, as ``block`` does."""
+    payload = encode(cartpole_batch())
+    client = redis.Redis.from_url(url)
+    key = f"raw-lossless:{JOB}"
+    pipe = client.pipeline(transaction=False)
+    while not stop.is_set():
+        pipe.xadd(key, {"payload": payload, "worker_index": index})
+        pipe.xlen(key)
+        _, length = pipe.execute()
+        while length >= 1000 and not stop.is_set():
+            time.sleep(0.001)
+            length = client.xlen(key)
+
+
 def consume_ours(url: str, seconds: float) -> tuple[float, float]:
     consumer = BatchConsumer(url, JOB, group="bench", block_s=0.1, start="$")
     consumer.ack(consumer.read(count=16, timeout=5))  # warm: producers are running
@@ -171,11 +189,12 @@ def consume_ours(url: str, seconds: float) -> tuple[float, float]:
     return rows * row_bytes / elapsed / 1e6, rows / elapsed
 
 
-def consume_raw(url: str, seconds: float) -> tuple[float, float]:
+def consume_raw(url: str, seconds: float, lossless: bool = False) -> tuple[float, float]:
     client = redis.Redis.from_url(url)
-    key = f"raw:{JOB}"
+    key = f"raw-lossless:{JOB}" if lossless else f"raw:{JOB}"
     with contextlib.suppress(redis.ResponseError):
-        client.xgroup_create(key, "bench", id="$", mkstream=True)
+        # Lossless: from the stream's start, as its producers count every entry not yet deleted.
+        client.xgroup_create(key, "bench", id="0" if lossless else "$", mkstream=True)
     rows_per_entry = 2048
     data_bytes = nbytes(cartpole_batch())
     entries = 0
@@ -183,7 +202,12 @@ def consume_raw(url: str, seconds: float) -> tuple[float, float]:
     def read() -> int:
         reply = client.xreadgroup("bench", "c", {key: ">"}, count=16, block=1000)
         ids = [entry_id for _, items in reply or [] for entry_id, _ in items]
-        if ids:
+        if ids and lossless:  # acked and deleted in one round trip: the stream holds what is unconsumed
+            pipe = client.pipeline(transaction=False)
+            pipe.xack(key, "bench", *ids)
+            pipe.xdel(key, *ids)
+            pipe.execute()
+        elif ids:
             client.xack(key, "bench", *ids)
         return len(ids)
 
@@ -195,17 +219,25 @@ def consume_raw(url: str, seconds: float) -> tuple[float, float]:
     return entries * data_bytes / elapsed / 1e6, entries * rows_per_entry / elapsed
 
 
-def end_to_end(url: str, ours: bool, seconds: float) -> tuple[float, float]:
+PATHS: dict[str, tuple[Callable[[str, Event, int], None], Callable[[str, float], tuple[float, float]]]] = {
+    "ours": (produce_ours, consume_ours),
+    "raw": (produce_raw, consume_raw),
+    "raw-lossless": (produce_raw_lossless, lambda url, seconds: consume_raw(url, seconds, lossless=True)),
+}
+
+
+def end_to_end(url: str, path: str, seconds: float) -> tuple[float, float]:
+    """MB/s and rows/s the consumer of ``path`` (a key of :data:`PATHS`) got."""
     redis.Redis.from_url(url).flushall()
     context = mp.get_context("fork")
     stop = context.Event()
-    target = produce_ours if ours else produce_raw
-    producers = [context.Process(target=target, args=(url, stop, i), daemon=True) for i in range(2)]
+    produce, consume = PATHS[path]
+    producers = [context.Process(target=produce, args=(url, stop, i), daemon=True) for i in range(2)]
     for process in producers:
         process.start()
     time.sleep(0.3)
     try:
-        return (consume_ours if ours else consume_raw)(url, seconds)
+        return consume(url, seconds)
     finally:
         stop.set()
         for process in producers:
@@ -232,21 +264,25 @@ def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> Tabl
     batch = cartpole_batch()
     wire = len(encode(batch))
     print(f"\n## end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows)\n")
-    ours, raw = [], []
-    for _ in range(REPEATS):  # interleaved, so drifting machine load hits both alike
-        ours.append(end_to_end(server.url, True, seconds))
-        raw.append(end_to_end(server.url, False, seconds))
-    ours_mb, ours_rows = statistics.median(r[0] for r in ours), statistics.median(r[1] for r in ours)
-    raw_mb, raw_rows = statistics.median(r[0] for r in raw), statistics.median(r[1] for r in raw)
+    runs: dict[str, list[tuple[float, float]]] = {path: [] for path in PATHS}
+    for _ in range(REPEATS):  # interleaved, so drifting machine load hits all alike
+        for path, results in runs.items():
+            results.append(end_to_end(server.url, path, seconds))
+    mb = {path: statistics.median(r[0] for r in results) for path, results in runs.items()}
+    rows = {path: statistics.median(r[1] for r in results) for path, results in runs.items()}
     c_ceiling = redis_benchmark_set(server.port, wire, quick)
-    print("| path | MB/s | env steps/s | vs raw ceiling |\n| --- | --- | --- | --- |")
-    print(f"| BatchPublisher -> BatchConsumer (encode, XADD+backpressure, decode, ack) | {ours_mb:,.0f} | "
-          f"{ours_rows:,.0f} | {ours_mb / raw_mb:.0%} |")  # fmt: skip
-    print(
-        f"| raw ceiling: bare redis-py XADD -> XREADGROUP + XACK, same payload | {raw_mb:,.0f} | {raw_rows:,.0f} | 100% |"
-    )
+    print("| path | MB/s | env steps/s | vs raw ceiling | vs lossless raw |\n| --- | --- | --- | --- | --- |")
+    labels = {
+        "ours": "BatchPublisher -> BatchConsumer (encode, XADD+backpressure, decode, ack)",
+        "raw": "raw ceiling: bare redis-py XADD (trims to ~1 000: drops what the consumer is too slow for) "
+        "-> XREADGROUP + XACK, same payload",
+        "raw-lossless": "lossless raw: bare XADD + XLEN, waiting at 1 000 unconsumed -> XREADGROUP + XACK + XDEL",
+    }
+    for path, label in labels.items():
+        print(f"| {label} | {mb[path]:,.0f} | {rows[path]:,.0f} | {mb[path] / mb['raw']:.0%} | "
+              f"{mb[path] / mb['raw-lossless']:.0%} |")  # fmt: skip
     if c_ceiling is not None:
-        print(f"| redis-benchmark SET -d {wire} -c 2 (C client, writes only) | {c_ceiling:,.0f} | - | - |")
+        print(f"| redis-benchmark SET -d {wire} -c 2 (C client, writes only) | {c_ceiling:,.0f} | - | - | - |")
     table = Table(
         f"end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows), "
         "median of 3",
@@ -255,8 +291,13 @@ def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> Tabl
         unit="MB/s",
     )
     table.rows = [
-        {"path": "BatchPublisher -> BatchConsumer", "MB/s": ours_mb, "env steps/s": ours_rows},
-        {"path": "raw redis-py XADD -> XREADGROUP + XACK", "MB/s": raw_mb, "env steps/s": raw_rows},
+        {"path": "BatchPublisher -> BatchConsumer", "MB/s": mb["ours"], "env steps/s": rows["ours"]},
+        {"path": "raw redis-py (XADD trims)", "MB/s": mb["raw"], "env steps/s": rows["raw"]},
+        {
+            "path": "raw redis-py, lossless",
+            "MB/s": mb["raw-lossless"],
+            "env steps/s": rows["raw-lossless"],
+        },
         {"path": "redis-benchmark SET (writes only)", "MB/s": c_ceiling, "env steps/s": None},
     ]
     return table
