@@ -1,24 +1,7 @@
 """What the operator is told by its Deployment (environment variables), in one object.
 
-| variable | meaning | default |
-| --- | --- | --- |
-| ``ROLLOUTFLEET_WORKER_IMAGE`` | image of jobs whose spec sets none and whose policies need torch or a GPU | ``ghcr.io/rolloutfleet/worker:<version>`` |
-| ``ROLLOUTFLEET_WORKER_SLIM_IMAGE`` | image of jobs whose spec sets none and whose policies all act in numpy (:mod:`.images`); ``none``: the worker image for every job | ``ghcr.io/rolloutfleet/worker:<version>-slim`` |
-| ``ROLLOUTFLEET_WORKER_COMMAND`` | the worker container's command, a JSON list | ``["rolloutfleet", "worker"]`` |
-| ``ROLLOUTFLEET_WORKER_METRICS_PORT`` | the workers' /metrics, /healthz, /readyz port | ``9100`` |
-| ``ROLLOUTFLEET_WORKER_PORT_PER_INDEX`` | ``1``: worker *i* listens on port + *i* (test clusters whose pods share one host network) | ``0`` |
-| ``ROLLOUTFLEET_GRACE_SECONDS`` | terminationGracePeriodSeconds of worker pods | ``30`` |
-| ``ROLLOUTFLEET_MAX_UNAVAILABLE`` | share of a job's workers replaced at once after a spec change | ``0.25`` |
-| ``ROLLOUTFLEET_READ_PROGRESS`` | ``0``: don't read worker heartbeats nor the stream's length and lag from Redis (no Secret reads, no progress in status, no stream gauges) | ``1`` |
-| ``ROLLOUTFLEET_WORKER_MEMORY`` | memory request = limit of a worker whose job sets no ``resources.memory`` and whose policy acts in numpy; ``none``: no default | ``192Mi`` |
-| ``ROLLOUTFLEET_WORKER_TORCH_MEMORY`` | the same for a job whose policy loads torch (:mod:`rolloutfleet.spec.footprint`) | ``1Gi`` |
-| ``ROLLOUTFLEET_WORKER_NETWORK_POLICY`` | ``1``: each job gets a NetworkPolicy ``<job>-egress``: its workers reach Redis, DNS and ``spec.network.egress`` only (:mod:`.network`) | ``0`` |
-| ``ROLLOUTFLEET_REDIS_PEERS`` | the NetworkPolicyPeers Redis is, a JSON list (the chart's Redis pods); empty: any address on the Redis URL's port | ``[]`` |
-| ``ROLLOUTFLEET_REDIS_ADMIN_URL`` | the Redis whose admin credential the operator holds (the chart's): jobs whose ``spec.redis.url`` names its host and port get per-job users (:mod:`.redis_users`) | none |
-| ``ROLLOUTFLEET_REDIS_ADMIN_USERNAME``, ``ROLLOUTFLEET_REDIS_ADMIN_PASSWORD`` | its admin user (``default`` when unset) and password, from a Secret by ``secretKeyRef`` | none |
-
-The memory defaults follow ``make bench`` (``bench/bench_footprint.py``): a default-MLP
-worker holds about 70 MB (90 MB with 256 CartPoles), a torch one about 560 MB.
+Each ``ROLLOUTFLEET_*`` variable, its meaning and its default: docs/operations/operator.md
+("Settings"). A bad value stops the start-up with a :class:`ConfigError` naming the variable.
 """
 
 from __future__ import annotations

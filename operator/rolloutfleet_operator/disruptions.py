@@ -1,21 +1,13 @@
 """Disruptions: worker pods that went away for the cluster's reasons, not their own. Pure.
 
 Kubernetes marks such a pod with the condition ``DisruptionTarget`` before it stops it.
-Each is counted in ``status.disruptions`` under one of :data:`KINDS` (once per pod uid),
-replaced at once (no backoff) and never counted against ``restartPolicy.maxRestarts``:
-
-| kind | the condition's reason | what happened |
-| --- | --- | --- |
-| ``Evicted`` | ``EvictionByEvictionAPI`` | the Eviction API: ``kubectl drain``, the descheduler, a spot handler |
-| ``Preempted`` | ``PreemptionByScheduler`` | a higher-priority pod took the node's room |
-| ``NodeTainted`` | ``DeletionByTaintManager`` | a ``NoExecute`` taint: a node lost (not-ready/unreachable for ``nodeLossSeconds``) or tainted |
-| ``KubeletTerminated`` | ``TerminationByKubelet`` | the node's kubelet: node-pressure eviction, graceful node shutdown |
-| ``NodeGone`` | ``DeletionByPodGC`` | the pod's node was deleted or marked out-of-service |
-| ``Deleted`` | (none) | deleted by someone else, e.g. ``kubectl delete pod``: a person's choice, not a crash |
-| ``Other`` | any other reason | a DisruptionTarget reason newer than this operator |
-
-A worker whose containers failed (exit code != 0, OOMKilled) without such a condition is
-a failure, counted against ``maxRestarts`` with backoff, as before.
+Each is counted in ``status.disruptions`` under one of :data:`KINDS` (once per pod uid:
+the condition's reason, or ``Deleted`` without one, ``Other`` for a reason newer than this
+operator), replaced at once (no backoff) and never counted against
+``restartPolicy.maxRestarts``. Which reason is which kind, and why:
+docs/cluster-sharing-disruptions.md ("Disruption or failure"). A worker whose containers
+failed (exit code != 0, OOMKilled) without such a condition is a failure, counted against
+``maxRestarts`` with backoff, as before.
 """
 
 from __future__ import annotations
