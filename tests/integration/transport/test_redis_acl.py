@@ -20,6 +20,7 @@ from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.global_step import GlobalStepPublisher
+from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.integration.redis_server import RedisServer
 
@@ -149,3 +150,29 @@ def test_a_wrong_password_is_refused_and_the_error_never_shows_it(
         connect(url_for(server, a.worker.name, urllib.parse.unquote(wrong)))
     line = failure_line(caught.value, "here")
     assert "not/the" not in line and "not/the" not in str(caught.value) and PASSWORD not in line
+
+
+def test_a_worker_user_sees_a_learner_reading_with_its_own_code(
+    acl_redis: tuple[RedisServer, JobUsers, JobUsers],
+) -> None:
+    """A learner that reads with plain XREADGROUP (no BatchConsumer, so no stamp in the
+    ``learners`` hash) is seen by its idle time in XINFO CONSUMERS, which the worker user
+    may run: the fleet it drained gets room, it is named as the group holding the stream,
+    and Redis refused nothing (without the permission: the worker waits for a learner)."""
+    server, a, _ = acl_redis
+    batch = SampleBatch({"obs": np.zeros((3, 4), np.float32)})
+    publisher = BatchPublisher(
+        url_for(server, a.worker.name), "cartpole", "team-a", max_len=4, backpressure="block", block_timeout_s=5
+    )
+    for _ in range(4):
+        publisher.publish(batch)
+    own_code = redis.Redis.from_url(url_for(server, a.learner.name))
+    stream = job_keys("team-a", "cartpole").batches
+    own_code.xgroup_create(stream, "own-code", id="0")
+    entries = [entry_id for _, items in own_code.xreadgroup("own-code", "me", {stream: ">"}) for entry_id, _ in items]
+    assert len(entries) == 4 and own_code.xack(stream, "own-code", *entries) == 4
+    publisher.publish(batch)  # room: the group consumed all four
+    load = publisher.load()
+    assert (load.group, load.unconsumed) == ("own-code", 1)
+    publisher.close()
+    assert server.client().acl_log() == []

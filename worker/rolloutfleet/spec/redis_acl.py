@@ -32,13 +32,13 @@ _SCRIPTS = ("+eval", "+evalsha", "+script|load", "+script|exists")
 """Lua: every command a script calls is checked against the same user's rules."""
 _TRANSACTIONS = ("+multi", "+exec", "+discard", "+watch", "+unwatch")
 _WORKER_DATA = (
-    "+xadd", "+xlen", "+xpending", "+xtrim", "+xrevrange", "+xinfo|stream", "+xinfo|groups",
+    "+xadd", "+xlen", "+xpending", "+xtrim", "+xrevrange", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers",
     "+get", "+set", "+del", "+exists", "+type", "+expire", "+pexpire", "+persist", "+ttl", "+pttl",
     "+hget", "+hset", "+hdel", "+hgetall", "+hlen",
 )  # fmt: skip
 _LEARNER_DATA = (
     "+xread", "+xreadgroup", "+xrange", "+xack", "+xclaim", "+xautoclaim", "+xdel", "+xgroup|create",
-    "+xgroup|createconsumer", "+xgroup|delconsumer", "+xgroup|setid", "+xinfo|consumers", "+incr",
+    "+xgroup|createconsumer", "+xgroup|delconsumer", "+xgroup|setid", "+incr",
     "+mget", "+strlen", "+getrange",
 )  # fmt: skip
 
