@@ -3,6 +3,7 @@ NaN observations and rewards, a ``step`` or ``reset`` that always raises."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from typing import Any
@@ -195,3 +196,19 @@ class NotAnObservationVectorEnv(VectorEnv):  # type: ignore[type-arg]
 
 
 gym.register("RolloutFleetNotObsVec-v0", vector_entry_point=NotAnObservationVectorEnv)
+
+
+class CollectingEnv(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose ``reset`` runs a full garbage collection first, in the process that runs
+    it (an env process, with async vectorization): what an env's own allocations may trigger."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def reset(self, **kwargs: Any) -> Any:
+        gc.collect()
+        return super().reset(**kwargs)
+
+
+def make_collecting_env(ctx: Any) -> CollectingEnv:
+    return CollectingEnv()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,36 @@ def test_eight_sub_envs_on_two_cpus_are_two_processes_ended_by_close(monkeypatch
     assert len(runner.sample()) == 80
     runner.close()
     assert not any(p.is_alive() for p in procs)
+
+
+class Finalized:
+    """Cyclic garbage that writes its collector's process id to ``path`` when it is freed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.me = path, self
+
+    def __del__(self) -> None:
+        with self.path.open("a") as out:
+            out.write(f"{os.getpid()}\n")
+
+
+def test_env_processes_never_free_the_workers_garbage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked env process holds a copy of the worker's uncollected garbage; a collection there
+    must not free it (a CUDA tensor freed in a forked child aborts it: seen on a GPU)."""
+    monkeypatch.setenv(CPUS_VARIABLE, "2")
+    freed = tmp_path / "freed"
+    env = {"entryPoint": "tests.unit.sampling.poison_envs:make_collecting_env", "numEnvs": 2, "vectorization": "async"}
+    gc.disable()  # the garbage outlives the fork
+    try:
+        Finalized(freed)
+        runner = EnvRunner(job(env, fragment=10))
+        assert len(runner.env.unwrapped._procs) == 2  # two forked env processes
+        assert len(runner.sample()) == 20
+        runner.close()
+    finally:
+        gc.enable()
+    gc.collect()
+    assert freed.read_text().split() == [str(os.getpid())]  # freed once, by the worker
 
 
 @pytest.mark.parametrize("fail", ["step", "exit"])

@@ -7,6 +7,7 @@ same jobs' speed (``bench/bench_gpu.py``).
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -74,3 +75,26 @@ def test_a_recurrent_policy_on_the_gpu_carries_each_sub_envs_state(cell: str) ->
     assert len(found) >= 8 and rows >= 300
     assert any(len(np.unique(episode["call"])) > 1 for episode in found), "no episode crossed a fragment"
     assert np.abs(batch["state_in_0"][batch["t"] > 0]).max() > 1e-3
+
+
+def test_async_env_processes_forked_beside_a_gpu_runners_garbage_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Env processes forked from a worker whose uncollected garbage holds a GPU runner (its
+    tensors, pinned buffers, streams), and that collect garbage themselves: they sample
+    (freeing such objects in a forked child aborts it: 'CUDA error: initialization error')."""
+    from rolloutfleet.sampling.env_processes import CPUS_VARIABLE
+
+    monkeypatch.setenv(CPUS_VARIABLE, "2")
+    env = {"entryPoint": "tests.unit.sampling.poison_envs:make_collecting_env", "numEnvs": 4, "vectorization": "async"}
+    gc.disable()  # the garbage outlives the fork
+    try:
+        old = runner({"id": "CartPole-v1", "numEnvs": 8}, {"hidden": [64]}, "cuda")
+        old.sample()
+        cycle: list[Any] = [old, old.policy]
+        cycle.append(cycle)
+        del cycle, old
+        gpu = runner(env, {}, "cuda")
+        assert (gpu.policy.device, len(gpu.env.unwrapped._procs)) == ("cuda", 2)
+        assert len(gpu.sample()) == 4 * 8
+        gpu.close()
+    finally:
+        gc.enable()

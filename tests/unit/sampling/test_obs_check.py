@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+import tests.unit.sampling.poison_envs  # noqa: F401  # registers RolloutFleetNotObsVec-v0
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.sampling.envs import EnvFailed
 from rolloutfleet.sampling.obs_check import AgentsObsCheck, obs_problem

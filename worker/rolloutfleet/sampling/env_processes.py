@@ -14,6 +14,7 @@ More in docs/guides/heavy-envs.md.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import multiprocessing as mp
 import os
@@ -333,6 +334,10 @@ def _serve(
     """An env process (number ``p`` of ``share``): build sub-envs ``lo..hi-1``, then reset or
     step them when told, writing the sub-env it calls into ``current[p]``."""
     lo, hi, p = share
+    # Forked, this process holds a copy of the worker's objects, its uncollected garbage too.
+    # Frozen, they are never collected here: freeing one (a CUDA tensor of the policy) would
+    # call into a CUDA context that does not exist in a forked child, and abort the process.
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle, then it closes us
     parents_end.close()
     envs: list[gym.Env[Any, Any]] = []
