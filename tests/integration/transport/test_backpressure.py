@@ -1,5 +1,6 @@
 """The backpressure measurement's Redis side against a real redis-server: the stream's last
-entry id (without the entry), and a learner that consumed everything."""
+entry id (without the entry), a learner that consumed everything, and a learner's group
+made at the end of a full stream."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.transport.backpressure import LAST_ID_SCRIPT, stream_id
+from rolloutfleet.transport.backpressure import LAST_ID_SCRIPT, BackpressureTimeout, stream_id
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 
@@ -94,3 +95,53 @@ def test_a_publish_waiting_for_room_looks_up_the_last_id_about_once_a_second(red
     scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
     assert publisher.stats.blocked == 1 and looks > 20  # it did wait, polling
     assert 1 <= scripts <= waited + 1  # the first look, then at most one a second
+
+
+def test_a_learner_that_starts_reading_at_the_end_of_a_full_stream_gets_the_next_entries(redis_url: str) -> None:
+    """The fleet filled maxLen before any learner came; a learner with its own code makes its
+    group at ``$`` and blocks in XREADGROUP. Redis lists no consumer for it until an entry is
+    delivered, so the group looks unread: the publisher lets one entry in, which wakes it."""
+    batch = {"obs": np.zeros((16, 4), np.float32)}
+    learner = redis.Redis.from_url(redis_url)
+    with BatchPublisher(redis_url, "late", max_len=5, block_timeout_s=10) as publisher:
+        before = [publisher.publish(batch) for _ in range(5)]
+        assert publisher.meter.full  # no learner yet: the whole stream counts
+        learner.xgroup_create(publisher.keys.batches, "own", id="$")
+        read: list[bytes] = []
+
+        def read_and_ack() -> None:
+            while len(read) < 20:
+                reply = learner.xreadgroup("own", "c", {publisher.keys.batches: ">"}, count=4, block=10_000)
+                ids = [entry_id for _, entries in reply or [] for entry_id, _ in entries]
+                if not ids:
+                    return
+                learner.xack(publisher.keys.batches, "own", *ids)
+                read.extend(ids)
+
+        reader = threading.Thread(target=read_and_ack)
+        reader.start()
+        time.sleep(0.3)  # blocked in XREADGROUP
+        started = time.monotonic()
+        published = [publisher.publish(batch) for _ in range(20)]
+        reader.join(15)
+    assert publisher.stats.block_timeouts == 0 and time.monotonic() - started < 10
+    assert [entry_id.decode() for entry_id in read] == published  # every entry after the group's start
+    # The entries before the group's start, which no learner group reads, are trimmed.
+    assert not set(before) & {entry_id.decode() for entry_id, _ in learner.xrange(publisher.keys.batches)}
+
+
+def test_a_group_never_read_at_the_end_of_a_full_stream_lets_in_one_entry_a_producer(redis_url: str) -> None:
+    """Nobody reads the group (a learner that made it and went away): after the entry that
+    would have woken it, the fleet waits for a learner again; nothing is trimmed."""
+    batch = {"obs": np.zeros((16, 4), np.float32)}
+    admin = redis.Redis.from_url(redis_url)
+    with BatchPublisher(redis_url, "gone", max_len=5, block_timeout_s=1.5) as publisher:
+        for _ in range(5):
+            publisher.publish(batch)
+        first = admin.xrange(publisher.keys.batches, count=1)[0][0]
+        admin.xgroup_create(publisher.keys.batches, "left", id="$")
+        publisher.publish(batch)  # the entry for the waiting group
+        with pytest.raises(BackpressureTimeout, match="is the learner running"):
+            publisher.publish(batch)
+    assert admin.xlen(publisher.keys.batches) == 6
+    assert admin.xrange(publisher.keys.batches, count=1)[0][0] == first

@@ -55,3 +55,18 @@ def test_a_group_delivered_up_to_the_last_entry_has_nothing_undelivered_whatever
     assert stream_load(70, [stale], {"learner": 50}, 120, "1795458011515-0") == StreamLoad(0, "learner")
     behind = {**group("learner", 3), "last-delivered-id": b"1795458011000-0"}
     assert stream_load(70, [behind], {"learner": 50}, 120, "1795458011515-0") == StreamLoad(3, "learner")
+
+
+def test_a_group_never_read_that_waits_at_the_streams_end_is_let_one_entry_in() -> None:
+    """XGROUP CREATE at ``$`` on a full stream, then a blocked XREADGROUP: Redis lists no
+    consumer until it delivers an entry, so the group is never seen reading."""
+    at_end = {**group("late", 0), "consumers": 0, "last-delivered-id": b"1795458011515-0"}
+    assert stream_load(50, [at_end], {"late": None}, 120) == StreamLoad(50, None, ("late",), waiting="late")
+    stale_lag = {**at_end, "lag": 12}  # the last id says it is at the end
+    assert stream_load(50, [stale_lag], {"late": None}, 120, "1795458011515-0").waiting == "late"
+    # Not waiting: an entry after it, one pending, a group once read (gone), or a learner reading.
+    assert stream_load(50, [{**at_end, "lag": 1}], {"late": None}, 120).waiting is None
+    assert stream_load(50, [group("late", 0, pending=1)], {"late": None}, 120).waiting is None
+    assert stream_load(50, [at_end], {"late": 500_000}, 120).waiting is None
+    load = stream_load(50, [at_end, group("learner", 7)], {"late": None, "learner": 10}, 120)
+    assert load == StreamLoad(7, "learner", ("late",))

@@ -5,7 +5,8 @@ stamps the job's ``learners`` hash with Redis's clock on every read, and XINFO C
 slowest learner group has not finished), the wait for room, and the record of who holds
 the fleet back that ``rolloutfleet streams`` shows. A group seen reading by neither signal
 within ``learner_idle_s`` holds no one back; while no group is a learner's, the whole
-stream counts. The why, with the numbers: docs/transport.md.
+stream counts, but a group never read that waits at the stream's end gets one entry at a
+time. The why, with the numbers: docs/transport.md.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class StreamLoad:
     """That group; None when no group is a learner's."""
     ignored: tuple[str, ...] = ()
     """Groups left out: not seen reading within ``learner_idle_s``."""
+    waiting: str | None = None
+    """While no group is a learner's: a group never read, delivered up to the stream's last
+    entry, nothing pending. A learner blocked in its first XREADGROUP looks so (Redis makes a
+    consumer only once it delivers one an entry): the next publish goes in, to wake it."""
 
 
 def stream_load(
@@ -65,13 +70,9 @@ def stream_load(
     says (Redis's entries-read counter can stay behind after restarts)."""
     if isinstance(groups, Exception) or not groups:
         return StreamLoad(length, None)
-    worst, holder, ignored = 0, None, []
+    worst, holder, ignored, waiting = 0, None, [], None
     for group in groups:
         name = _text(group["name"])
-        idle = idle_ms.get(name)
-        if idle is None or idle > learner_idle_s * 1000:
-            ignored.append(name)
-            continue
         lag = group.get("lag")
         # lag is NULL when Redis cannot tell (entries deleted past the group's position):
         # count the whole stream, the safe side for both policies.
@@ -79,10 +80,16 @@ def stream_load(
         if last_id is not None and _text(group.get("last-delivered-id", "")) == last_id:
             undelivered = 0
         load = min(undelivered + int(group.get("pending", 0)), length)
+        idle = idle_ms.get(name)
+        if idle is None or idle > learner_idle_s * 1000:
+            ignored.append(name)
+            if idle is None and load == 0:
+                waiting = name
+            continue
         if holder is None or load > worst:
             worst, holder = load, name
     if holder is None:
-        return StreamLoad(length, None, tuple(ignored))
+        return StreamLoad(length, None, tuple(ignored), waiting)
     return StreamLoad(worst, holder, tuple(ignored))
 
 
@@ -226,8 +233,8 @@ class BackpressureMeter:
         when full, and skip measurements while even every producer publishing that many times
         could not fill more than half of the stream (at most 16, to notice a stalled learner)."""
         load = self._load(replies, added)
-        self.full = load.unconsumed >= self.max_len
-        self._until_check = min(16, (self.max_len // 2 - load.unconsumed) // self.producers)
+        self.full = load.unconsumed >= self.max_len and load.waiting is None
+        self._until_check = 0 if load.waiting else min(16, (self.max_len // 2 - load.unconsumed) // self.producers)
         return load
 
     def load(self, last_id: bool = True) -> StreamLoad:
@@ -280,7 +287,7 @@ class BackpressureMeter:
             next_last_id = time.monotonic() + LAST_ID_EVERY_S
             return self.load()
 
-        while (load := look()).unconsumed >= self.max_len:
+        while (load := look()).unconsumed >= self.max_len and load.waiting is None:
             if self._interrupted.is_set():
                 raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
             waited_s = time.monotonic() - started
@@ -300,6 +307,8 @@ class BackpressureMeter:
             self._stats.blocked += 1
             self._stats.blocked_seconds += time.monotonic() - started
         self.full = False
+        if load.waiting is not None:
+            self._until_check = 0  # one entry for the waiting group, then look again
 
     def _timeout(self, load: StreamLoad, waited_s: float) -> BackpressureTimeout:
         reason = (
