@@ -97,6 +97,39 @@ def test_a_publish_waiting_for_room_looks_up_the_last_id_about_once_a_second(red
     assert 1 <= scripts <= waited + 1  # the first look, then at most one a second
 
 
+def test_many_short_waits_look_up_the_last_id_about_once_a_second_in_all(redis_url: str) -> None:
+    """A learner that frees one entry at a time makes a waiting publisher wait many short
+    times; the script runs about once a second over all of them, not once a wait."""
+    batch = {"obs": np.zeros((2048, 4), np.float32)}
+    admin = redis.Redis.from_url(redis_url)
+    with (
+        BatchPublisher(redis_url, "short", max_len=2, block_timeout_s=60) as publisher,
+        BatchConsumer(redis_url, "short", group="g") as consumer,
+    ):
+        consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it is a learner's
+        publisher.publish(batch)
+        publisher.publish(batch)
+        stop = threading.Event()
+
+        def learn() -> None:
+            while not stop.wait(0.02):
+                consumer.ack(consumer.read(count=1, timeout=1))
+
+        learner = threading.Thread(target=learn)
+        learner.start()
+        admin.config_resetstat()
+        started = time.monotonic()
+        for _ in range(40):
+            publisher.publish(batch)
+        elapsed = time.monotonic() - started
+        stop.set()
+        learner.join()
+        stats = admin.info("commandstats")
+    scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
+    assert publisher.stats.blocked >= 30  # nearly every publish waited
+    assert scripts <= elapsed + 1  # once a wait: >= 30
+
+
 def test_a_learner_that_starts_reading_at_the_end_of_a_full_stream_gets_the_next_entries(redis_url: str) -> None:
     """The fleet filled maxLen before any learner came; a learner with its own code makes its
     group at ``$`` and blocks in XREADGROUP. Redis lists no consumer for it until an entry is

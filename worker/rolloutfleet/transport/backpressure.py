@@ -133,9 +133,10 @@ class BackpressureTimeout(TimeoutError):
 
 HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
 LAST_ID_EVERY_S = 1.0
-"""While a publish waits for room, the stream's last id (a script, ~250 us of Redis's one
-thread for a 185 KB entry) is looked up at most this often; the polls between count a
-group's ``lag`` as Redis reports it."""
+"""While publishes wait for room, the stream's last id (a script, ~250 us of Redis's one
+thread for a 185 KB entry) is looked up at most this often by a publisher, over all its
+waits (a learner that frees a few entries at a time makes many short ones); the polls
+between count a group's ``lag`` as Redis reports it."""
 HOLD_RECORD_TTL_MS = 3000
 # "since" is Redis's clock (no host's): when the holder began to hold. A fresh record dates
 # from the start of the wait that writes it; a change of holder, from now; refreshes by
@@ -200,6 +201,7 @@ class BackpressureMeter:
         self.full = True
         """Whether the next publish waits first (unknown until the first measurement: yes)."""
         self._until_check = 0
+        self._next_last_id = 0.0  # when a wait's look may find the stream's last id again
         self.on_wait: Callable[[str, StreamLoad, float], None] | None = None
         """Called about once a second while waiting, with the stream, its load and the seconds waited."""
 
@@ -278,13 +280,11 @@ class BackpressureMeter:
         started = time.monotonic()
         delay, waited = 0.001, False
         next_record = started + HOLD_RECORD_AFTER_S
-        next_last_id = started  # the first look finds the stream's last id, then one a second
 
         def look() -> StreamLoad:
-            nonlocal next_last_id
-            if time.monotonic() < next_last_id:
+            if time.monotonic() < self._next_last_id:
                 return self.load(last_id=False)
-            next_last_id = time.monotonic() + LAST_ID_EVERY_S
+            self._next_last_id = time.monotonic() + LAST_ID_EVERY_S
             return self.load()
 
         while (load := look()).unconsumed >= self.max_len and load.waiting is None:
