@@ -4,8 +4,10 @@ made at the end of a full stream."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -16,6 +18,22 @@ from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 
 pytestmark = pytest.mark.integration
+
+
+BATCH = {"obs": np.zeros((2048, 4), np.float32)}
+
+
+@contextlib.contextmanager
+def full_stream(redis_url: str, job: str) -> Iterator[tuple[BatchPublisher, BatchConsumer]]:
+    """A publisher (``maxLen`` 2) whose next publish waits for a learner group that reads."""
+    with (
+        BatchPublisher(redis_url, job, max_len=2, block_timeout_s=60) as publisher,
+        BatchConsumer(redis_url, job, group="g") as consumer,
+    ):
+        consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it is a learner's
+        publisher.publish(BATCH)
+        publisher.publish(BATCH)  # 2 unconsumed of maxLen 2: the next publish waits
+        yield publisher, consumer
 
 
 def test_the_last_id_script_answers_the_last_entry_id_or_nil(redis_url: str) -> None:
@@ -74,20 +92,13 @@ def test_a_measurement_riding_an_xadd_takes_the_last_id_from_it_and_runs_no_scri
 def test_a_publish_waiting_for_room_looks_up_the_last_id_about_once_a_second(redis_url: str) -> None:
     """Waiting, a publisher polls every few ms; the script (a whole entry copied into Lua)
     runs for the first look and then about once a second, as Redis's counters tell."""
-    batch = {"obs": np.zeros((2048, 4), np.float32)}
     admin = redis.Redis.from_url(redis_url)
-    with (
-        BatchPublisher(redis_url, "wait", max_len=2, block_timeout_s=60) as publisher,
-        BatchConsumer(redis_url, "wait", group="g") as consumer,
-    ):
-        consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it is a learner's
-        publisher.publish(batch)
-        publisher.publish(batch)  # 2 unconsumed of maxLen 2: the next publish waits
+    with full_stream(redis_url, "wait") as (publisher, consumer):
         admin.config_resetstat()
         learner = threading.Timer(2.5, lambda: consumer.ack(consumer.read(count=2, timeout=1)))
         learner.start()
         started = time.monotonic()
-        publisher.publish(batch)
+        publisher.publish(BATCH)
         waited = time.monotonic() - started
         learner.join()
         stats = admin.info("commandstats")
@@ -100,15 +111,8 @@ def test_a_publish_waiting_for_room_looks_up_the_last_id_about_once_a_second(red
 def test_many_short_waits_look_up_the_last_id_about_once_a_second_in_all(redis_url: str) -> None:
     """A learner that frees one entry at a time makes a waiting publisher wait many short
     times; the script runs about once a second over all of them, not once a wait."""
-    batch = {"obs": np.zeros((2048, 4), np.float32)}
     admin = redis.Redis.from_url(redis_url)
-    with (
-        BatchPublisher(redis_url, "short", max_len=2, block_timeout_s=60) as publisher,
-        BatchConsumer(redis_url, "short", group="g") as consumer,
-    ):
-        consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it is a learner's
-        publisher.publish(batch)
-        publisher.publish(batch)
+    with full_stream(redis_url, "short") as (publisher, consumer):
         stop = threading.Event()
 
         def learn() -> None:
@@ -120,7 +124,7 @@ def test_many_short_waits_look_up_the_last_id_about_once_a_second_in_all(redis_u
         admin.config_resetstat()
         started = time.monotonic()
         for _ in range(40):
-            publisher.publish(batch)
+            publisher.publish(BATCH)
         elapsed = time.monotonic() - started
         stop.set()
         learner.join()
