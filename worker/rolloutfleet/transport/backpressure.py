@@ -235,8 +235,8 @@ class BackpressureMeter:
         when full, and skip measurements while even every producer publishing that many times
         could not fill more than half of the stream (at most 16, to notice a stalled learner)."""
         load = self._load(replies, added)
-        self.full = load.unconsumed >= self.max_len and load.waiting is None
-        self._until_check = 0 if load.waiting else min(16, (self.max_len // 2 - load.unconsumed) // self.producers)
+        self.full = self._no_room(load)
+        self._until_check = min(16, (self.max_len // 2 - load.unconsumed) // self.producers)
         return load
 
     def load(self, last_id: bool = True) -> StreamLoad:
@@ -287,7 +287,7 @@ class BackpressureMeter:
             self._next_last_id = time.monotonic() + LAST_ID_EVERY_S
             return self.load()
 
-        while (load := look()).unconsumed >= self.max_len and load.waiting is None:
+        while self._no_room(load := look()):
             if self._interrupted.is_set():
                 raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
             waited_s = time.monotonic() - started
@@ -307,8 +307,11 @@ class BackpressureMeter:
             self._stats.blocked += 1
             self._stats.blocked_seconds += time.monotonic() - started
         self.full = False
-        if load.waiting is not None:
-            self._until_check = 0  # one entry for the waiting group, then look again
+
+    def _no_room(self, load: StreamLoad) -> bool:
+        """Whether the next publish waits. A group waiting at the stream's end gets the entry
+        (the stream is then past ``max_len``, so the publish after it measures again)."""
+        return load.unconsumed >= self.max_len and load.waiting is None
 
     def _timeout(self, load: StreamLoad, waited_s: float) -> BackpressureTimeout:
         reason = (
