@@ -30,9 +30,10 @@ def client_options(
         "password": url.password or (password if password is not None else os.environ.get(PASSWORD_ENV) or None),
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
-        "socket_keepalive": True,
         # Retries are ours (RetryLoop), so a re-sent XADD is a decision we make and count.
         "retry": Retry(NoBackoff(), 0),
+        # TCP keepalive (a Unix socket has none: redis-py's connection for it refuses the option).
+        **({} if url.scheme == "unix" else {"socket_keepalive": True}),
         **_tls_options(url),
     }
 
