@@ -91,8 +91,10 @@ def _name_bytes(kind: str, name: str) -> bytes:
     return raw
 
 
-_Signature = tuple[bool, tuple[tuple[Any, tuple[tuple[Any, str, tuple[int, ...]], ...]], ...]]
-_HEADERS: dict[_Signature, tuple[bytes, list[int], int]] = {}
+_Signature = tuple[bool, tuple[tuple[Any, tuple[tuple[Any, np.dtype[Any], tuple[int, ...]], ...]], ...]]
+_HEADERS: dict[_Signature, tuple[bytes, list[int], int, bytes]] = {}
+"""Per layout: the header, each array's data offset, the data length, and everything before
+the data of an uncompressed payload (prefix, header, padding)."""
 
 
 def _build_header(groups: list[tuple[str, dict[str, np.ndarray]]], tensors: bool) -> tuple[bytes, list[int], int]:
@@ -133,19 +135,20 @@ def _encode_groups(
     prepared = [
         (policy_id, {n: _wire_array(n, v) for n, v in columns.items()}) for policy_id, columns in groups.items()
     ]
-    # A worker encodes the same layout every fragment: build its header once.
+    # A worker encodes the same layout every fragment: build its header once. The dtype
+    # objects key it (equal for equal wire dtypes), not their strings: 2x cheaper to make.
     signature: _Signature = (
         tensors,
-        tuple((p, tuple((n, a.dtype.str, a.shape) for n, a in arrays.items())) for p, arrays in prepared),
+        tuple((p, tuple((n, a.dtype, a.shape) for n, a in arrays.items())) for p, arrays in prepared),
     )
     cached = _HEADERS.get(signature)
     if cached is None:
-        cached = _build_header(prepared, tensors)
+        cached = _layout(prepared, tensors)
         if len(_HEADERS) >= MAX_CACHED_LAYOUTS:
             _HEADERS.clear()
         _HEADERS[signature] = cached
-    header, offsets, data_len = cached
-    data: list[bytes | memoryview] = []
+    header, offsets, data_len, lead = cached
+    data: list[Any] = []  # bytes and arrays: C-contiguous arrays join as they are
     cursor = 0
     arrays = (array for _, group in prepared for array in group.values())
     for start, array in zip(offsets, arrays, strict=True):
@@ -153,23 +156,30 @@ def _encode_groups(
             continue
         if start > cursor:
             data.append(ZEROS[: start - cursor])
-        data.append(array.data.cast("B"))
+        data.append(array)
         cursor = start + array.nbytes
     if data_len > cursor:
         data.append(ZEROS[: data_len - cursor])
-    flags = FLAG_TENSORS if tensors else 0
     if compression == "none":
-        stored_len = data_len
-    elif compression in ("lz4", "zstd"):
-        packed = _compress(b"".join(data), compression, level)
-        flags |= FLAG_LZ4 if compression == "lz4" else FLAG_ZSTD
-        data, stored_len = [packed], len(packed)
-    else:
+        # One join: the only copy of the column data an encode makes.
+        return b"".join([lead, *data])
+    if compression not in ("lz4", "zstd"):
         raise EncodeError(f"compression must be 'none', 'lz4' or 'zstd', got {compression!r}")
-    prefix = PREFIX.pack(MAGIC, VERSION, flags, len(prepared), len(header), zlib.crc32(header), data_len, stored_len)
-    padding = ZEROS[: align(len(prefix) + len(header)) - len(prefix) - len(header)]
-    # One join: the only copy of the column data an encode makes.
-    return b"".join([prefix, header, padding, *data])
+    packed = _compress(b"".join(data), compression, level)
+    flags = (FLAG_TENSORS if tensors else 0) | (FLAG_LZ4 if compression == "lz4" else FLAG_ZSTD)
+    return b"".join([_lead(flags, len(prepared), header, data_len, len(packed)), packed])
+
+
+def _layout(groups: list[tuple[str, dict[str, np.ndarray]]], tensors: bool) -> tuple[bytes, list[int], int, bytes]:
+    """:func:`_build_header`'s answer and the lead of an uncompressed payload of this layout."""
+    header, offsets, data_len = _build_header(groups, tensors)
+    return header, offsets, data_len, _lead(FLAG_TENSORS if tensors else 0, len(groups), header, data_len, data_len)
+
+
+def _lead(flags: int, n_groups: int, header: bytes, data_len: int, stored_len: int) -> bytes:
+    """What comes before the data: the prefix, the header, and zeros up to the alignment."""
+    prefix = PREFIX.pack(MAGIC, VERSION, flags, n_groups, len(header), zlib.crc32(header), data_len, stored_len)
+    return prefix + header + ZEROS[: align(len(prefix) + len(header)) - len(prefix) - len(header)]
 
 
 def _compress(data: bytes, compression: str, level: int | None) -> bytes:

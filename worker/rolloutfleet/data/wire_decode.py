@@ -117,13 +117,16 @@ def decode_groups(
     if compressed:
         body = _decompress(body, "lz4" if flags & FLAG_LZ4 else "zstd", data_len)
     return {
-        policy_id: (rows, {name: np.frombuffer(body, dtype, count, offset).reshape(shape)
+        policy_id: (rows, {name: np.frombuffer(body, dtype, count, offset) if shape is None
+                           else np.frombuffer(body, dtype, count, offset).reshape(shape)
                            for name, dtype, shape, count, offset in arrays})
         for policy_id, rows, arrays in layout
     }  # fmt: skip
 
 
-_Layout = list[tuple[str, int, list[tuple[str, np.dtype[Any], tuple[int, ...], int, int]]]]
+_Layout = list[tuple[str, int, list[tuple[str, np.dtype[Any], tuple[int, ...] | None, int, int]]]]
+"""Per group: its policy id, rows, and each array's name, dtype, shape (None: one
+dimension, what ``frombuffer`` returns as it is), element count and data offset."""
 _LAYOUTS: dict[tuple[int, int, int, bytes], _Layout] = {}
 
 
@@ -154,7 +157,7 @@ def _parse_header(header: bytes, n_groups: int, data_len: int, is_tensors: bool)
                     f"column {name!r}: {count * dtype.itemsize} bytes at offset {offset} lie outside "
                     f"the {data_len}-byte data"
                 )
-            arrays.append((name, dtype, shape, count, offset))
+            arrays.append((name, dtype, None if len(shape) == 1 else shape, count, offset))
         if policy_id in {g[0] for g in layout}:
             raise DecodeError(f"policy id {policy_id!r} appears twice")
         if len({a[0] for a in arrays}) != len(arrays):
