@@ -195,10 +195,12 @@ class ConsumerStreams:
 
     def _read_shards(self, indices: list[int], count: int, block_ms: int | None) -> list[Entry]:
         def read() -> list[Any]:
+            streams: list[dict[Any, Any]] = [{self.shards[index].keys.batches: ">"} for index in indices]
+            if len(streams) == 1:  # one command: no pipeline and its bookkeeping
+                return [self.client.xreadgroup(self.group, self.consumer, streams[0], count=count, block=block_ms)]
             pipe = self.client.pipeline(transaction=False)
-            for index in indices:
-                streams: dict[Any, Any] = {self.shards[index].keys.batches: ">"}
-                pipe.xreadgroup(self.group, self.consumer, streams, count=count, block=block_ms)
+            for stream in streams:
+                pipe.xreadgroup(self.group, self.consumer, stream, count=count, block=block_ms)
             replies = pipe.execute(raise_on_error=False)
             for reply in replies:
                 if isinstance(reply, Exception):

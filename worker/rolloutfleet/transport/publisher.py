@@ -302,9 +302,13 @@ class BatchPublisher(JobClient):
         meter = self.meter
         if meter.full:
             meter.wait_for_room()
+        measures = meter.measures_next()
+        if not measures and not self._replicas:
+            # One command: no pipeline (its bookkeeping cost ~6 us of a publish's CPU).
+            return self.client.xadd(self.keys.batches, fields, minid=meter.trim_before, approximate=True)
         pipe = self.client.pipeline(transaction=False)
         self._xadd(pipe, self.keys.batches, fields, minid=meter.trim_before, approximate=True)
-        if not meter.measures_next():
+        if not measures:
             entry_id, *acks = pipe.execute()
             self._replicated(acks[0] if acks else None)
             return entry_id
