@@ -27,6 +27,7 @@ from redis.connection import PythonRespSerializer
 
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url, redacted_url
 from rolloutfleet.transport.client_options import PASSWORD_ENV, USERNAME_ENV, client_options
+from rolloutfleet.transport.gather import GATHERING
 from rolloutfleet.transport.reachability import (
     DEFAULT_STARTUP_TIMEOUT_S,
     address,
@@ -129,12 +130,17 @@ def connect(
     logged (redis-py masks it in the client's repr). ``socket_timeout`` must exceed the
     longest BLOCK plus the largest transfer: without one a dead server hangs the caller.
     ``large_values``: the client sends an argument over 6 000 bytes (a batch's payload)
-    from its own buffer (:data:`UNCOPIED_VALUES`; not on a Redis Cluster, whose client
-    takes no packer and copies as before).
+    from its own buffer (:data:`UNCOPIED_VALUES`), and a command's parts in one
+    ``sendmsg`` (:mod:`~rolloutfleet.transport.gather`); not on a Redis Cluster, whose
+    client takes no packer and copies as before.
     """
     parsed = parse_redis_url(url)  # BadRedisURL (a ValueError): one line, no password
     options = client_options(password, socket_timeout, connect_timeout, parsed)
-    packer = {"command_packer": UNCOPIED_VALUES} if large_values else {}
+    packer: dict[str, Any] = {}
+    if large_values:
+        packer["command_packer"] = UNCOPIED_VALUES
+        if parsed.scheme in GATHERING:  # not over TLS: an SSL socket has no sendmsg
+            packer["connection_class"] = GATHERING[parsed.scheme]
     client = redis.Redis.from_url(parsed.client_url, health_check_interval=30, **options, **packer)
     if parsed.scheme == "unix":
         return client
