@@ -21,13 +21,11 @@ import threading
 from typing import Any, Self, cast
 
 import redis
-from redis._parsers import Encoder
 from redis.cluster import RedisCluster
-from redis.connection import PythonRespSerializer
 
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url, redacted_url
 from rolloutfleet.transport.client_options import PASSWORD_ENV, USERNAME_ENV, client_options
-from rolloutfleet.transport.gather import GATHERING
+from rolloutfleet.transport.gather import GATHERING, SPLICING
 from rolloutfleet.transport.reachability import (
     DEFAULT_STARTUP_TIMEOUT_S,
     address,
@@ -107,13 +105,6 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     return cast(redis.Redis, cluster.get_redis_connection(cluster.get_node_from_key(key)))
 
 
-UNCOPIED_VALUES = PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode)  # type: ignore[no-untyped-call]
-"""redis-py's pure-Python command packer: it hands an argument over 6 000 bytes to the
-socket as it is, where the default (hiredis's) copies the whole command into a fresh
-buffer, twice. For a 185 KB payload those copies and the page faults of fresh buffers cost
-a publish more than encoding the batch does (docs/transport.md, "Where the time goes")."""
-
-
 def connect(
     url: str,
     password: str | None = None,
@@ -130,7 +121,7 @@ def connect(
     logged (redis-py masks it in the client's repr). ``socket_timeout`` must exceed the
     longest BLOCK plus the largest transfer: without one a dead server hangs the caller.
     ``large_values``: the client sends an argument over 6 000 bytes (a batch's payload)
-    from its own buffer (:data:`UNCOPIED_VALUES`), and a command's parts in one
+    from its own buffer (:data:`~rolloutfleet.transport.gather.SPLICING`), and a command's parts in one
     ``sendmsg`` (:mod:`~rolloutfleet.transport.gather`); not on a Redis Cluster, whose
     client takes no packer and copies as before.
     """
@@ -138,7 +129,7 @@ def connect(
     options = client_options(password, socket_timeout, connect_timeout, parsed)
     packer: dict[str, Any] = {}
     if large_values:
-        packer["command_packer"] = UNCOPIED_VALUES
+        packer["command_packer"] = SPLICING
         if parsed.scheme in GATHERING:  # not over TLS: an SSL socket has no sendmsg
             packer["connection_class"] = GATHERING[parsed.scheme]
     client = redis.Redis.from_url(parsed.client_url, health_check_interval=30, **options, **packer)

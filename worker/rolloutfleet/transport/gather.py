@@ -1,9 +1,11 @@
-"""Sending a command of several parts in one system call: a publish's XADD is three (the
-command up to the payload, the payload itself, uncopied, and the fields after it), which
-redis-py sends with one ``sendall`` each. :data:`GATHERING`'s connections hand them to
-one ``sendmsg`` instead: ~8 us less CPU a publish of a 185 KB CartPole batch on a 2-core
-machine (docs/transport.md, "Where the time goes"). A TLS socket has no ``sendmsg``, so
-``rediss://`` keeps redis-py's own connection; so does a Redis Cluster's client.
+"""A command in parts, sent in one system call. :data:`SPLICING` packs a publish's XADD in
+three parts (the command up to the payload, packed by hiredis in C; the payload itself,
+uncopied; the fields after it), where redis-py's packers either copy the payload twice
+(hiredis's) or pack each small argument in Python (its own, ~1 us each).
+:data:`GATHERING`'s connections hand the parts to one ``sendmsg`` where redis-py sends
+each with its own ``sendall``. A TLS socket has no ``sendmsg``, so ``rediss://`` keeps
+redis-py's own connection (it takes the parts too); a Redis Cluster's client takes
+neither. Measured in docs/transport.md, "Where the time goes".
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
+import hiredis
 import redis
 from redis.connection import AbstractConnection
 
-__all__ = ["GATHERING", "send_all"]
+__all__ = ["GATHERING", "SPLICING", "send_all"]
+
+LARGE = 6000
+"""Bytes above which an argument is sent as a part of its own, uncopied (redis-py's cutoff)."""
 
 MAX_PARTS = 512
 """Buffers handed to one ``sendmsg`` (Linux takes up to 1 024: IOV_MAX)."""
@@ -32,6 +38,45 @@ def send_all(sock: socket.socket, parts: Sequence[bytes | memoryview]) -> None:
             first += 1
         if sent:  # a part sent in part: the rest of it goes next
             views[first] = views[first].cast("B")[sent:]
+
+
+class SplicingPacker:
+    """redis-py's command packer (``pack``), the small arguments packed by hiredis as its
+    default packer does, each argument over :data:`LARGE` bytes spliced in as it is."""
+
+    def pack(self, *args: Any) -> list[bytes | memoryview]:
+        if isinstance(args[0], str):  # a command name of several words ("XINFO GROUPS")
+            args = tuple(args[0].encode().split()) + args[1:]
+        elif b" " in args[0]:
+            args = tuple(args[0].split()) + args[1:]
+        parts: list[bytes | memoryview] = []
+        head, start = b"*%d\r\n" % len(args), 0
+        for index, arg in enumerate(args):
+            if isinstance(arg, (bytes, memoryview)) and _size(arg) > LARGE:
+                parts += (head + _packed(args[start:index]) + b"$%d\r\n" % _size(arg), arg)
+                head, start = b"\r\n", index + 1
+        parts.append(head + _packed(args[start:]))
+        return parts
+
+
+def _size(arg: bytes | memoryview) -> int:
+    return arg.nbytes if isinstance(arg, memoryview) else len(arg)
+
+
+def _packed(args: tuple[Any, ...]) -> bytes:
+    """``args`` as RESP bulk strings, without the array header."""
+    if not args:
+        return b""
+    plain: Any = tuple(bytes(arg) if isinstance(arg, (bytearray, memoryview)) else arg for arg in args)
+    try:
+        packed: bytes = hiredis.pack_command(plain)
+    except TypeError as exc:  # as redis-py's own packers
+        raise redis.DataError(str(exc)) from None
+    return packed[packed.index(b"\r\n") + 2 :]
+
+
+SPLICING = SplicingPacker()
+"""The packer of a client that sends large values (``connect(large_values=True)``)."""
 
 
 class _Gathering(AbstractConnection):
