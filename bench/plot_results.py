@@ -9,9 +9,12 @@ import io
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.results import OUT, Table, read
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def caption(where: dict[str, Any]) -> str:
@@ -31,6 +34,14 @@ def measured(table: Table) -> list[list[tuple[int, float]]]:
 
 
 def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    bar_chart(table, where).savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def bar_chart(table: Table, where: dict[str, Any]) -> Figure:
+    """The table's bars: one group per row, one bar per measured column; wide enough that
+    the rows' labels (wrapped at 22 characters) sit side by side."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -38,7 +49,8 @@ def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
     values = measured(table)
     slots = max((len(bars) for bars in values), default=1) or 1  # a row's bars sit centred on its tick
     width = 0.8 / slots
-    figure = Figure(figsize=(max(8.0, 0.5 * len(groups) * slots + 3), 4.5), dpi=100)
+    label = min(22, max((len(group) for group in groups), default=1)) * 0.075 + 0.2  # inches a tick label takes
+    figure = Figure(figsize=(max(8.0, 0.5 * len(groups) * slots + 3, label * len(groups) / 0.7), 4.5), dpi=100)
     ax = figure.subplots()
     for group, bars in enumerate(values):
         for k, (i, value) in enumerate(bars):
@@ -55,9 +67,7 @@ def bar_chart_png(table: Table, where: dict[str, Any]) -> bytes:
     ax.legend(handles=legend, fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.text(0.01, 0.01, caption(where), fontsize="x-small", color="0.4")
     figure.subplots_adjust(left=0.12, right=0.82, top=0.86, bottom=0.2)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return figure
 
 
 def main(argv: list[str] | None = None) -> int:

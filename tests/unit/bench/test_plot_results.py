@@ -3,6 +3,7 @@ value, at a height that orders as the values do; nothing drawn for a column not 
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -80,3 +81,15 @@ def test_a_row_measured_in_one_column_of_several_gets_a_bar_as_wide_as_its_group
     dense_image, sparse_image = imread(tmp_path / "dense-1.png"), imread(tmp_path / "sparse-1.png")
     assert bar_width(dense_image, "C0") > 100  # the dense table's two bars
     assert abs(bar_width(sparse_image, "C0") + bar_width(sparse_image, "C1") - bar_width(dense_image, "C0")) <= 4
+
+
+def test_long_row_labels_sit_side_by_side() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = [{"path": f"raw redis-py path number {i}, with a long name", "MB/s": 100.0 * (i + 1)} for i in range(5)]
+    figure = plot_results.bar_chart(Table("paths", "path", ["MB/s"], rows=rows, unit="MB/s"), machine())
+    FigureCanvasAgg(figure).draw()
+    [ax] = figure.axes
+    boxes = [label.get_window_extent() for label in ax.get_xticklabels()]
+    assert len(boxes) == 5
+    assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes))  # as matplotlib laid them out
