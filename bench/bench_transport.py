@@ -10,7 +10,9 @@
   1 000 unconsumed entries, the consumer deleting what it acked), the raw ceiling with the
   codec added (each XADD a fresh encode, each entry read decoded: the least any pipeline of
   typed batches does) and redis-benchmark's SET of that size (the C client: what the server
-  sustains);
+  sustains); with each path's CPU per consumed entry, Redis's, the producers' and the
+  consumer's (where a path's time goes: on a host with fewer free cores than processes, MB/s
+  follows the sum);
 * weights: publish -> every one of N polling subscribers holding the decoded weights, for
   1 MB and 100 MB.
 
@@ -25,20 +27,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing as mp
+import os
 import pickle
 import re
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import redis
 
-from bench.results import OUT, Table, machine, write
+from bench.results import OUT, Table, Value, machine, write
 from rolloutfleet.data.codec import decode, encode
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.transport.consumer import BatchConsumer
@@ -243,9 +247,42 @@ PATHS: dict[str, tuple[Callable[[str, Event, int], None], Callable[[str, float],
 }
 
 
-def end_to_end(url: str, path: str, seconds: float) -> tuple[float, float]:
-    """MB/s and rows/s the consumer of ``path`` (a key of :data:`PATHS`) got."""
-    redis.Redis.from_url(url).flushall()
+CPU_SIDES = ("Redis", "producers", "consumer")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used (Linux: ``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+@dataclass
+class Run:
+    """One end-to-end measurement: the consumer's MB/s and rows/s, and the CPU microseconds
+    each side spent per entry it consumed (``CPU_SIDES``)."""
+
+    mb: float
+    rows: float
+    cpu_us: dict[str, float]
+
+
+def per_entry(
+    cpu_s: dict[str, float], rows_per_s: float, seconds: float, rows_per_entry: int = 2048
+) -> dict[str, float]:
+    """CPU seconds spent over ``seconds`` -> microseconds per entry consumed at ``rows_per_s``."""
+    entries = rows_per_s * seconds / rows_per_entry
+    return {side: used / entries * 1e6 if entries else float("nan") for side, used in cpu_s.items()}
+
+
+def end_to_end(url: str, path: str, seconds: float) -> Run:
+    """What the consumer of ``path`` (a key of :data:`PATHS`) got, and the CPU it took."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
     context = mp.get_context("fork")
     stop = context.Event()
     produce, consume = PATHS[path]
@@ -253,14 +290,24 @@ def end_to_end(url: str, path: str, seconds: float) -> tuple[float, float]:
     for process in producers:
         process.start()
     time.sleep(0.3)
+
+    def used() -> dict[str, float]:
+        producing = sum(cpu_seconds(cast(int, p.pid)) for p in producers)
+        return {"Redis": redis_cpu_seconds(client), "producers": producing, "consumer": time.process_time()}
+
     try:
-        return consume(url, seconds)
+        before, started = used(), time.perf_counter()
+        mb, rows = consume(url, seconds)
+        after, wall = used(), time.perf_counter() - started
+        # Over the consumer's whole call (its setup too: ~1 % of the window).
+        return Run(mb, rows, per_entry({side: after[side] - before[side] for side in CPU_SIDES}, rows, wall))
     finally:
         stop.set()
         for process in producers:
             process.join(10)
             if process.is_alive():
                 process.terminate()
+        client.close()
 
 
 def redis_benchmark_set(port: int, size: int, quick: bool) -> float | None:
@@ -277,19 +324,43 @@ def redis_benchmark_set(port: int, size: int, quick: bool) -> float | None:
     return float(match.group(1)) * size / 1e6 if match else None
 
 
-def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> Table:
+LABELS = {
+    "ours": "BatchPublisher -> BatchConsumer",
+    "raw": "raw redis-py (XADD trims)",
+    "raw-lossless": "raw redis-py, lossless",
+    "raw-codec": "raw redis-py + codec",
+}
+
+
+def cpu_table(runs: dict[str, list[Run]]) -> Table:
+    """Each path's median CPU microseconds per consumed entry, by side, and their sum."""
+    print("\nCPU microseconds per consumed entry, medians:\n")
+    print("| path | Redis | producers (both) | consumer | total |\n| --- | --- | --- | --- | --- |")
+    table = Table(
+        f"end to end: CPU per consumed entry, median of {REPEATS}", "path", list(CPU_SIDES), unit="us per entry"
+    )
+    for path, results in runs.items():
+        row: dict[str, Value] = {"path": LABELS[path]}
+        row |= {side: statistics.median(r.cpu_us[side] for r in results) for side in CPU_SIDES}
+        row["total"] = statistics.median(sum(r.cpu_us.values()) for r in results)
+        print(f"| {LABELS[path]} | " + " | ".join(f"{cast(float, row[k]):,.0f}" for k in (*CPU_SIDES, "total")) + " |")
+        table.rows.append(row)
+    return table
+
+
+def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> tuple[Table, Table]:
     batch = cartpole_batch()
     wire = len(encode(batch))
     print(f"\n## end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows)\n")
-    runs: dict[str, list[tuple[float, float]]] = {path: [] for path in PATHS}
+    runs: dict[str, list[Run]] = {path: [] for path in PATHS}
     # Unmeasured: the first ~1 000 entries a fresh Redis holds cost it page faults (the trimming
     # ceiling's first round ran at ~60 % of the next ones); the other paths hold far fewer.
     end_to_end(server.url, "raw", min(seconds, 1.0))
     for _ in range(REPEATS):  # interleaved, so drifting machine load hits all alike
         for path, results in runs.items():
             results.append(end_to_end(server.url, path, seconds))
-    mb = {path: statistics.median(r[0] for r in results) for path, results in runs.items()}
-    rows = {path: statistics.median(r[1] for r in results) for path, results in runs.items()}
+    mb = {path: statistics.median(r.mb for r in results) for path, results in runs.items()}
+    rows = {path: statistics.median(r.rows for r in results) for path, results in runs.items()}
     c_ceiling = redis_benchmark_set(server.port, wire, quick)
     print(
         "| path | MB/s | env steps/s | vs raw ceiling | vs lossless raw | vs raw + codec |\n| --- | --- | --- | --- | --- | --- |"
@@ -314,18 +385,9 @@ def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> Tabl
         ["MB/s"],
         unit="MB/s",
     )
-    table.rows = [
-        {"path": "BatchPublisher -> BatchConsumer", "MB/s": mb["ours"], "env steps/s": rows["ours"]},
-        {"path": "raw redis-py (XADD trims)", "MB/s": mb["raw"], "env steps/s": rows["raw"]},
-        {
-            "path": "raw redis-py, lossless",
-            "MB/s": mb["raw-lossless"],
-            "env steps/s": rows["raw-lossless"],
-        },
-        {"path": "raw redis-py + codec", "MB/s": mb["raw-codec"], "env steps/s": rows["raw-codec"]},
-        {"path": "redis-benchmark SET (writes only)", "MB/s": c_ceiling, "env steps/s": None},
-    ]
-    return table
+    table.rows = [{"path": LABELS[path], "MB/s": mb[path], "env steps/s": rows[path]} for path in PATHS]
+    table.rows.append({"path": "redis-benchmark SET (writes only)", "MB/s": c_ceiling, "env steps/s": None})
+    return table, cpu_table(runs)
 
 
 # -- weights ---------------------------------------------------------------------------
@@ -393,8 +455,8 @@ def main() -> None:
     print(f"# RolloutFleet transport bench ({'quick, ' if args.quick else ''}{seconds:g} s per measurement)")
     tables = bench_codec(seconds / 4)
     with EmbeddedRedis() as server:
-        tables.append(bench_end_to_end(server, seconds, args.quick))
-        tables.append(bench_weights(server, 2 if args.quick else args.subscribers))
+        end_to_end_table, cpu = bench_end_to_end(server, seconds, args.quick)
+        tables += [end_to_end_table, bench_weights(server, 2 if args.quick else args.subscribers), cpu]
     write("bench_transport", tables, machine(quick=args.quick, seconds_per_measurement=seconds), args.out)
 
 
