@@ -334,7 +334,7 @@ LABELS = {
 
 def cpu_table(runs: dict[str, list[Run]]) -> Table:
     """Each path's median CPU microseconds per consumed entry, by side, and their sum."""
-    print("\nCPU microseconds per consumed entry, medians:\n")
+    print("\n## end to end: CPU microseconds per consumed entry, medians\n")
     print("| path | Redis | producers (both) | consumer | total |\n| --- | --- | --- | --- | --- |")
     table = Table(
         f"end to end: CPU per consumed entry, median of {REPEATS}", "path", list(CPU_SIDES), unit="us per entry"
@@ -348,7 +348,9 @@ def cpu_table(runs: dict[str, list[Run]]) -> Table:
     return table
 
 
-def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> tuple[Table, Table]:
+def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> tuple[Table, dict[str, list[Run]]]:
+    """The MB/s table, and the runs (for :func:`cpu_table`, printed last so that the tables
+    before it keep their place for ``bench.compare`` of an older tree)."""
     batch = cartpole_batch()
     wire = len(encode(batch))
     print(f"\n## end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows)\n")
@@ -387,7 +389,7 @@ def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> tupl
     )
     table.rows = [{"path": LABELS[path], "MB/s": mb[path], "env steps/s": rows[path]} for path in PATHS]
     table.rows.append({"path": "redis-benchmark SET (writes only)", "MB/s": c_ceiling, "env steps/s": None})
-    return table, cpu_table(runs)
+    return table, runs
 
 
 # -- weights ---------------------------------------------------------------------------
@@ -455,8 +457,8 @@ def main() -> None:
     print(f"# RolloutFleet transport bench ({'quick, ' if args.quick else ''}{seconds:g} s per measurement)")
     tables = bench_codec(seconds / 4)
     with EmbeddedRedis() as server:
-        end_to_end_table, cpu = bench_end_to_end(server, seconds, args.quick)
-        tables += [end_to_end_table, bench_weights(server, 2 if args.quick else args.subscribers), cpu]
+        end_to_end_table, runs = bench_end_to_end(server, seconds, args.quick)
+        tables += [end_to_end_table, bench_weights(server, 2 if args.quick else args.subscribers), cpu_table(runs)]
     write("bench_transport", tables, machine(quick=args.quick, seconds_per_measurement=seconds), args.out)
 
 
