@@ -382,7 +382,7 @@ def bench_end_to_end(server: EmbeddedRedis, seconds: float, quick: bool) -> tupl
         print(f"| redis-benchmark SET -d {wire} -c 2 (C client, writes only) | {c_ceiling:,.0f} | - | - | - | - |")
     table = Table(
         f"end to end: 2 producer processes + 1 consumer, {wire / 1e3:,.0f} KB entries (2048 CartPole rows), "
-        "median of 3",
+        f"median of {REPEATS}",
         "path",
         ["MB/s"],
         unit="MB/s",
