@@ -312,8 +312,8 @@ def report(
 
 def learner(url: str) -> int:
     """The drill's learner: read, 'train' a little, acknowledge and record in one script."""
-    from rolloutfleet.transport.connection import RetryLoop
     from rolloutfleet.transport.consumer import BatchConsumer
+    from rolloutfleet.transport.redis.connection import RetryLoop
 
     consumer = BatchConsumer(url, JOB, consumer=f"learner-{os.getpid()}", block_s=0.2, reclaim_idle_s=5.0)
     client = redis.Redis.from_url(url, socket_timeout=15)

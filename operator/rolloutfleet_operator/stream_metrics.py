@@ -2,7 +2,7 @@
 entries in the stream, and per group the entries not yet delivered (lag), delivered and not
 acknowledged (pending), and read since the stream began. Read on the operator's timer, as
 :mod:`.progress` reads heartbeats: once per job, a fixed number of Redis round trips whatever
-its number of workers (:mod:`rolloutfleet.transport.stream_backlog`). Best effort: a Redis that
+its number of workers (:mod:`rolloutfleet.transport.redis.stream_backlog`). Best effort: a Redis that
 cannot be read drops the job's series until it can (a gap on a graph, not a frozen number).
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
-from rolloutfleet.transport.stream_backlog import PolicyBacklog, read_job_backlog
+from rolloutfleet.transport.redis.stream_backlog import PolicyBacklog, read_job_backlog
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.progress import redis_login
 from rolloutfleet_operator.runtime import Key, Runtime

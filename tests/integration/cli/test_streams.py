@@ -14,7 +14,7 @@ import redis
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message
 from rolloutfleet.transport.publisher import BatchPublisher
-from rolloutfleet.transport.stream_status import Hold, read_stream_status
+from rolloutfleet.transport.redis.stream_status import Hold, read_stream_status
 from tests.integration.cli.cli_kit import run_cli
 
 pytestmark = pytest.mark.integration

@@ -273,3 +273,36 @@ def test_redis_restart_mid_stream_no_duplicates_among_acked(own_redis: RedisServ
     assert len(acked) == len(set(acked)), "an entry was acked twice"
     after = [v for v in acked if v > 25]
     assert len(after) > 20, "consumption did not resume after the restart"
+
+
+def test_the_quickstart_learner_with_no_redis_says_so_within_seconds_and_never_shows_the_password() -> None:
+    """The README's learner, verbatim up to its loop, run as a newcomer runs it (a plain script,
+    no logging set up) with ROLLOUTFLEET_REDIS_URL naming a port nothing listens on: a WARNING
+    naming the address comes within seconds, not silence for the 120 s it keeps trying."""
+    import re
+    import socket
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "BatchConsumer(" in block)
+    setup = snippet[: snippet.index("while True:")]
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "ROLLOUTFLEET_REDIS_URL": f"redis://:hunter2-secret@127.0.0.1:{port}/0",
+        "PYTHONPATH": WORKER_DIR,
+    }
+    script = setup + "consumer.get(min_steps=4096, timeout=10.0)\n"
+    learner = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert learner.stderr is not None
+        started, line = time.monotonic(), ""
+        while "still trying" not in line and time.monotonic() - started < 60:  # it takes ~2 s
+            line = learner.stderr.readline()
+            assert line or learner.poll() is None, "the learner ended without saying why"
+    finally:
+        learner.kill()
+        learner.wait()
+    assert f"127.0.0.1:{port}" in line and "Connection refused" in line and "up to 120 s" in line, line
+    assert "hunter2" not in line

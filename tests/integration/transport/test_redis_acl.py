@@ -143,7 +143,7 @@ def test_a_wrong_password_is_refused_and_the_error_never_shows_it(
     acl_redis: tuple[RedisServer, JobUsers, JobUsers],
 ) -> None:
     server, a, _ = acl_redis
-    from rolloutfleet.transport.connection import connect, failure_line
+    from rolloutfleet.transport.redis.connection import connect, failure_line
 
     wrong = "not/the#right?one@%25"
     with pytest.raises(redis.AuthenticationError) as caught:

@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from rolloutfleet.data.codec import encode
-from rolloutfleet.transport.connection import RETRYABLE, RedisUnavailable
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher, RedisFull
+from rolloutfleet.transport.redis.connection import RETRYABLE, RedisUnavailable
 from rolloutfleet.transport.weights import WeightPublisher, WeightSubscriber
 from tests.integration.redis_server import RedisServer, redis_server_binary
 

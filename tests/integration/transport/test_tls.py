@@ -16,9 +16,9 @@ import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.spec.network import CA_FILE_ENV
-from rolloutfleet.transport.connection import RedisUnavailable, check_reachable
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.connection import RedisUnavailable, check_reachable
 from tests.integration.redis_server import redis_server_binary, tool_binary
 
 pytestmark = pytest.mark.integration

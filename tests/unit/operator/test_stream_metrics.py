@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 
 import rolloutfleet_operator.stream_metrics as stream_metrics
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.transport.stream_backlog import GroupBacklog, PolicyBacklog
+from rolloutfleet.transport.redis.stream_backlog import GroupBacklog, PolicyBacklog
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.runtime import Runtime

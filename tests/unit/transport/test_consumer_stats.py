@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rolloutfleet.transport.consumer_stats import ConsumerLag, group_lag
-from rolloutfleet.transport.stream_status import GroupStatus, StreamStatus
+from rolloutfleet.transport.redis.stream_status import GroupStatus, StreamStatus
 
 
 def stream(length: int, *groups: GroupStatus) -> StreamStatus:

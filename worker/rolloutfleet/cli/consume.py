@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
-import redis
 
 from rolloutfleet.cli.consume_fit import LookFit, SpoolFit
 from rolloutfleet.cli.npz_output import OutputError, write_npz
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, job_keys
-from rolloutfleet.transport.connection import connect
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.declared_columns import read_declared
 from rolloutfleet.transport.entries import Message, concat_messages
 from rolloutfleet.transport.reader import BatchReader
-from rolloutfleet.transport.sharding import read_shards
-from rolloutfleet.transport.stream_status import as_text
+from rolloutfleet.transport.redis.connection import connect
+from rolloutfleet.transport.redis.errors import BackendError, CommandRefused
+from rolloutfleet.transport.redis.sharding import read_shards
+from rolloutfleet.transport.redis.stream_status import as_text
 
 
 def consume(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def consume(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a job name or policy id that cannot be a key
         print(f"rolloutfleet consume: {exc}", file=sys.stderr)
         return 2
-    except redis.RedisError as exc:  # away past --timeout, refusing writes, not a stream: one line
+    except BackendError as exc:  # away past --timeout, refusing writes, not a stream: one line
         print(f"rolloutfleet consume: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
 
@@ -191,7 +191,7 @@ def _new_group_note(args: argparse.Namespace) -> str | None:
     try:
         keys = keys.shard(0, read_shards(client, keys))  # a group is made on every shard at once
         groups = [as_text(g["name"]) for g in client.xinfo_groups(keys.batches)]
-    except redis.ResponseError:  # no stream yet (or not a stream: the consumer says so)
+    except CommandRefused:  # no stream yet (or not a stream: the consumer says so)
         groups = []
     finally:
         client.close()

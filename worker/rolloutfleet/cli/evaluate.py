@@ -20,7 +20,7 @@ from rolloutfleet.cli.preflight import unreachable
 def add_evaluate_parser(commands: Any) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "evaluate",
-        help="play whole episodes of a job's current weights version and print the mean return with a 95 % CI",
+        help="play whole episodes of a job's current weights version and print the mean return with a 95 %% CI",
         description="Play spec.evaluation.episodes (or --episodes) episodes of the job's current weights version "
         "with its evaluation settings and seeds (as its evaluation workers do); writes nothing to Redis.",
     )

@@ -117,12 +117,23 @@ def _run(args: argparse.Namespace) -> int:
     return run_fleet(args)
 
 
+def _installed_version() -> str:
+    """The installed package's version (its metadata), as ``pip show rolloutfleet`` says it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rolloutfleet")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
     parser.add_argument(
         "--log-level",
         help="python logging level (default: $ROLLOUTFLEET_LOG_LEVEL, else INFO for `worker`, WARNING for the rest)",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
     commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
 
     sample = commands.add_parser("sample", help="sample locally and write every column to a .npz file")

@@ -121,9 +121,8 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _record_until_stopped(args: argparse.Namespace, recorders: list[Any]) -> int:
-    import redis
-
     from rolloutfleet.datasets.durable import OutputError
+    from rolloutfleet.transport.redis.errors import BackendError
 
     stop = _Stop(args.duration)
     try:
@@ -134,7 +133,7 @@ def _record_until_stopped(args: argparse.Namespace, recorders: list[Any]) -> int
             recorder.flush()
     except OutputError as exc:
         return _bad("record", f"{exc}; nothing unwritten was acknowledged", 1)
-    except redis.RedisError as exc:
+    except BackendError as exc:
         for recorder in recorders:  # what was spooled is written; the rest waits in the group
             with contextlib.suppress(OutputError):  # it stays in the spool for the next run
                 recorder.flush()
@@ -218,9 +217,9 @@ def _replay(args: argparse.Namespace) -> int:
         return _bad("replay", f"{args.dataset} does not fit job {job.name}: {problem}")
     if (code := unreachable("replay", args.redis, args.timeout)) is not None:
         return code
-    import redis
 
     from rolloutfleet.transport.publisher import PayloadTooLarge, PublishInterrupted
+    from rolloutfleet.transport.redis.errors import BackendError
 
     publisher = _publisher(args, job)
     stop = _Stop(None)
@@ -230,7 +229,7 @@ def _replay(args: argparse.Namespace) -> int:
                        rate=args.rate, stop=stop)  # fmt: skip
     except PublishInterrupted:
         return _bad("replay", "stopped while waiting for a learner to take batches", 130)
-    except (redis.RedisError, PayloadTooLarge) as exc:
+    except (BackendError, PayloadTooLarge) as exc:
         return _bad("replay", f"{exc} (rows before it were published)", 1)
     finally:
         publisher.close()

@@ -9,17 +9,17 @@ import sys
 import time
 from typing import Any
 
-import redis
 from rich.console import Console
 from rich.table import Table
 
 from rolloutfleet.evaluation.report import evaluation_lines
 from rolloutfleet.spec.redis_keys import BATCHES_PATTERN, POLICY_BATCHES_PATTERN, job_keys, parse_stream_key
 from rolloutfleet.spec.refusals import refused_line, refused_versions
-from rolloutfleet.transport.connection import connect, explain, where_url
 from rolloutfleet.transport.heartbeat import parse_heartbeats
-from rolloutfleet.transport.sharding import read_shards
-from rolloutfleet.transport.stream_status import GroupStatus, Hold, StreamStatus, read_stream_status
+from rolloutfleet.transport.redis.connection import connect, explain, where_url
+from rolloutfleet.transport.redis.errors import BackendError, Client
+from rolloutfleet.transport.redis.sharding import read_shards
+from rolloutfleet.transport.redis.stream_status import GroupStatus, Hold, StreamStatus, read_stream_status
 
 COLUMNS = (
     "job",
@@ -42,7 +42,7 @@ def show_streams(args: argparse.Namespace) -> int:
     """Print one row per job stream found in the Redis at ``args.redis``; the exit code."""
     try:
         client = connect(args.redis, socket_timeout=10.0)
-    except redis.RedisError as exc:
+    except BackendError as exc:
         print(f"rolloutfleet streams: Redis at {where_url(args.redis)}: {explain(exc)}", file=sys.stderr)
         return 1
     try:
@@ -56,7 +56,7 @@ def show_streams(args: argparse.Namespace) -> int:
         ]
         refused = _refused(client, streams)
         evaluated = evaluation_lines(client)
-    except redis.RedisError as exc:
+    except BackendError as exc:
         print(f"rolloutfleet streams: Redis at {where_url(args.redis)}: {explain(exc)}", file=sys.stderr)
         return 1
     finally:
@@ -69,7 +69,7 @@ def show_streams(args: argparse.Namespace) -> int:
     return 0
 
 
-def _streams(client: redis.Redis) -> list[Stream]:
+def _streams(client: Client) -> list[Stream]:
     """Every job's batch stream (a policy's, of a multi-agent job), sorted."""
     return sorted(
         {

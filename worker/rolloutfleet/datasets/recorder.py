@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import redis
 
 from rolloutfleet.datasets.writer import DatasetWriter
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message, concat_messages
+from rolloutfleet.transport.redis.errors import BackendError
 
 log = logging.getLogger(__name__)
 
@@ -122,5 +122,5 @@ class Recorder:
             self.flush()
 
     def close(self) -> None:
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(BackendError):
             self.consumer.close()

@@ -21,7 +21,6 @@ import time
 from collections.abc import Mapping
 from types import FrameType
 
-import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rolloutfleet.data.weights_check import WeightsRefused
@@ -33,9 +32,10 @@ from rolloutfleet.fleet.termination import EXIT_BAD_SPEC, EXIT_REDIS, report_fat
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
-from rolloutfleet.transport.connection import RETRYABLE, address, connect, failure_line
 from rolloutfleet.transport.evaluation_results import EvaluationBoard
 from rolloutfleet.transport.filter_sync import FilterSync
+from rolloutfleet.transport.redis.connection import connect
+from rolloutfleet.transport.redis.outage import OutageLoop
 from rolloutfleet.transport.weights import WeightSubscriber
 
 log = logging.getLogger("rolloutfleet.evaluation.evaluator")
@@ -72,7 +72,8 @@ class EvaluationWorker:
         episodes = player.evaluation.episodes
         log.info("evaluation worker %d/%d of %s: %d episodes per version, explore=%s", config.worker_index,
                  config.num_workers, job.name, episodes, player.evaluation.explore)  # fmt: skip
-        backoff = 0.5
+        outage = OutageLoop(config.redis_url, sleep=self._sleep, log=log,
+                            unready=lambda reason: self.probes.set_ready(False, reason))  # fmt: skip
         parts: tuple[EvaluationBoard, WeightSubscriber, FilterSync] | None = None
         while not self.stopping:
             self.probes.beat()
@@ -82,17 +83,13 @@ class EvaluationWorker:
                     self.probes.set_ready(True)
                 if not self._step(player, *parts):
                     self._sleep(POLL_S)
-                backoff = 0.5
-            except redis.AuthenticationError as exc:  # before RETRYABLE: it is a ConnectionError
-                report_fatal(failure_line(exc, address(config.redis_url)))
-                player.close()
-                server.shutdown()
-                return EXIT_REDIS  # replaced after a pause: a rotated Secret is read by the next pod
-            except RETRYABLE as exc:
-                self.probes.set_ready(False, f"redis: {exc}")
-                log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
-                self._sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                outage.succeeded()
+            except outage.errors as exc:
+                if (line := outage.failed(exc)) is not None:  # a refused password
+                    report_fatal(line)
+                    player.close()
+                    server.shutdown()
+                    return EXIT_REDIS  # replaced after a pause: a rotated Secret is read by the next pod
         player.close()
         server.shutdown()
         log.info("stopped cleanly")

@@ -1,6 +1,6 @@
 """What a worker says while its publish waits for room in a full stream (``block`` backpressure).
 
-Two waits, told apart by the publisher's own measure (:mod:`rolloutfleet.transport.backpressure`):
+Two waits, told apart by the publisher's own measure (:mod:`rolloutfleet.transport.redis.backpressure`):
 
 * **waiting for a learner**: no consumer group has read the stream within ``learner_idle_s``
   (none yet: the fleet was started first; or the learner is gone). Healthy: the worker stays

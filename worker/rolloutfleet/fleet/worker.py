@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-import redis
+from rolloutfleet.transport.redis.errors import BackendError, PermissionRefused
 
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
     from rolloutfleet.sampling.runner import AnyRunner
-    from rolloutfleet.transport.backpressure import StreamLoad
+    from rolloutfleet.transport.redis.backpressure import StreamLoad
 
 from rolloutfleet.fleet.env_watchdog import EnvWatchdog, Verdict, leave
 from rolloutfleet.fleet.learner_wait import LearnerWait
@@ -42,8 +42,9 @@ from rolloutfleet.fleet.termination import EXIT_REDIS, report_fatal, report_unbu
 from rolloutfleet.fleet.worker_metrics import WorkerMetrics
 from rolloutfleet.spec.job import SpecError
 from rolloutfleet.spec.worker_config import WorkerConfig
-from rolloutfleet.transport.connection import address, failure_line
 from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted, RedisFull
+from rolloutfleet.transport.redis.connection import address
+from rolloutfleet.transport.redis.outage import OutageLoop
 
 log = logging.getLogger("rolloutfleet.fleet.worker")
 
@@ -57,7 +58,6 @@ class _Loop:
 
     pending: SampleBatch | MultiAgentBatch | None = None
     """A fragment sampled and not yet published (kept through a Redis outage)."""
-    backoff: float = 0.5
     restarts_seen: int = 0
     filters_pulled: bool = False
     stop_deadline: float = 0.0
@@ -79,7 +79,7 @@ class Worker:
         self.learner_wait = LearnerWait()
         self._stats: Mapping[str, float | int] = {}  # the last fragment's, for heartbeats while waiting
         self.watchdog: EnvWatchdog | None = None
-        self._last_refusal = ""  # the last NOPERM line said (each distinct one once)
+        self.outage: OutageLoop | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: finishing the current fragment, then exiting", signum)
@@ -96,8 +96,8 @@ class Worker:
         started = self._start()
         if isinstance(started, int):  # stopped while Redis was away, or gave up (said in one line)
             return started
-        server, watchdog, runner, transport, began = started
-        code = self._sample_and_publish(runner, transport, began)
+        server, watchdog, runner, transport, outage = started
+        code = self._sample_and_publish(runner, transport, outage)
         transport.close()
         runner.close()
         server.shutdown()
@@ -106,9 +106,9 @@ class Worker:
             log.info("stopped cleanly")
         return code
 
-    def _start(self) -> tuple[Any, EnvWatchdog, AnyRunner, WorkerTransport, float] | int:
+    def _start(self) -> tuple[Any, EnvWatchdog, AnyRunner, WorkerTransport, OutageLoop] | int:
         """Probes and metrics, the env-call watchdog, the runner, then Redis: what :meth:`run`
-        samples with (and when Redis was reached first), or the exit code, all closed."""
+        samples with (and how it rides out Redis's outages), or the exit code, all closed."""
         from rolloutfleet.fleet.probes import serve
         from rolloutfleet.fleet.worker_transport import WorkerTransport
         from rolloutfleet.inference.cpu_threads import limit_cpu_threads
@@ -137,9 +137,17 @@ class Worker:
         choice = runner.vector_choice  # None for a multi-agent runner
         if choice is not None:
             self.metrics.record_vectorization(config.job.spec.env.vectorization, choice)
-        began = time.monotonic()
+        outage = self.outage = OutageLoop(
+            config.redis_url,
+            sleep=self._sleep,
+            unready=lambda reason: self.probes.set_ready(False, reason),
+            counted=self.metrics.redis_errors.inc,
+            retryable=WorkerTransport.retryable,
+            startup_bound_s=config.redis_startup_timeout_s,
+            log=log,
+        )
         self.probes.set_ready(False, f"connecting to redis at {address(config.redis_url)}")
-        made = self._connect(lambda: WorkerTransport(config), began)
+        made = self._connect(lambda: WorkerTransport(config), outage)
         if isinstance(made, int):
             runner.close()
             server.shutdown()
@@ -152,9 +160,9 @@ class Worker:
         if self.stopping:
             transport.interrupt()
             interrupt_failing_envs()
-        return server, watchdog, runner, transport, began
+        return server, watchdog, runner, transport, outage
 
-    def _sample_and_publish(self, runner: AnyRunner, transport: WorkerTransport, began: float) -> int:
+    def _sample_and_publish(self, runner: AnyRunner, transport: WorkerTransport, outage: OutageLoop) -> int:
         """Sample and publish fragments until stopped (the fragment in hand published first,
         unless Redis stays away); the exit code. Redis errors are ridden out with a backoff."""
         from rolloutfleet.sampling.envs import EnvInterrupted
@@ -176,16 +184,10 @@ class Worker:
             except EnvInterrupted as exc:
                 log.warning("stopping: %s; the fragment being sampled is dropped", exc)
                 loop.pending = None
-            except redis.AuthenticationError as exc:  # before retryable: it is a ConnectionError
-                report_fatal(failure_line(exc, address(self.config.redis_url)))
-                return EXIT_REDIS
-            except redis.exceptions.NoPermissionError as exc:  # a revoked ACL user: wait (unready) for it back
-                if self.stopping:
-                    loop.pending = None
-                    continue
-                loop.backoff = self._refused(exc, loop.backoff)
-            except transport.retryable as exc:
-                if self._redis_error(exc, loop, began):
+            except outage.errors as exc:
+                if isinstance(exc, PermissionRefused) and self.stopping:
+                    loop.pending = None  # a revoked ACL user is waited for (unready), unless stopping
+                elif self._redis_error(exc, loop, outage):
                     return EXIT_REDIS
         return 0
 
@@ -217,31 +219,29 @@ class Worker:
         transport.sync_filters(runner)
         transport.heartbeat(self._stats)
         self.probes.set_ready(True)
-        loop.backoff = 0.5
-        self._last_refusal = ""
+        if self.outage is not None:
+            self.outage.succeeded()
 
-    def _redis_error(self, exc: Exception, loop: _Loop, began: float) -> bool:
-        """A retryable Redis error in the loop: back off, or while stopping a short last try
-        and then drop the fragment in hand; whether the worker gives up (Redis never came)."""
-        self.metrics.redis_errors.inc()
-        self.probes.set_ready(False, f"redis: {exc}")
-        if not loop.filters_pulled and self._gave_up(exc, began):
+    def _redis_error(self, exc: Exception, loop: _Loop, outage: OutageLoop) -> bool:
+        """A Redis error in the loop, met by the :class:`OutageLoop` (not ready, backoff), or
+        while stopping a short last try and then the fragment in hand dropped; whether the
+        worker ends (a refused password, or Redis never reached within its bound: one line)."""
+        line = outage.failed(exc, starting=not loop.filters_pulled, wait=not self.stopping)
+        if line is not None:
+            report_fatal(line)
             return True
-        if self.stopping:
-            # The backoff is for riding out an outage; a stop has a grace period that
-            # a Redis which is gone must not use up: a short last try, then drop.
-            now = time.monotonic()
-            loop.stop_deadline = loop.stop_deadline or now + STOP_RETRY_S
-            if loop.pending is not None and now < loop.stop_deadline:
-                time.sleep(0.1)
-                return False
-            if loop.pending is not None:
-                log.warning("stopping with Redis unreachable (%s): dropping one unpublished fragment", exc)
-            loop.pending = None
+        if not self.stopping:
             return False
-        log.warning("redis unavailable (%s); retrying in %.1f s", exc, loop.backoff)
-        self._sleep(loop.backoff)
-        loop.backoff = min(loop.backoff * 2, 10.0)
+        # The backoff is for riding out an outage; a stop has a grace period that
+        # a Redis which is gone must not use up: a short last try, then drop.
+        now = time.monotonic()
+        loop.stop_deadline = loop.stop_deadline or now + STOP_RETRY_S
+        if loop.pending is not None and now < loop.stop_deadline:
+            time.sleep(0.1)
+            return False
+        if loop.pending is not None:
+            log.warning("stopping with Redis unreachable (%s): dropping one unpublished fragment", exc)
+        loop.pending = None
         return False
 
     def _watch_env_calls(self) -> EnvWatchdog:
@@ -267,19 +267,6 @@ class Worker:
             if transport is not None:
                 last_beat = lambda: transport.heartbeat(self._stats, stuck=verdict.line)  # noqa: E731
         leave(verdict, report_fatal, kill_env_processes, last_beat)
-
-    def _refused(self, exc: redis.exceptions.NoPermissionError, backoff: float) -> float:
-        """Redis refused a command of this worker's ACL user (NOPERM: the user was revoked or
-        narrowed mid-run): said in one line when the refusal is new, not ready, retried with
-        backoff (the operator re-applies the job's users), never a crash loop; the next backoff."""
-        line = f"redis at {address(self.config.redis_url)} refused a command: NOPERM {' '.join(str(exc).split())}"
-        self.metrics.redis_errors.inc()
-        self.probes.set_ready(False, "redis: NOPERM (the job's Redis user lacks a permission)")
-        if line != self._last_refusal:
-            self._last_refusal = line
-            log.error("%s; retrying until the job's Redis user allows it again", line)
-        self._sleep(backoff)
-        return min(backoff * 2, 30.0)
 
     def _no_room(self, exc: BackpressureTimeout) -> None:
         """A publish gave up waiting for room after ``blockTimeoutSeconds``: Redis answered, so
@@ -317,44 +304,24 @@ class Worker:
         if self.transport is None or not self.learner_wait.beat_due(time.monotonic()):
             return
         since = self.learner_wait.since
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(BackendError):
             self.transport.heartbeat(self._stats, waiting_since=since)
             self.learner_wait.beat = (time.monotonic(), since)
 
-    def _gave_up(self, exc: Exception, began: float) -> bool:
-        """Whether Redis, never reached yet, has been tried for ``redis_startup_timeout_s``
-        (said in one line); never when that is None."""
-        bound = self.config.redis_startup_timeout_s
-        if bound is None or time.monotonic() - began < bound:
-            return False
-        report_fatal(f"{failure_line(exc, address(self.config.redis_url))} (tried for {bound:g} s)")
-        return True
-
-    def _connect(self, make: Callable[[], WorkerTransport], began: float) -> WorkerTransport | int:
-        """``make()`` (which asks Redis whether it is a cluster), retried with backoff while
-        Redis is away (not ready meanwhile, never a crash) up to ``redis_startup_timeout_s``;
-        else the exit code: 0 once told to stop, EXIT_REDIS for a refused password (not
-        retried: it will not become right by waiting) or a bound spent, said in one line."""
-        from rolloutfleet.fleet.worker_transport import WorkerTransport
-
-        backoff = 0.5
+    def _connect(self, make: Callable[[], WorkerTransport], outage: OutageLoop) -> WorkerTransport | int:
+        """``make()`` (which asks Redis whether it is a cluster), retried by the
+        :class:`OutageLoop` while Redis is away or refusing (not ready meanwhile, never a
+        crash) up to ``redis_startup_timeout_s``; else the exit code: 0 once told to stop,
+        EXIT_REDIS for a refused password (not retried: it will not become right by waiting)
+        or a bound spent, said in one line."""
         while not self.stopping:
             self.probes.beat()
             try:
                 return make()
-            except redis.AuthenticationError as exc:  # before retryable: it is a ConnectionError
-                report_fatal(failure_line(exc, address(self.config.redis_url)))
-                return EXIT_REDIS
-            except redis.exceptions.NoPermissionError as exc:
-                backoff = self._refused(exc, backoff)
-            except WorkerTransport.retryable as exc:
-                self.metrics.redis_errors.inc()
-                self.probes.set_ready(False, f"redis: {exc}")
-                if self._gave_up(exc, began):
+            except outage.errors as exc:
+                if (line := outage.failed(exc, starting=True)) is not None:
+                    report_fatal(line)
                     return EXIT_REDIS
-                log.warning("redis unavailable (%s); retrying in %.1f s", exc, backoff)
-                self._sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
         return 0
 
     def _record(self, stats: Mapping[str, float | int], restarts_seen: int, news: NonFinite) -> None:

@@ -18,19 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from rolloutfleet.data.batch import DEFAULT_POLICY
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.weights_check import WeightsRefused
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.backpressure import StreamLoad
-from rolloutfleet.transport.connection import RETRYABLE
 from rolloutfleet.transport.declared_columns import declare, published_schema
 from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.global_step import GlobalStepReader
 from rolloutfleet.transport.heartbeat import write_heartbeat
 from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher
+from rolloutfleet.transport.redis.backpressure import StreamLoad
+from rolloutfleet.transport.redis.connection import RETRYABLE
+from rolloutfleet.transport.redis.errors import ConcurrentChange
 from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ class WorkerTransport:
     """
 
     # WatchError: the filter statistics kept losing their transaction to other workers.
-    retryable: tuple[type[Exception], ...] = (*RETRYABLE, BackpressureTimeout, redis.WatchError)
+    retryable: tuple[type[Exception], ...] = (*RETRYABLE, BackpressureTimeout, ConcurrentChange)
 
     def __init__(self, config: WorkerConfig) -> None:
         job = config.job

@@ -8,7 +8,7 @@
   Counters are cumulative: the reader differences two samples for a window.
 * **The workers' waits**: each heartbeat carries ``blocked_s``, the seconds its publishes
   waited for room under ``block`` backpressure, and ``steps_per_s``, its sampling speed.
-* **When a learner last read**: the read stamps of :mod:`rolloutfleet.transport.backpressure`.
+* **When a learner last read**: the read stamps of :mod:`rolloutfleet.transport.redis.backpressure`.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def parse_appetite(raw: Mapping[bytes | str, bytes | str]) -> list[LearnerSample
 
 def last_read_ms(stamps: Mapping[bytes | str, bytes | str], learners: list[LearnerSample]) -> int | None:
     """Redis time (ms) any learner group last asked for entries: the ``learners`` hash's stamps
-    (:mod:`rolloutfleet.transport.backpressure`) and the appetite samples; None when neither has one."""
+    (:mod:`rolloutfleet.transport.redis.backpressure`) and the appetite samples; None when neither has one."""
     seen = [int(v) for v in map(_text, stamps.values()) if v.isdigit()] + [s.at_ms for s in learners]
     return max(seen, default=None)
 

@@ -42,7 +42,7 @@ class WorkerConfig:
     redis_password: str | None = field(default=None, repr=False)  # never printed
     metrics_port: int = 9100
     learner_idle_s: float | None = None
-    """None: the publisher's default (:data:`rolloutfleet.transport.backpressure.DEFAULT_LEARNER_IDLE_S`)."""
+    """None: the publisher's default (:data:`rolloutfleet.transport.redis.backpressure.DEFAULT_LEARNER_IDLE_S`)."""
     redis_startup_timeout_s: float | None = None
     """None: a Redis never reached yet is waited for without bound (the worker stays unready)."""
 

@@ -20,20 +20,19 @@ from rolloutfleet.spec.appetite import (
     worker_samples,
 )
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.backpressure import LEARNERS_TTL_MS
-from rolloutfleet.transport.connection import RETRYABLE, connect
 from rolloutfleet.transport.heartbeat import parse_heartbeats
+from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS
+from rolloutfleet.transport.redis.connection import RETRYABLE, connect
 
 if TYPE_CHECKING:
-    import redis
-
     from rolloutfleet.spec.job import RolloutJob
+    from rolloutfleet.transport.redis.errors import Client
 
 
 class AppetiteWriter:
     """Writes one consumer's :class:`AppetiteMeter` into the job's ``appetite`` hash."""
 
-    def __init__(self, client: redis.Redis, keys: JobKeys, group: str, consumer: str) -> None:
+    def __init__(self, client: Client, keys: JobKeys, group: str, consumer: str) -> None:
         self.meter = AppetiteMeter()
         self.field = f"{group}/{consumer}"
         self.key = keys.appetite

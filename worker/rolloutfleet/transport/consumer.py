@@ -28,9 +28,7 @@ from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
 from rolloutfleet.transport.appetite import AppetiteWriter
-from rolloutfleet.transport.backpressure import LEARNERS_TTL_MS, READING_SCRIPT
 from rolloutfleet.transport.batch_tensors import as_tensors
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.consumer_stats import ConsumerLag, ConsumerStats, group_lag
 from rolloutfleet.transport.consumer_streams import ConsumerStreams, Entry, Shard
 from rolloutfleet.transport.dead_letters import DEAD_LETTER_MAX_LEN, DeadLetters, RedisRefusedFull, refusing_oom
@@ -39,7 +37,9 @@ from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, check_versions, concat_messages, decode_entry, schema_of
 from rolloutfleet.transport.learner_args import consumer_args, count_arg, seconds_arg
 from rolloutfleet.transport.policy_lag import PolicyLag
-from rolloutfleet.transport.stream_status import as_text, read_stream_status, weights_version
+from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT
+from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.stream_status import as_text, read_stream_status, weights_version
 
 if TYPE_CHECKING:
     import torch
@@ -183,14 +183,14 @@ class BatchConsumer(JobClient):
             return reclaimed
         if now >= self._next_reading:
             # Said on reads with entries or without: the fleet's backpressure waits only
-            # for groups seen reading (rolloutfleet.transport.backpressure), and a learner that has
+            # for groups seen reading (rolloutfleet.transport.redis.backpressure), and a learner that has
             # caught up must not look gone. Twice a second is precise enough.
             self._next_reading = now + 0.5
             self._stamp()
         return self._streams.read_new(count, block_ms)
 
     def _stamp(self) -> None:
-        """Mark this group as reading on every shard (:mod:`rolloutfleet.transport.backpressure`)."""
+        """Mark this group as reading on every shard (:mod:`rolloutfleet.transport.redis.backpressure`)."""
 
         def stamp(shard: Shard) -> None:
             self._reading(keys=[shard.keys.learners], args=[self.group, LEARNERS_TTL_MS])

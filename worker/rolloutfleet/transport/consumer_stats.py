@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from rolloutfleet.transport.stream_status import StreamStatus
+from rolloutfleet.transport.redis.stream_status import StreamStatus
 
 
 @dataclass

@@ -11,13 +11,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import redis
-
 from rolloutfleet.spec.redis_keys import JobKeys
-from rolloutfleet.transport.connection import RetryLoop
 from rolloutfleet.transport.consumer_stats import ConsumerStats
-from rolloutfleet.transport.sharding import read_shards
-from rolloutfleet.transport.stream_status import as_text
+from rolloutfleet.transport.redis.connection import RetryLoop
+from rolloutfleet.transport.redis.errors import Client, CommandRefused, OutOfMemory
+from rolloutfleet.transport.redis.sharding import read_shards
+from rolloutfleet.transport.redis.stream_status import as_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,7 +52,7 @@ class ConsumerStreams:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         retry: RetryLoop,
         job_keys: JobKeys,
         group: str,
@@ -88,7 +87,7 @@ class ConsumerStreams:
         def attempt() -> T:
             try:
                 return operation()
-            except redis.ResponseError as exc:
+            except CommandRefused as exc:
                 # A restarted Redis without persistence has no stream and no group.
                 if "NOGROUP" not in str(exc):
                     raise
@@ -127,15 +126,15 @@ class ConsumerStreams:
     def create_group(self, keys: JobKeys) -> None:
         try:
             self.client.xgroup_create(keys.batches, self.group, id=self.start, mkstream=True)
-        except redis.exceptions.OutOfMemoryError:
+        except OutOfMemory:
             # Refused before Redis looked: a group that exists is all we need.
             if self.group not in self._groups(keys):
                 raise
-        except redis.ResponseError as exc:
+        except CommandRefused as exc:
             if "BUSYGROUP" in str(exc):
                 return
             if "WRONGTYPE" in str(exc):
-                raise redis.ResponseError(
+                raise CommandRefused(
                     f"{keys.batches} holds a {as_text(self.client.type(keys.batches))}, not a stream: "
                     "something else wrote that key"
                 ) from None
@@ -144,7 +143,7 @@ class ConsumerStreams:
     def _groups(self, keys: JobKeys) -> list[str]:
         try:
             return [as_text(g["name"]) for g in self.client.xinfo_groups(keys.batches)]
-        except redis.ResponseError:  # no stream
+        except CommandRefused:  # no stream
             return []
 
     def reclaim_when_due(self, now: float, count: int, in_flight: Collection[tuple[int, str]]) -> list[Entry]:

@@ -9,11 +9,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-import redis
-
 from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.consumer_stats import ConsumerStats
 from rolloutfleet.transport.consumer_streams import Call
+from rolloutfleet.transport.redis.errors import Client, OutOfMemory, TransactionAborted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -27,11 +26,11 @@ class RedisRefusedFull(Exception):
 
 def refusing_oom(operation: Callable[[], T]) -> T:
     """``operation()``, with Redis out of memory raised as :class:`RedisRefusedFull` (which a
-    :class:`~rolloutfleet.transport.connection.RetryLoop` does not retry)."""
+    :class:`~rolloutfleet.transport.redis.connection.RetryLoop` does not retry)."""
     try:
         return operation()
-    except (redis.exceptions.OutOfMemoryError, redis.exceptions.ExecAbortError) as exc:
-        if isinstance(exc, redis.exceptions.ExecAbortError) and "OOM" not in str(exc) and "memory" not in str(exc):
+    except (OutOfMemory, TransactionAborted) as exc:
+        if isinstance(exc, TransactionAborted) and "OOM" not in str(exc) and "memory" not in str(exc):
             raise
         raise RedisRefusedFull(str(exc)) from exc
 
@@ -41,7 +40,7 @@ class DeadLetters:
     ``call`` (its retries); ``stats`` counts them."""
 
     def __init__(
-        self, client: redis.Redis, call: Call, group: str, consumer: str, max_deliveries: int, stats: ConsumerStats
+        self, client: Client, call: Call, group: str, consumer: str, max_deliveries: int, stats: ConsumerStats
     ) -> None:
         self.client = client
         self._call = call

@@ -25,11 +25,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
-import redis
 
 from rolloutfleet.data.batch import AGENT_ID, AGENT_INDEX
 from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.entries import Schema, schema_difference, schema_of
+from rolloutfleet.transport.redis.errors import Client
 
 REFRESH_S = 2.0
 """How long a consumer trusts the declaration it read (a mismatch reads it again at once)."""
@@ -62,7 +62,7 @@ def parse_schema(raw: Mapping[bytes | str, bytes | str]) -> Schema | None:
     return tuple(sorted(columns)) or None
 
 
-def declare(client: redis.Redis, keys: JobKeys, schema: Schema) -> None:
+def declare(client: Client, keys: JobKeys, schema: Schema) -> None:
     """Replace the declaration of ``keys``'s stream with ``schema`` (one MULTI: a reader never
     sees two declarations mixed)."""
     pipe = client.pipeline(transaction=True)
@@ -71,7 +71,7 @@ def declare(client: redis.Redis, keys: JobKeys, schema: Schema) -> None:
     pipe.execute()
 
 
-def read_declared(client: redis.Redis, keys: JobKeys) -> Schema | None:
+def read_declared(client: Client, keys: JobKeys) -> Schema | None:
     """The declared schema of ``keys``'s stream, or None when no worker declared one."""
     return parse_schema(client.hgetall(keys.columns))  # type: ignore[arg-type]
 

@@ -19,11 +19,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import redis
-
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import RETRYABLE, connect
+from rolloutfleet.transport.redis.connection import RETRYABLE, connect
+from rolloutfleet.transport.redis.errors import Client
 
 WORK_TTL_S = 86_400
 """Claims and episodes of a version are kept a day (a version never finished is forgotten then)."""
@@ -42,7 +41,7 @@ def _work_key(keys: JobKeys, version: int, what: str) -> str:
 class EvaluationBoard:
     """An evaluation worker's side: claim an episode, record it, publish a version's summary."""
 
-    def __init__(self, client: redis.Redis, keys: JobKeys, episodes: int) -> None:
+    def __init__(self, client: Client, keys: JobKeys, episodes: int) -> None:
         self.client, self.keys, self.episodes = client, keys, episodes
 
     def claim(self, version: int) -> int | None:
@@ -74,7 +73,7 @@ class EvaluationBoard:
         self.client.xadd(results_key(self.keys), fields, maxlen=RESULTS_MAX_LEN, approximate=True)  # type: ignore[arg-type]
 
 
-def read_results(client: redis.Redis, keys: JobKeys, count: int = 20) -> list[dict[str, Any]]:
+def read_results(client: Client, keys: JobKeys, count: int = 20) -> list[dict[str, Any]]:
     """The newest ``count`` summaries, by version (oldest first); malformed entries skipped."""
     entries: list[tuple[Any, dict[Any, Any]]] = client.xrevrange(results_key(keys), count=count) or []  # type: ignore[assignment]
     results: dict[int, dict[str, Any]] = {}

@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import redis
 
 from rolloutfleet.data.codec import DecodeError, decode_tensors, encode_tensors
 from rolloutfleet.data.filters import MeanStdFilter, RunningStat
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import connect
+from rolloutfleet.transport.redis.connection import connect
+from rolloutfleet.transport.redis.errors import Client, ConcurrentChange
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def decode_stat(data: bytes | str, shape: tuple[int, ...] | None = None) -> Runn
 class FilterSync:
     """Merges one worker's filter deltas into the fleet's statistics in Redis."""
 
-    def __init__(self, client: redis.Redis, keys: JobKeys, max_attempts: int = 50) -> None:
+    def __init__(self, client: Client, keys: JobKeys, max_attempts: int = 50) -> None:
         self.client = client
         self.key = keys.filters
         self.max_attempts = max_attempts
@@ -57,7 +57,7 @@ class FilterSync:
         self.rebuilt = 0  # values in Redis that were not usable statistics, replaced by this worker's
         self._replacing_bad = False
 
-    def _read(self, reader: redis.Redis, shape: tuple[int, ...], replacing: bool) -> RunningStat | None:
+    def _read(self, reader: Client, shape: tuple[int, ...], replacing: bool) -> RunningStat | None:
         raw = reader.get(self.key)
         if raw is None:
             return None
@@ -99,14 +99,14 @@ class FilterSync:
                     pipe.multi()
                     pipe.set(self.key, encode_stat(merged))
                     pipe.execute()
-                except redis.WatchError:
+                except ConcurrentChange:
                     self.conflicts += 1
                     continue
             self.rebuilt += self._replacing_bad
             filt.flush()
             filt.adopt(merged)
             return merged
-        raise redis.WatchError(f"{self.key}: {self.max_attempts} transactions in a row lost to other workers")
+        raise ConcurrentChange(f"{self.key}: {self.max_attempts} transactions in a row lost to other workers")
 
 
 def read_filter(

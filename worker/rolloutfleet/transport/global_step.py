@@ -16,12 +16,11 @@ import logging
 import operator
 from typing import Any
 
-import redis
-
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import JobClient
+from rolloutfleet.transport.redis.connection import JobClient
+from rolloutfleet.transport.redis.errors import Client
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class GlobalStepPublisher(JobClient):
 class GlobalStepReader:
     """Worker side: :meth:`poll` returns the global step when it differs from the last one returned."""
 
-    def __init__(self, client: redis.Redis, keys: JobKeys) -> None:
+    def __init__(self, client: Client, keys: JobKeys) -> None:
         self.client = client
         self.key: str = keys.global_step
         self.step: int | None = None

@@ -22,12 +22,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import RETRYABLE, connect
+from rolloutfleet.transport.redis.connection import RETRYABLE, connect
 
 if TYPE_CHECKING:
-    import redis
-
     from rolloutfleet.spec.job import RolloutJob
+    from rolloutfleet.transport.redis.errors import Client
 
 HEARTBEAT_TTL_S = 300
 """The hash outlives its last write by this long (then a finished job leaves nothing behind)."""
@@ -112,7 +111,7 @@ def _refused(raw: Any) -> dict[str, tuple[int, str]]:
 
 
 def write_heartbeat(
-    client: redis.Redis,
+    client: Client,
     keys: JobKeys,
     worker_index: int,
     stats: Mapping[str, float | int],

@@ -7,8 +7,8 @@ there whole or not at all).
 
 A batch is published once whatever Redis does: a failed publish is re-sent with the same
 identity (``producer``, ``seq``) and consumers drop the second copy. ``block`` backpressure
-is :mod:`rolloutfleet.transport.backpressure`'s, a Redis out of memory
-:mod:`rolloutfleet.transport.room`'s, a cluster's replica ``WAIT`` :meth:`BatchPublisher._xadd`'s.
+is :mod:`rolloutfleet.transport.redis.backpressure`'s, a Redis out of memory
+:mod:`rolloutfleet.transport.redis.room`'s, a cluster's replica ``WAIT`` :meth:`BatchPublisher._xadd`'s.
 The entry's fields, each rule's why and the numbers behind them: docs/transport.md.
 """
 
@@ -21,12 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-import redis
-
 from rolloutfleet.data.codec import Compression
 from rolloutfleet.spec.job import RedisSpec, RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.backpressure import (
+from rolloutfleet.transport.batch_entry import BatchEntries, PayloadTooLarge, weights_versions
+from rolloutfleet.transport.redis.backpressure import (
     DEFAULT_LEARNER_IDLE_S,
     HOLD_SCRIPT,
     BackpressureMeter,
@@ -34,8 +33,7 @@ from rolloutfleet.transport.backpressure import (
     PublishInterrupted,
     StreamLoad,
 )
-from rolloutfleet.transport.batch_entry import BatchEntries, PayloadTooLarge, weights_versions
-from rolloutfleet.transport.connection import (
+from rolloutfleet.transport.redis.connection import (
     DEFAULT_RECONNECT_TIMEOUT_S,
     RETRYABLE,
     JobClient,
@@ -43,8 +41,9 @@ from rolloutfleet.transport.connection import (
     is_cluster,
     node_client,
 )
-from rolloutfleet.transport.room import MemoryRoom, RedisFull, undelivered
-from rolloutfleet.transport.sharding import record_shards, shard_of
+from rolloutfleet.transport.redis.errors import ClusterError
+from rolloutfleet.transport.redis.room import MemoryRoom, RedisFull, undelivered
+from rolloutfleet.transport.redis.sharding import record_shards, shard_of
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ class BatchPublisher(JobClient):
 
     ``reconnect_timeout_s``: how long one ``publish`` keeps retrying (with backoff) while
     Redis is unreachable before it raises
-    :class:`~rolloutfleet.transport.connection.RedisUnavailable`; ``socket_timeout_s``: how
+    :class:`~rolloutfleet.transport.redis.connection.RedisUnavailable`; ``socket_timeout_s``: how
     long a reply may take before the attempt counts as failed (keep it below
     ``reconnect_timeout_s`` to leave room for retries; it also bounds sending one payload).
 
@@ -136,7 +135,7 @@ class BatchPublisher(JobClient):
     ``agent_ids`` (JSON list: ``agent_index`` -> agent id) fields, and ``agent_steps``.
 
     ``worker_index``, ``shards``: a job with several batch streams
-    (``spec.redis.shards``, see :mod:`rolloutfleet.transport.sharding`) is written on shard
+    (``spec.redis.shards``, see :mod:`rolloutfleet.transport.redis.sharding`) is written on shard
     ``worker_index % shards``; ``shards`` defaults to the spec's, else to the Redis's default
     (1, or one per master of a Redis Cluster).
     """
@@ -215,7 +214,7 @@ class BatchPublisher(JobClient):
 
         Raises :class:`PayloadTooLarge`, :class:`BackpressureTimeout` (``block``; its
         subclass :class:`RedisFull` when Redis stays out of memory), or
-        :class:`~rolloutfleet.transport.connection.RedisUnavailable` once Redis stayed away
+        :class:`~rolloutfleet.transport.redis.connection.RedisUnavailable` once Redis stayed away
         for ``reconnect_timeout_s``.
         """
         fields, resent = self.entries.entry(batch, weights_seq_no, worker_index, env_steps, agent_ids)
@@ -225,7 +224,7 @@ class BatchPublisher(JobClient):
             self.stats.retries += 1
             log.warning("redis unavailable while publishing to %s (%s); retrying", self.keys.batches, explain(exc))
             if is_cluster(self.job_client):
-                with contextlib.suppress(*RETRYABLE, redis.exceptions.RedisClusterException):
+                with contextlib.suppress(*RETRYABLE, ClusterError):
                     self._route()  # the loop reads the slot map again first
 
         entry_id = self._retry.call(lambda: self._add(fields), on_retry=count_retry)

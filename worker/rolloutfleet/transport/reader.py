@@ -20,15 +20,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-import redis
-
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys, parse_shard
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, decode_entry
-from rolloutfleet.transport.sharding import read_shards
+from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.errors import CommandRefused
+from rolloutfleet.transport.redis.sharding import read_shards
 
 
 @dataclass
@@ -100,11 +99,11 @@ class BatchReader(JobClient):
                 if not reply:
                     self._turn = (self._turn + 1) % len(streams)
                     reply = self._xread([streams[self._turn]], count, max(1, min(block_ms, 50)))
-        except redis.ResponseError as exc:
+        except CommandRefused as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
             kind = self.client.type(self.keys.batches)
-            raise redis.ResponseError(
+            raise CommandRefused(
                 f"{self.keys.batches} holds a {kind.decode() if isinstance(kind, bytes) else kind}, not a stream: "
                 "something else wrote that key"
             ) from None
@@ -129,6 +128,6 @@ class BatchReader(JobClient):
         """The stream's consumer groups (a reader never makes one)."""
         try:
             groups = self.client.xinfo_groups(self.keys.batches)
-        except redis.ResponseError:  # no stream yet
+        except CommandRefused:  # no stream yet
             return []
         return [g["name"].decode() if isinstance(g["name"], bytes) else str(g["name"]) for g in groups]

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import redis
 
 from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, encode_tensors
 from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.errors import OutOfMemory
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class WeightPublisher(JobClient):
     ``policy``: the policy of a multi-agent job whose weights these are.
 
     ``reconnect_timeout_s``: how long a publish rides out a Redis that is away, then
-    :class:`~rolloutfleet.transport.connection.RedisUnavailable`.
+    :class:`~rolloutfleet.transport.redis.connection.RedisUnavailable`.
 
     ``validate``: check each version before publishing it (finite values; names, shapes
     and dtypes against the model the workers recorded): a bad one raises
@@ -345,5 +345,5 @@ class WeightSubscriber(JobClient):
                 "the learner's next version continues above it",
                 self.keys.weights_version, seen, self.seq_no,
             )  # fmt: skip
-        with contextlib.suppress(redis.exceptions.OutOfMemoryError):  # reported again on the next poll
+        with contextlib.suppress(OutOfMemory):  # reported again on the next poll
             self._held(keys=[self.keys.weights_held], args=[self.seq_no], client=self.client)

@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY
 
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import connect
-from rolloutfleet.transport.sharding import record_shards
-from rolloutfleet.transport.stream_backlog import (
+from rolloutfleet.transport.redis.connection import connect
+from rolloutfleet.transport.redis.sharding import record_shards
+from rolloutfleet.transport.redis.stream_backlog import (
     GroupBacklog,
     PolicyBacklog,
     read_backlog,

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.transport.backpressure import LAST_ID_SCRIPT, BackpressureTimeout, stream_id
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.backpressure import LAST_ID_SCRIPT, BackpressureTimeout, stream_id
 
 pytestmark = pytest.mark.integration
 

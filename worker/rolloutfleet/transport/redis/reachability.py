@@ -13,8 +13,15 @@ import redis
 
 from rolloutfleet.spec.network import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url, redacted_url
-from rolloutfleet.transport.client_options import PASSWORD_ENV, client_options
-from rolloutfleet.transport.retry import RETRYABLE, RedisAuthRefused, RedisUnavailable, explain, untrusted_certificate
+from rolloutfleet.transport.redis.client_options import PASSWORD_ENV, client_options
+from rolloutfleet.transport.redis.retry import (
+    RETRYABLE,
+    Backoff,
+    RedisAuthRefused,
+    RedisUnavailable,
+    explain,
+    untrusted_certificate,
+)
 
 DEFAULT_STARTUP_TIMEOUT_S = 30.0
 """How long the commands a person runs (``run --redis``, ``streams``, ``consume``) wait for a
@@ -86,7 +93,7 @@ def wait_for_redis(
     bound), then :class:`RedisUnavailable` with :func:`failure_line`'s line; an
     authentication error at once (the password will not become right by waiting)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    delay = 0.1
+    backoff = Backoff(0.1, 2.0)
     while True:
         try:
             client.ping()
@@ -99,8 +106,7 @@ def wait_for_redis(
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if remaining <= 0 or (stopped is not None and stopped()):
                 raise RedisUnavailable(f"{failure_line(exc, where)} (tried for {timeout_s or 0:g} s)") from exc
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, 2.0)
+            time.sleep(min(backoff.next(), remaining))
 
 
 def check_reachable(url: str, password: str | None = None, timeout_s: float | None = DEFAULT_STARTUP_TIMEOUT_S) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
 import redis
 
-from rolloutfleet.transport.connection import RedisUnavailable, RetryLoop
+from rolloutfleet.transport.redis.connection import RedisUnavailable, RetryLoop
 
 
 def failing(error: Exception, calls: list[float]):  # type: ignore[no-untyped-def]
@@ -29,6 +30,32 @@ def test_past_the_deadline_one_line_naming_where_how_long_and_why() -> None:
     assert f"({len(calls)} attempts)" in message and "Connection refused" in message
     assert len(calls) > 2 and calls[-1] - calls[0] >= 0.25  # retried until the deadline, not given up at once
     assert isinstance(failure.value, redis.ConnectionError)
+
+
+def test_a_call_that_keeps_failing_says_so_in_one_warning_long_before_its_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = RetryLoop(0.3, first_delay_s=0.01, where="10.0.0.7:6379/0", say_after_s=0.05)
+    with caplog.at_level(logging.WARNING, logger="rolloutfleet.transport"), pytest.raises(RedisUnavailable):
+        loop.call(failing(redis.ConnectionError("Error 111 connecting. Connection refused."), []))
+    said = [record.getMessage() for record in caplog.records if record.name == "rolloutfleet.transport"]
+    assert len(said) == 1, said  # repeated every 30 s, not at every retry
+    assert said[0].startswith("Redis at 10.0.0.7:6379/0 is unavailable (") and "Connection refused" in said[0]
+    assert "still trying, for up to 0.3 s" in said[0]
+
+
+def test_a_blip_shorter_than_the_warning_delay_is_not_said(caplog: pytest.LogCaptureFixture) -> None:
+    attempts: list[float] = []
+
+    def flaky() -> int:
+        attempts.append(time.monotonic())
+        if len(attempts) < 3:
+            raise redis.ConnectionError("Connection reset by peer")
+        return 7
+
+    with caplog.at_level(logging.WARNING, logger="rolloutfleet.transport"):
+        assert RetryLoop(5, first_delay_s=0.01).call(flaky) == 7
+    assert [r for r in caplog.records if r.name == "rolloutfleet.transport"] == []
 
 
 def test_a_full_redis_is_retried_and_explained() -> None:
@@ -64,14 +91,14 @@ def test_an_authentication_error_is_not_retried() -> None:
     ],
 )
 def test_failure_line_says_what_a_user_can_act_on(error: Exception, reason: str) -> None:
-    from rolloutfleet.transport.connection import failure_line
+    from rolloutfleet.transport.redis.connection import failure_line
 
     line = failure_line(error, "h:1")
     assert line.startswith(f"redis at h:1: {reason}") and "\n" not in line
 
 
 def test_urls_are_checked_and_shown_without_their_password() -> None:
-    from rolloutfleet.transport.connection import address, check_url
+    from rolloutfleet.transport.redis.connection import address, check_url
 
     for good in ("redis://h:1/0", "rediss://:pw@h", "unix:///run/redis.sock", "redis:///0"):
         check_url(good)

@@ -1,8 +1,8 @@
 """Opening Redis clients the same way everywhere: :func:`connect` (a single node or a
 cluster), and :class:`JobClient`, what every client of a job's keys shares. The options
-are :mod:`~rolloutfleet.transport.client_options`'s, the errors and the retry loop
-:mod:`~rolloutfleet.transport.retry`'s, the start-up checks
-:mod:`~rolloutfleet.transport.reachability`'s; their names are importable from here too.
+are :mod:`~rolloutfleet.transport.redis.client_options`'s, the errors and the retry loop
+:mod:`~rolloutfleet.transport.redis.retry`'s, the start-up checks
+:mod:`~rolloutfleet.transport.redis.reachability`'s; their names are importable from here too.
 
     >>> client = connect("redis://127.0.0.1:6379/0")   # doctest: +SKIP
     >>> client.ping()                                    # doctest: +SKIP
@@ -24,9 +24,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url, redacted_url
-from rolloutfleet.transport.client_options import PASSWORD_ENV, USERNAME_ENV, client_options
-from rolloutfleet.transport.gather import GATHERING, SPLICING
-from rolloutfleet.transport.reachability import (
+from rolloutfleet.transport.redis.client_options import PASSWORD_ENV, USERNAME_ENV, client_options
+from rolloutfleet.transport.redis.gather import GATHERING, SPLICING
+from rolloutfleet.transport.redis.reachability import (
     DEFAULT_STARTUP_TIMEOUT_S,
     address,
     check_reachable,
@@ -34,7 +34,7 @@ from rolloutfleet.transport.reachability import (
     failure_line,
     wait_for_redis,
 )
-from rolloutfleet.transport.retry import (
+from rolloutfleet.transport.redis.retry import (
     DEFAULT_RECONNECT_TIMEOUT_S,
     RETRYABLE,
     RedisAuthRefused,
@@ -121,8 +121,8 @@ def connect(
     logged (redis-py masks it in the client's repr). ``socket_timeout`` must exceed the
     longest BLOCK plus the largest transfer: without one a dead server hangs the caller.
     ``large_values``: the client sends an argument over 6 000 bytes (a batch's payload)
-    from its own buffer (:data:`~rolloutfleet.transport.gather.SPLICING`), and a command's parts in one
-    ``sendmsg`` (:mod:`~rolloutfleet.transport.gather`); not on a Redis Cluster, whose
+    from its own buffer (:data:`~rolloutfleet.transport.redis.gather.SPLICING`), and a command's parts in one
+    ``sendmsg`` (:mod:`~rolloutfleet.transport.redis.gather`); not on a Redis Cluster, whose
     client takes no packer and copies as before.
     """
     parsed = parse_redis_url(url)  # BadRedisURL (a ValueError): one line, no password

@@ -22,7 +22,7 @@ USERNAME_ENV = "ROLLOUTFLEET_REDIS_USERNAME"
 def client_options(
     password: str | None, socket_timeout: float, connect_timeout: float, url: RedisURL
 ) -> dict[str, Any]:
-    """Client options of :func:`~rolloutfleet.transport.connection.connect`; the password is the URL's, else ``password``, else
+    """Client options of :func:`~rolloutfleet.transport.redis.connection.connect`; the password is the URL's, else ``password``, else
     ``$ROLLOUTFLEET_REDIS_PASSWORD``. Credentials go as arguments, never inside the URL the
     client parses (:mod:`rolloutfleet.spec.redis_url`)."""
     return {

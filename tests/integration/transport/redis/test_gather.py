@@ -1,4 +1,4 @@
-"""Publishing clients send a command's parts in one sendmsg (rolloutfleet.transport.gather),
+"""Publishing clients send a command's parts in one sendmsg (rolloutfleet.transport.redis.gather),
 against a real redis-server: over TCP and a Unix socket, what arrives is what was sent;
 a Redis that stops reading makes the send time out, the connection closes and nothing is
 half-written."""
@@ -12,10 +12,10 @@ import pytest
 import redis
 
 from rolloutfleet.spec.redis_keys import job_keys
-from rolloutfleet.transport.connection import connect
 from rolloutfleet.transport.consumer import BatchConsumer
-from rolloutfleet.transport.gather import GatheringConnection, GatheringUnixConnection
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.connection import connect
+from rolloutfleet.transport.redis.gather import GatheringConnection, GatheringUnixConnection
 from tests.integration.redis_server import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import redis
 from redis._parsers import Encoder
 from redis.connection import PythonRespSerializer
 
-from rolloutfleet.transport.gather import LARGE, MAX_PARTS, SPLICING, send_all
+from rolloutfleet.transport.redis.gather import LARGE, MAX_PARTS, SPLICING, send_all
 
 
 class CountingSocket:

@@ -11,9 +11,9 @@ from typing import Any
 import redis
 
 from rolloutfleet.spec.redis_keys import JobKeys
-from rolloutfleet.transport.backpressure import group_idle_ms
-from rolloutfleet.transport.connection import node_client
-from rolloutfleet.transport.stream_backlog import group_backlog
+from rolloutfleet.transport.redis.backpressure import group_idle_ms
+from rolloutfleet.transport.redis.connection import node_client
+from rolloutfleet.transport.redis.stream_backlog import group_backlog
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class GroupStatus:
     """Entries not yet delivered to the group (XINFO lag); None when Redis cannot tell."""
     oldest_pending_age_s: float | None
     idle_s: float | None = None
-    """Seconds since it was last seen reading (:mod:`rolloutfleet.transport.backpressure`); None: never.
+    """Seconds since it was last seen reading (:mod:`rolloutfleet.transport.redis.backpressure`); None: never.
     Backpressure ignores a group idle for longer than the workers' ``learner_idle_s``."""
 
 

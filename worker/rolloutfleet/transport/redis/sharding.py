@@ -18,7 +18,7 @@ from typing import Any, cast
 import redis
 
 from rolloutfleet.spec.redis_keys import JobKeys
-from rolloutfleet.transport.connection import is_cluster
+from rolloutfleet.transport.redis.connection import is_cluster
 
 DEFAULT_SHARDS_CAP = 16
 """``spec.redis.shards`` unset on a Redis Cluster: one shard per master, at most this many."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import doctest
 
-import rolloutfleet.transport.stream_backlog as stream_backlog
-from rolloutfleet.transport.stream_backlog import GroupBacklog, PolicyBacklog, group_backlog, merge_shards
+import rolloutfleet.transport.redis.stream_backlog as stream_backlog
+from rolloutfleet.transport.redis.stream_backlog import GroupBacklog, PolicyBacklog, group_backlog, merge_shards
 
 
 def test_the_doc_examples_hold() -> None:

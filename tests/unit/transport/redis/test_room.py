@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rolloutfleet.transport.backpressure import consumed_bound, stream_id
-from rolloutfleet.transport.room import undelivered
+from rolloutfleet.transport.redis.backpressure import consumed_bound, stream_id
+from rolloutfleet.transport.redis.room import undelivered
 
 
 def group(name: str, last: str, lag: int | None = 0) -> dict[str, object]:

@@ -3,7 +3,7 @@
 Redis then refuses every command that may take memory (XADD, and with it the trimming an
 XADD would have done; anything queued in a MULTI) but still runs those that free it
 (XTRIM, XDEL, XACK) and reads. So a publisher whose XADD was refused trims what the
-learner groups have consumed (:mod:`rolloutfleet.transport.backpressure` says which groups
+learner groups have consumed (:mod:`rolloutfleet.transport.redis.backpressure` says which groups
 those are) and tries again, waiting for the learners while nothing consumed is left, for at
 most ``block_timeout_s`` (:class:`MemoryRoom`); ``dropOldest`` drops the oldest entries too.
 """
@@ -19,13 +19,14 @@ from typing import Any, Protocol
 
 import redis
 
-from rolloutfleet.transport.backpressure import (
+from rolloutfleet.transport.redis.backpressure import (
     BackpressureMeter,
     BackpressureTimeout,
     PublishInterrupted,
     StreamLoad,
     consumed_bound,
 )
+from rolloutfleet.transport.redis.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class MemoryRoom:
     def add(self, add_once: Callable[[], str]) -> str:
         """``add_once()`` (an XADD); while Redis refuses it for memory, make room and wait."""
         started: float | None = None
-        delay = 0.01
+        backoff = Backoff(0.01, 0.5)
         timeout = self.meter.block_timeout_s
         while True:
             try:
@@ -143,8 +144,7 @@ class MemoryRoom:
                 if waited >= timeout:
                     self._stats.oom_wait_seconds += waited
                     raise RedisFull(self._message(waited), stream=self.meter.keys.batches, waited_s=waited) from None
-                self._interrupted.wait(min(delay, timeout - waited))
-                delay = min(delay * 2, 0.5)
+                self._interrupted.wait(min(backoff.next(), timeout - waited))
                 continue
             if started is not None:
                 self._stats.oom_wait_seconds += time.monotonic() - started
@@ -152,7 +152,7 @@ class MemoryRoom:
 
     def trim_consumed(self) -> int:
         """Remove the entries every learner group has consumed; how many. Groups that are not
-        learners' (:mod:`rolloutfleet.transport.backpressure`) are not waited for."""
+        learners' (:mod:`rolloutfleet.transport.redis.backpressure`) are not waited for."""
         load = self.meter.load()
         learners = [name for name in self.meter.groups if name not in load.ignored]
         if load.group is None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rolloutfleet.spec.redis_keys import JobKeys, job_keys
-from rolloutfleet.transport.connection import connect, node_client
-from rolloutfleet.transport.sharding import default_shards
+from rolloutfleet.transport.redis.connection import connect, node_client
+from rolloutfleet.transport.redis.sharding import default_shards
 
 if TYPE_CHECKING:
     import redis

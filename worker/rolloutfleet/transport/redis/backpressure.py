@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import redis
 
 from rolloutfleet.spec.redis_keys import JobKeys
+from rolloutfleet.transport.redis.retry import Backoff
 
 DEFAULT_LEARNER_IDLE_S = 120.0
 """Longer than a learner's usual pause between reads (its training step). Workers take
@@ -278,7 +279,7 @@ class BackpressureMeter:
         :class:`BackpressureTimeout` after ``block_timeout_s``, :class:`PublishInterrupted`
         once interrupted."""
         started = time.monotonic()
-        delay, waited = 0.001, False
+        backoff, waited = Backoff(0.001, 0.05), False
         next_record = started + HOLD_RECORD_AFTER_S
 
         def look() -> StreamLoad:
@@ -301,8 +302,7 @@ class BackpressureMeter:
                 if self.on_wait is not None:
                     self.on_wait(self.keys.batches, load, time.monotonic() - started)
             waited = True
-            self._interrupted.wait(min(delay, max(0.0, self.block_timeout_s - waited_s)))
-            delay = min(delay * 2, 0.05)
+            self._interrupted.wait(min(backoff.next(), max(0.0, self.block_timeout_s - waited_s)))
         if waited:
             self._stats.blocked += 1
             self._stats.blocked_seconds += time.monotonic() - started

@@ -14,6 +14,7 @@ keeps trying (the Secret may be fixed).
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -89,6 +90,43 @@ def untrusted_certificate(exc: BaseException) -> bool:
 
 T = TypeVar("T")
 
+log = logging.getLogger("rolloutfleet.transport")
+
+SAY_AFTER_S = 2.0
+"""A call that has failed this long says so (one WARNING), then every :data:`SAY_EVERY_S`:
+a learner whose Redis is away is told within seconds, not after the reconnect deadline."""
+SAY_EVERY_S = 30.0
+
+
+class Backoff:
+    """Exponential backoff, the one every wait here uses: ``first_s``, doubled after each
+    :meth:`next` up to ``cap_s``, back to ``first_s`` at :meth:`reset` (a success).
+
+    >>> backoff = Backoff(0.5, 2.0)
+    >>> [backoff.next() for _ in range(4)]
+    [0.5, 1.0, 2.0, 2.0]
+
+    ``jitter``: each pause drawn uniformly from its upper half (full jitter, halved), so that
+    many clients of a restarted Redis do not come back in step.
+    """
+
+    def __init__(self, first_s: float, cap_s: float, jitter: bool = False) -> None:
+        if not 0 < first_s <= cap_s:
+            raise ValueError(f"backoff: need 0 < first ({first_s}) <= cap ({cap_s})")
+        self.first_s, self.cap_s, self.jitter = first_s, cap_s, jitter
+        self.delay_s = first_s
+        """The pause :meth:`next` returns next (before jitter)."""
+
+    def next(self) -> float:
+        """The pause to take now; the one after it doubles, up to the cap."""
+        pause = self.delay_s
+        self.delay_s = min(self.delay_s * 2, self.cap_s)
+        return random.uniform(pause / 2, pause) if self.jitter else pause
+
+    def reset(self) -> None:
+        self.delay_s = self.first_s
+
+
 DEFAULT_RECONNECT_TIMEOUT_S = 120.0
 """How long a learner-side call (consume, publish weights, look) rides out a Redis that is
 away before it fails with :class:`RedisUnavailable`: a Redis pod rescheduled, restarted or
@@ -106,7 +144,9 @@ class RetryLoop:
     backoff sleep in progress ends: a process told to stop must not spend its grace period
     waiting for a Redis that is gone.
 
-    ``where``: the server, for the message of :class:`RedisUnavailable` (see :func:`where`).
+    ``where``: the server, for the message of :class:`RedisUnavailable` (see :func:`where`)
+    and the WARNING a call that keeps failing logs after ``say_after_s`` (then every
+    :data:`SAY_EVERY_S`): never a silent wait.
     """
 
     def __init__(
@@ -116,6 +156,7 @@ class RetryLoop:
         max_delay_s: float = 2.0,
         stop: threading.Event | None = None,
         where: str = "",
+        say_after_s: float = SAY_AFTER_S,
     ) -> None:
         if timeout_s < 0:
             raise ValueError(f"reconnect timeout must be >= 0 s, got {timeout_s}")
@@ -124,6 +165,7 @@ class RetryLoop:
         self.max_delay_s = max_delay_s
         self.stop = stop
         self.where = where
+        self.say_after_s = say_after_s
         self.retries = 0
         """Failed attempts that were retried, over the loop's lifetime (a metric)."""
         self.client: redis.Redis | None = None
@@ -134,8 +176,9 @@ class RetryLoop:
         call began; then :class:`RedisUnavailable` (the last error as its cause)."""
         started = time.monotonic()
         deadline = started + self.timeout_s
-        delay = self.first_delay_s
+        backoff = Backoff(self.first_delay_s, self.max_delay_s, jitter=True)
         attempts = 0
+        say_at = started + self.say_after_s
         while True:
             attempts += 1
             try:
@@ -161,16 +204,21 @@ class RetryLoop:
                         f"({attempts} attempt{'s' if attempts > 1 else ''}): {explain(exc)}"
                     ) from exc
                 self.retries += 1
+                if (now := time.monotonic()) >= say_at:
+                    say_at = now + SAY_EVERY_S
+                    log.warning(
+                        "Redis %sis unavailable (%s): still trying, for up to %g s (%.0f s so far)",
+                        f"at {self.where} " if self.where else "", explain(exc), self.timeout_s, now - started,
+                    )  # fmt: skip
                 refresh_routes(self.client)
                 if on_retry is not None:
                     on_retry(exc)
-                # Full jitter: many workers reconnecting to a restarted Redis do not stampede.
-                pause = min(remaining, random.uniform(delay / 2, delay))
+                # Jittered: many workers reconnecting to a restarted Redis do not stampede.
+                pause = min(remaining, backoff.next())
                 if self.stop is None:
                     time.sleep(pause)
                 elif self.stop.wait(pause):
                     raise
-                delay = min(delay * 2, self.max_delay_s)
 
     def _stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()
