@@ -39,7 +39,9 @@ def test_the_walk_finds_every_command_the_readme_names() -> None:
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "rolloutfleet")
-def test_every_help_prints_usage_and_exits_0(path: tuple[str, ...], flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_help_prints_usage_and_exits_0(
+    path: tuple[str, ...], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         main([*path, flag])
     assert exited.value.code == 0

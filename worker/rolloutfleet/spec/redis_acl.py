@@ -5,7 +5,8 @@ job's keys (:mod:`.redis_keys`: all start with ``rolloutfleet:{<namespace>/<job>
 shard, ``rolloutfleet:{<namespace>/<job>/``; Kubernetes names hold no glob character, and
 the namespace is part of every key and user name, so equal job names in two namespaces
 never meet). Workers append to their batch streams and write their filters, heartbeats,
-columns, backpressure and shard count; they may *read* the weights and global step (``%R~``)
+columns, backpressure and shard count; they may *read* the weights, the global step, the
+learners' stamps and the room signal (``%R~``)
 but write no weights key except ``held`` and ``model``, which they own. Learners may read and
 write every key of their job. Neither may run ``FLUSHALL``, ``CONFIG``, ``KEYS``, ``SCAN``,
 ``DEBUG``, ``ACL`` or any command not listed here::
@@ -32,12 +33,12 @@ _SCRIPTS = ("+eval", "+evalsha", "+script|load", "+script|exists")
 """Lua: every command a script calls is checked against the same user's rules."""
 _TRANSACTIONS = ("+multi", "+exec", "+discard", "+watch", "+unwatch")
 _WORKER_DATA = (
-    "+xadd", "+xlen", "+xpending", "+xtrim", "+xrevrange", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers",
+    "+xadd", "+xlen", "+xpending", "+xtrim", "+xrevrange", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers", "+xread",
     "+get", "+set", "+del", "+exists", "+type", "+expire", "+pexpire", "+persist", "+ttl", "+pttl",
     "+hget", "+hset", "+hdel", "+hgetall", "+hlen",
 )  # fmt: skip
 _LEARNER_DATA = (
-    "+xread", "+xreadgroup", "+xrange", "+xack", "+xclaim", "+xautoclaim", "+xdel", "+xgroup|create",
+    "+xreadgroup", "+xrange", "+xack", "+xclaim", "+xautoclaim", "+xdel", "+xgroup|create",
     "+xgroup|createconsumer", "+xgroup|delconsumer", "+xgroup|setid", "+incr",
     "+mget", "+strlen", "+getrange",
 )  # fmt: skip
@@ -93,8 +94,8 @@ def worker_keys(namespace: str, job: str) -> tuple[str, ...]:
     owned += [f"{tag}:{name}{suffix}" for name in ("shards", "columns", "filters") for suffix in ("", ":*")]
     owned += [f"{tag}:heartbeats"]
     owned += [f"{tag}:weights:{mid}{name}" for name in ("held", "model") for mid in ("", "*:")]
-    read = [f"{tag}:weights:*", f"{tag}:global-step", f"{tag}:learners", f"{tag}:learners:*",
-            f"{shard_tag}:learners", f"{shard_tag}:learners:*"]  # fmt: skip
+    read = [f"{tag}:weights:*", f"{tag}:global-step"]
+    read += [f"{t}:{name}{suffix}" for t in (tag, shard_tag) for name in ("learners", "room") for suffix in ("", ":*")]
     return (*(f"~{p}" for p in owned), *(f"%R~{p}" for p in read))
 
 

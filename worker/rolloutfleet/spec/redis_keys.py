@@ -112,6 +112,14 @@ class JobKeys:
         return f"{tag}:backpressure" if self.policy is None else f"{tag}:backpressure:{self.policy}"
 
     @property
+    def room(self) -> str:
+        """Stream (one entry kept) a learner adds to when it frees room in the batch stream (an
+        ack) or starts reading: workers waiting for room (``block``) block on it with XREAD
+        instead of polling the batch stream, so a waiting worker costs Redis O(1)."""
+        tag = self.stream_tag
+        return f"{tag}:room" if self.policy is None else f"{tag}:room:{self.policy}"
+
+    @property
     def learners(self) -> str:
         """Hash: consumer group -> Redis time (ms) a BatchConsumer of it last asked for entries."""
         tag = self.stream_tag

@@ -37,7 +37,7 @@ from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, check_versions, concat_messages, decode_entry, schema_of
 from rolloutfleet.transport.learner_args import consumer_args, count_arg, seconds_arg
 from rolloutfleet.transport.policy_lag import PolicyLag
-from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT
+from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT, signal_room
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.redis.stream_status import as_text, read_stream_status, weights_version
 
@@ -122,6 +122,7 @@ class BatchConsumer(JobClient):
         self._carry: list[Message] = []
         self._uncommitted: list[Message] = []
         self._next_reading = 0.0
+        self._announced: set[str] = set()  # the streams whose waiting publishers were told this learner reads
         self._schemas = SchemaReference(lambda: self._call(lambda: read_declared(self.client, self._job_keys)))
         """What get() judges batches against: the workers' declared columns, else the recent majority."""
         self._call(self._streams.follow)
@@ -194,6 +195,9 @@ class BatchConsumer(JobClient):
 
         def stamp(shard: Shard) -> None:
             self._reading(keys=[shard.keys.learners], args=[self.group, LEARNERS_TTL_MS])
+            if shard.keys.batches not in self._announced:  # a learner came: waiting publishers look again
+                signal_room(self.client, shard.keys)
+                self._announced.add(shard.keys.batches)
 
         for shard in self.shards:
             try:

@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.consumer_stats import ConsumerStats
+from rolloutfleet.transport.redis.backpressure import signal_room
 from rolloutfleet.transport.redis.connection import RetryLoop
 from rolloutfleet.transport.redis.errors import Client, CommandRefused, OutOfMemory
 from rolloutfleet.transport.redis.sharding import read_shards
@@ -216,6 +217,17 @@ class ConsumerStreams:
 
     def ack(self, shard: int, ids: list[str]) -> None:
         """XACK ``ids`` on stream ``shard``."""
-        stream = self.shards[shard].keys.batches
-        self.call(lambda: self.client.xack(stream, self.group, *ids))
+        keys = self.shards[shard].keys
+
+        def ack() -> None:
+            pipe = self.client.pipeline(transaction=False)  # one slot: the stream's tag
+            pipe.xack(keys.batches, self.group, *ids)
+            signal_room(pipe, keys)  # room freed: publishers waiting for it wake
+            acked, _ = pipe.execute(raise_on_error=False)
+            # A signal refused (Redis out of memory) is no failed ack: waiting publishers
+            # measure again within seconds anyway.
+            if isinstance(acked, Exception):
+                raise acked
+
+        self.call(ack)
         self._stats.acked += len(ids)

@@ -12,6 +12,7 @@ from typing import TypeVar
 from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.consumer_stats import ConsumerStats
 from rolloutfleet.transport.consumer_streams import Call
+from rolloutfleet.transport.redis.backpressure import signal_room
 from rolloutfleet.transport.redis.errors import Client, OutOfMemory, TransactionAborted
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class DeadLetters:
             pipe = self.client.pipeline(transaction=True)  # one slot: the stream's tag
             pipe.xadd(keys.dead_letters, letter, maxlen=DEAD_LETTER_MAX_LEN, approximate=True)  # type: ignore[arg-type]
             pipe.xack(keys.batches, self.group, entry_id)
+            signal_room(pipe, keys)
             pipe.execute()
 
         try:

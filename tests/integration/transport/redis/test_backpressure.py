@@ -15,7 +15,7 @@ import redis
 
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
-from rolloutfleet.transport.redis.backpressure import LAST_ID_SCRIPT, BackpressureTimeout, stream_id
+from rolloutfleet.transport.redis.backpressure import LAST_ID_SCRIPT, REMEASURE_S, BackpressureTimeout, stream_id
 
 pytestmark = pytest.mark.integration
 
@@ -89,9 +89,10 @@ def test_a_measurement_riding_an_xadd_takes_the_last_id_from_it_and_runs_no_scri
         assert (publisher.load().unconsumed, publisher.load().group) == (4, "g")
 
 
-def test_a_publish_waiting_for_room_looks_up_the_last_id_about_once_a_second(redis_url: str) -> None:
-    """Waiting, a publisher polls every few ms; the script (a whole entry copied into Lua)
-    runs for the first look and then about once a second, as Redis's counters tell."""
+def test_a_publish_waiting_for_a_batch_consumer_blocks_on_its_room_signal(redis_url: str) -> None:
+    """Waiting for a ``BatchConsumer``'s group, a publisher blocks on the room signal (XREAD)
+    instead of polling the stream: a few measurements in all, not one every few ms, and the
+    learner's ack wakes it at once (long before its re-measurement, REMEASURE_S)."""
     admin = redis.Redis.from_url(redis_url)
     with full_stream(redis_url, "wait") as (publisher, consumer):
         admin.config_resetstat()
@@ -104,7 +105,41 @@ def test_a_publish_waiting_for_room_looks_up_the_last_id_about_once_a_second(red
         stats = admin.info("commandstats")
     looks = stats["cmdstat_xinfo|groups"]["calls"]
     scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
-    assert publisher.stats.blocked == 1 and looks > 20  # it did wait, polling
+    assert publisher.stats.blocked == 1 and publisher.meter.signalled
+    assert stats["cmdstat_xread"]["calls"] >= 1 and looks <= 3, stats  # the first look, the one after the signal
+    assert 1 <= scripts <= looks
+    assert waited < REMEASURE_S  # woken by the ack's signal, not by the re-measurement
+
+
+def test_a_publish_waiting_for_a_learner_of_its_own_code_polls_as_before(redis_url: str) -> None:
+    """A learner reading with plain XREADGROUP/XACK sends no room signal: the wait for it
+    polls every few ms (and looks up the last id about once a second), as Redis's counters tell."""
+    admin = redis.Redis.from_url(redis_url)
+    own = redis.Redis.from_url(redis_url)
+    with BatchPublisher(redis_url, "own", max_len=2, block_timeout_s=60) as publisher:
+        own.xgroup_create(publisher.keys.batches, "own", id="0", mkstream=True)
+        first = publisher.publish(BATCH)
+        own.xreadgroup("own", "c", {publisher.keys.batches: ">"}, count=1)  # delivered: the group reads
+        own.xack(publisher.keys.batches, "own", first)
+        publisher.publish(BATCH)
+        publisher.publish(BATCH)
+        admin.config_resetstat()
+
+        def learn() -> None:
+            reply = own.xreadgroup("own", "c", {publisher.keys.batches: ">"}, count=2)
+            own.xack(publisher.keys.batches, "own", *[entry_id for _, entries in reply for entry_id, _ in entries])
+
+        learner = threading.Timer(2.5, learn)
+        learner.start()
+        started = time.monotonic()
+        publisher.publish(BATCH)
+        waited = time.monotonic() - started
+        learner.join()
+        stats = admin.info("commandstats")
+    looks = stats["cmdstat_xinfo|groups"]["calls"]
+    scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
+    assert publisher.stats.blocked == 1 and not publisher.meter.signalled
+    assert "cmdstat_xread" not in stats and looks > 20  # it did wait, polling
     assert 1 <= scripts <= waited + 1  # the first look, then at most one a second
 
 
@@ -130,8 +165,8 @@ def test_many_short_waits_look_up_the_last_id_about_once_a_second_in_all(redis_u
         learner.join()
         stats = admin.info("commandstats")
     scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
-    assert publisher.stats.blocked >= 30  # nearly every publish waited
-    assert scripts <= elapsed + 1  # once a wait: >= 30
+    assert publisher.stats.blocked >= 10  # many short waits
+    assert scripts <= elapsed + 1  # not once a wait
 
 
 def test_a_learner_that_starts_reading_at_the_end_of_a_full_stream_gets_the_next_entries(redis_url: str) -> None:

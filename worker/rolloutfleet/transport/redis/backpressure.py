@@ -7,6 +7,17 @@ the fleet back that ``rolloutfleet streams`` shows. A group seen reading by neit
 within ``learner_idle_s`` holds no one back; while no group is a learner's, the whole
 stream counts, but a group never read that waits at the stream's end gets one entry at a
 time. The why, with the numbers: docs/transport.md.
+
+**Waiting costs Redis O(1).** A ``BatchConsumer`` adds an entry to the stream's ``room``
+signal (:attr:`~rolloutfleet.spec.redis_keys.JobKeys.room`, one entry kept) with every ack
+and when it starts reading. A publisher waiting for room while no learner reads, or while
+the learner holding it back is a ``BatchConsumer`` (its group is stamped in ``learners``),
+blocks on that signal (XREAD, :data:`SIGNAL_BLOCK_S` at a time) and measures the stream
+again when it fires, or every :data:`REMEASURE_S` without one: about two commands a second
+instead of a measurement every few ms. While no learner group exists, each block also asks
+for the stream's groups (in the same round trip), so a learner of its own code that makes
+one is seen within :data:`SIGNAL_BLOCK_S`. A learner of its own code (seen only by XINFO
+CONSUMERS) sends no signal: a wait for it polls, as before.
 """
 
 from __future__ import annotations
@@ -44,6 +55,12 @@ return false
 """
 """KEYS[1]: a stream; the id of its last entry (nil when empty). XREVRANGE itself would send
 the whole entry, its payload with it, to every measuring publisher."""
+
+
+def signal_room(pipe: Any, keys: JobKeys) -> None:
+    """Queue the room signal on ``pipe`` (a pipeline or a client): an entry in the stream's
+    ``room`` stream, the only one kept, which wakes every publisher waiting for room."""
+    pipe.xadd(keys.room, {"room": 1}, maxlen=1, approximate=False)
 
 
 @dataclass(frozen=True)
@@ -133,12 +150,24 @@ class BackpressureTimeout(TimeoutError):
 
 
 HOLD_RECORD_AFTER_S = 1.0  # shorter waits are the learner setting the pace, not news
+HOLD_RECORD_EVERY_S = 10.0
+"""A waiting publisher refreshes the record of who holds it back this often (the first
+after :data:`HOLD_RECORD_AFTER_S`); it lives :data:`HOLD_RECORD_TTL_MS`."""
+SIGNAL_BLOCK_S = 2.0
+"""The longest a wait blocks on the room signal at a time: how late an interrupted wait
+(a worker told to stop) notices, and how often it tells ``on_wait``."""
+REMEASURE_S = 10.0
+"""With no room signal, a waiting publisher measures the stream again this often (a
+learner group that went idle stops holding it; a signal lost with a failover)."""
+MEASURE_SPACING_S = 0.05
+"""The shortest time between two measurements of one wait (signals while a learner acks
+many times a second): never more than the polling of a learner without signals."""
 LAST_ID_EVERY_S = 1.0
 """While publishes wait for room, the stream's last id (a script, ~250 us of Redis's one
 thread for a 185 KB entry) is looked up at most this often by a publisher, over all its
 waits (a learner that frees a few entries at a time makes many short ones); the polls
 between count a group's ``lag`` as Redis reports it."""
-HOLD_RECORD_TTL_MS = 3000
+HOLD_RECORD_TTL_MS = 25_000
 # "since" is Redis's clock (no host's): when the holder began to hold. A fresh record dates
 # from the start of the wait that writes it; a change of holder, from now; refreshes by
 # other waiting workers keep it.
@@ -203,6 +232,10 @@ class BackpressureMeter:
         """Whether the next publish waits first (unknown until the first measurement: yes)."""
         self._until_check = 0
         self._next_last_id = 0.0  # when a wait's look may find the stream's last id again
+        self.signalled = False
+        """Whether the last measurement's holder sends room signals (a ``BatchConsumer``'s
+        group, or no learner group at all: the first ``BatchConsumer`` signals): a wait blocks
+        on the signal instead of polling."""
         self.on_wait: Callable[[str, StreamLoad, float], None] | None = None
         """Called about once a second while waiting, with the stream, its load and the seconds waited."""
 
@@ -243,10 +276,19 @@ class BackpressureMeter:
     def load(self, last_id: bool = True) -> StreamLoad:
         """The stream's load now, in one round trip (two when the groups changed).
         ``last_id=False``: without the script; a group's stale ``lag`` then counts as is."""
+        return self._load_and_signal(last_id)[0]
+
+    def _load_and_signal(self, last_id: bool = True) -> tuple[StreamLoad, str]:
+        """:meth:`load`, and in the same round trip the id of the room signal's last entry
+        (``0-0`` while there is none): a signal after it fires an XREAD from it."""
         pipe = self.client.pipeline(transaction=False)
+        pipe.xrevrange(self.keys.room, "+", "-", count=1)
         self.queue_measure(pipe, script=last_id)
-        replies = pipe.execute(raise_on_error=False)
-        return self._load(replies[:-1], replies[-1]) if last_id else self._load(replies, None)
+        signal, *replies = pipe.execute(raise_on_error=False)
+        if isinstance(signal, Exception):
+            raise signal
+        load = self._load(replies[:-1], replies[-1]) if last_id else self._load(replies, None)
+        return load, _text(signal[0][0]) if signal else "0-0"
 
     def _load(self, replies: list[Any], last: Any) -> StreamLoad:
         """The load from the measurement's replies (without the script's) and the stream's
@@ -254,6 +296,7 @@ class BackpressureMeter:
         length, groups, reading, now, *per_group = replies
         if isinstance(length, Exception):
             raise length
+        stamped = set() if isinstance(reading, Exception) or not reading else {_text(k) for k in reading}
         names = [] if isinstance(groups, Exception) else [_text(g["name"]) for g in groups]
         if names != self.groups:
             self.groups = names
@@ -266,6 +309,7 @@ class BackpressureMeter:
         idle = group_idle_ms(names, consumers, reading, now)
         last_id = _text(last) if isinstance(last, bytes | str) else None
         load = stream_load(int(length), groups, idle, self.learner_idle_s, last_id)
+        self.signalled = load.group is None or load.group in stamped
         learners = [(name, summary) for name, summary in zip(names, pending, strict=True) if name not in load.ignored]
         bound = None
         if load.group is not None and not any(isinstance(summary, Exception) for _, summary in learners):
@@ -275,38 +319,67 @@ class BackpressureMeter:
         return load
 
     def wait_for_room(self) -> None:
-        """Wait until the slowest learner group leaves room, polling every few ms; raises
-        :class:`BackpressureTimeout` after ``block_timeout_s``, :class:`PublishInterrupted`
-        once interrupted."""
+        """Wait until the slowest learner group leaves room: blocking on the room signal when
+        the holder sends one, else polling every few ms; raises :class:`BackpressureTimeout`
+        after ``block_timeout_s``, :class:`PublishInterrupted` once interrupted."""
         started = time.monotonic()
         backoff, waited = Backoff(0.001, 0.05), False
-        next_record = started + HOLD_RECORD_AFTER_S
+        next_record, next_say = started + HOLD_RECORD_AFTER_S, started + SIGNAL_BLOCK_S
+        measured_at = started
 
-        def look() -> StreamLoad:
-            if time.monotonic() < self._next_last_id:
-                return self.load(last_id=False)
-            self._next_last_id = time.monotonic() + LAST_ID_EVERY_S
-            return self.load()
+        def look() -> tuple[StreamLoad, str]:
+            nonlocal measured_at
+            measured_at = time.monotonic()
+            if measured_at < self._next_last_id:
+                return self._load_and_signal(last_id=False)
+            self._next_last_id = measured_at + LAST_ID_EVERY_S
+            return self._load_and_signal()
 
-        while self._no_room(load := look()):
+        load, signal = look()
+        while self._no_room(load):
             if self._interrupted.is_set():
                 raise PublishInterrupted(f"gave up waiting for room in {self.keys.batches}: interrupted")
-            waited_s = time.monotonic() - started
+            now = time.monotonic()
+            waited_s = now - started
             if waited_s >= self.block_timeout_s:
                 self._stats.blocked_seconds += waited_s
                 self._stats.block_timeouts += 1
                 raise self._timeout(load, waited_s)
-            if time.monotonic() >= next_record:
-                next_record = time.monotonic() + HOLD_RECORD_AFTER_S
-                self._record_hold(load, time.monotonic() - started)
+            if now >= next_record:
+                next_record = now + HOLD_RECORD_EVERY_S
+                self._record_hold(load, waited_s)
+            if now >= next_say:
+                next_say = now + SIGNAL_BLOCK_S
                 if self.on_wait is not None:
-                    self.on_wait(self.keys.batches, load, time.monotonic() - started)
+                    self.on_wait(self.keys.batches, load, waited_s)
             waited = True
-            self._interrupted.wait(min(backoff.next(), max(0.0, self.block_timeout_s - waited_s)))
+            left = max(0.0, self.block_timeout_s - waited_s)
+            if not self.signalled:
+                self._interrupted.wait(min(backoff.next(), left))
+            elif not self._signal_after(signal, min(SIGNAL_BLOCK_S, left)) and now - measured_at < REMEASURE_S:
+                continue  # no signal: nothing changed that a measurement would see
+            else:
+                self._interrupted.wait(max(0.0, measured_at + MEASURE_SPACING_S - time.monotonic()))
+            load, signal = look()
         if waited:
             self._stats.blocked += 1
             self._stats.blocked_seconds += time.monotonic() - started
         self.full = False
+
+    def _signal_after(self, signal: str, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for a room signal after id ``signal``; whether one came
+        (or, while no group exists, whether one was made: a learner of its own code)."""
+        if timeout_s <= 0:
+            return False
+        pipe = self.client.pipeline(transaction=False)
+        watch_groups = not self.groups
+        if watch_groups:
+            pipe.xinfo_groups(self.keys.batches)
+        pipe.xread({self.keys.room: signal}, count=1, block=max(1, int(timeout_s * 1000)))
+        *groups, reply = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        return bool(reply) or (watch_groups and not isinstance(groups[0], Exception) and bool(groups[0]))
 
     def _no_room(self, load: StreamLoad) -> bool:
         """Whether the next publish waits. A group waiting at the stream's end gets the entry
