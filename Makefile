@@ -20,7 +20,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
+.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -112,6 +112,9 @@ bench-autoscale: install ## fixed fleets vs spec.autoscaling under a learner who
 bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards next to the raw ceiling, and shards per 100 workers; JSON and plots in out/bench
 	$(BIN)/python -m bench.bench_cluster
 	$(BIN)/python -m bench.plot_results out/bench
+
+bench-dataplane: install ## the data plane at fleet scale: 10, 100 and 1 000 hollow workers (the real worker transport, sampling replaced) on one Redis with a real learner: per-worker Redis commands, CPU, connections and memory waiting and publishing, resume and weights-spread times (SIZES=10,100,1000 SECONDS=20); JSON in out/bench
+	$(BIN)/python -m bench.bench_dataplane --sizes $(or $(SIZES),10,100,1000) --seconds $(or $(SECONDS),20)
 
 bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
 	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }

@@ -1,0 +1,372 @@
+"""The data plane at fleet scale, measured with hollow workers (as Kubernetes measures its
+control plane with kubemark's hollow nodes): what 10, 100 and 1 000 workers cost one Redis
+and what the learner gets.
+
+A hollow worker is the real worker transport (:class:`~rolloutfleet.fleet.worker_transport.WorkerTransport`:
+its publisher with ``block`` backpressure and the wait for room or for a learner, its
+weights subscriber, its heartbeats, its declared columns and filter sync) driven by the
+worker's loop (load newer weights, publish, heartbeat), with sampling replaced by a
+pre-built batch at a chosen rate. Many share one process, one thread each, each with its
+own connections, as separate pods would have. Against one real ``redis-server`` and a real
+``BatchConsumer`` learner, per fleet size, in phases:
+
+1. **waiting**: no learner, the stream full: what a waiting worker costs Redis (commands
+   and CPU a second, by Redis's own ``INFO commandstats`` and ``INFO cpu``, less the CPU of
+   an idle Redis measured first), its connections and the memory Redis holds for it (the
+   stream's 256 entries included);
+2. **a learner comes**: the time until it has a batch from every worker (p50, p99, max);
+3. **the learner keeps up**: its rows/s (of what the fleet offers: N x 200 rows a second),
+   and what a publishing worker costs Redis;
+4. **a weights version**: a 1 MB version published; the time until every worker loaded it
+   (p50, p99, max) and the bytes Redis sent for it, next to the bound N x size;
+5. **the operator's read**: the time of the heartbeat read its status tick makes.
+
+Results as a table and as JSON (``out/bench/bench_dataplane.json``).
+Usage: ``python -m bench.bench_dataplane [--sizes 10,100,1000] [--seconds 20]``
+(``make bench-dataplane``). Each hollow worker holds 2 connections (its publisher's and its
+weights subscriber's): 1 000 workers need ~2 100 file descriptors in this process and in
+Redis, which this bench raises its soft limit to; 10 000 need more than this machine's hard
+limit of 20 000 (say ``--sizes 10000`` where it is higher).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bench.results import Table, machine, write
+from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
+from rolloutfleet.data.weights_check import check_weights
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.heartbeat import read_heartbeats
+from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted
+from rolloutfleet.transport.redis.connection import RETRYABLE, connect
+from rolloutfleet.transport.weights import WeightPublisher
+
+JOB = "hollow"
+ROWS = 200
+"""Rows of a hollow worker's batch: a CartPole fragment (obs 4 float32 and the usual columns)."""
+FRAGMENTS_PER_S = 1.0
+"""A hollow worker's rate: one fragment a second (a modest CPU worker's 200 steps/s)."""
+MAX_LEN = 256
+WEIGHTS_BYTES = 1 << 20
+
+
+def job_of(workers: int, max_len: int = MAX_LEN) -> RolloutJob:
+    return RolloutJob.from_dict(
+        {
+            "metadata": {"name": JOB, "namespace": "default"},
+            "spec": {
+                "replicas": workers,
+                "env": {"id": "CartPole-v1"},
+                "redis": {"maxLen": max_len, "backpressure": "block", "blockTimeoutSeconds": 3600},
+            },
+        }
+    )
+
+
+def fragment(rows: int, worker: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(worker)
+    return {
+        "obs": rng.standard_normal((rows, 4), dtype=np.float32),
+        "new_obs": rng.standard_normal((rows, 4), dtype=np.float32),
+        "actions": rng.integers(0, 2, rows),
+        "rewards": np.ones(rows, np.float32),
+        "terminateds": np.zeros(rows, bool),
+        "truncateds": np.zeros(rows, bool),
+        "eps_id": np.full(rows, worker, np.int64),
+        "env_id": np.zeros(rows, np.int32),
+        "t": np.arange(rows, dtype=np.int32),
+        "action_logp": np.zeros(rows, np.float32),
+        "vf_preds": np.zeros(rows, np.float32),
+        "weights_seq_no": np.zeros(rows, np.int64),
+    }
+
+
+class HollowRunner:
+    """What :class:`WorkerTransport` asks of a runner; its weights are checked against the
+    model's signature as a real policy's are, and when each version was loaded is kept."""
+
+    def __init__(self, weights_bytes: int) -> None:
+        self.signature = {"pi": ((weights_bytes // 4,), np.dtype(np.float32))}
+        self.policies = {DEFAULT_POLICY: self}
+        self.filters: dict[str, Any] = {}
+        self.weights_seq_nos = {DEFAULT_POLICY: 0}
+        self.loaded_at: dict[int, float] = {}
+
+    def weights_signature(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+        return dict(self.signature)
+
+    def set_weights(self, policy: str, weights: Any, seq_no: int) -> bool:
+        check_weights(weights, self.signature)
+        self.weights_seq_nos[policy] = seq_no
+        self.loaded_at[seq_no] = time.monotonic()
+        return True
+
+    def set_global_step(self, step: int) -> None:  # pragma: no cover - no schedule in this job
+        pass
+
+
+class HollowWorker(threading.Thread):
+    """The worker's loop over the real transport, sampling replaced by a pre-built batch."""
+
+    def __init__(self, url: str, job: RolloutJob, index: int, workers: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name=f"hollow-{index}")
+        self.config = WorkerConfig(job=job, worker_index=index, num_workers=workers, redis_url=url)
+        self.runner = HollowRunner(WEIGHTS_BYTES)
+        self.columns = fragment(ROWS, index)
+        self.stop = stop
+        self.waiting = threading.Event()
+        self.started_up = threading.Event()
+        self.transport: WorkerTransport | None = None
+        self.published = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            transport = self.transport = WorkerTransport(self.config)
+            transport.on_wait(lambda stream, load, waited: self.waiting.set())
+            transport.record_models(self.runner)  # type: ignore[arg-type]
+            transport.pull_filters(self.runner)  # type: ignore[arg-type]
+            self.started_up.set()
+            while not self.stop.is_set():
+                self._fragment(transport)
+            transport.close()
+        except BaseException as exc:  # noqa: BLE001 (the bench says which worker died and why)
+            self.error = exc
+            self.started_up.set()
+
+    def _fragment(self, transport: WorkerTransport) -> None:
+        began = time.monotonic()
+        try:
+            transport.load_weights(self.runner)  # type: ignore[arg-type]
+            transport.publish(SampleBatch(self.columns))
+            self.waiting.clear()
+            self.published += 1
+            transport.heartbeat({"env_steps": self.published * ROWS, "steps_per_s": ROWS * FRAGMENTS_PER_S})
+        except (BackpressureTimeout, PublishInterrupted):
+            return
+        except RETRYABLE:
+            self.stop.wait(0.5)
+            return
+        self.stop.wait(max(0.0, 1 / FRAGMENTS_PER_S - (time.monotonic() - began)))
+
+
+class Learner(threading.Thread):
+    """A real ``BatchConsumer`` reading as fast as it can; when each worker's first batch came."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True, name="learner")
+        self.consumer = BatchConsumer(url, JOB, block_s=0.2)
+        self.stop = threading.Event()
+        self.started = time.monotonic()
+        self.first: dict[int, float] = {}
+        self.rows = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            messages = self.consumer.read(count=64, timeout=0.5)
+            now = time.monotonic()
+            for message in messages:
+                self.rows += len(message.batch)
+                self.first.setdefault(message.metadata.worker_index, now - self.started)
+            self.consumer.ack(messages)
+        self.consumer.close()
+
+
+class RedisCounters:
+    """Redis's own counters, read before and after a phase."""
+
+    def __init__(self, url: str) -> None:
+        self.client = connect(url)
+
+    def reset(self) -> tuple[float, int, float]:
+        self.client.config_resetstat()
+        return self._cpu(), int(self.client.info("stats")["total_net_output_bytes"]), time.monotonic()
+
+    def since(self, start: tuple[float, int, float]) -> dict[str, Any]:
+        cpu0, out0, t0 = start
+        commands = {
+            name.removeprefix("cmdstat_"): int(values["calls"])
+            for name, values in self.client.info("commandstats").items()
+            if name not in ("cmdstat_config|resetstat", "cmdstat_info")
+        }
+        return {
+            "seconds": time.monotonic() - t0,
+            "cpu_s": self._cpu() - cpu0,
+            "net_out": int(self.client.info("stats")["total_net_output_bytes"]) - out0,
+            "commands": commands,
+        }
+
+    def memory_and_clients(self) -> tuple[int, int]:
+        return int(self.client.info("memory")["used_memory"]), int(self.client.info("clients")["connected_clients"])
+
+    def _cpu(self) -> float:
+        cpu = self.client.info("cpu")
+        return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def run_size(workers: int, seconds: float, max_len: int = MAX_LEN) -> dict[str, Any]:
+    """Every phase for a fleet of ``workers`` hollow workers on a fresh redis-server
+    (``max_len``: the stream's, which the fleet fills before it waits)."""
+    server = EmbeddedRedis(extra_args=("--maxclients", str(max(10_000, 3 * workers + 100)))).start()
+    counters = RedisCounters(server.url)
+    mark = counters.reset()
+    time.sleep(min(seconds, 5.0))
+    idle = counters.since(mark)  # Redis's own background work (serverCron), counted apart
+    memory_before, clients_before = counters.memory_and_clients()
+    job, stop = job_of(workers, max_len), threading.Event()
+    fleet = [HollowWorker(server.url, job, index, workers, stop) for index in range(workers)]
+    result: dict[str, Any] = {"workers": workers, "redis_idle_cpu_s_per_s": idle["cpu_s"] / idle["seconds"]}
+    try:
+        started = time.monotonic()
+        for worker in fleet:
+            worker.start()
+        for worker in fleet:
+            worker.started_up.wait(300)
+        dead = [w for w in fleet if w.error is not None]
+        if dead:
+            raise RuntimeError(f"{len(dead)} hollow workers failed to start: {dead[0].error!r}")
+        result["start_s"] = time.monotonic() - started
+
+        # 1. waiting: no learner, the stream full.
+        wait_for(lambda: all(w.waiting.is_set() for w in fleet), 120 + workers / 10, "every worker waiting")
+        time.sleep(3)
+        mark = counters.reset()
+        time.sleep(seconds)
+        waiting = counters.since(mark)
+        memory, clients = counters.memory_and_clients()
+        result["waiting"] = waiting
+        result["memory_per_worker"] = (memory - memory_before) / workers
+        result["connections_per_worker"] = (clients - clients_before) / workers
+
+        # 2. a learner comes.
+        learner = Learner(server.url)
+        learner.start()
+        wait_for(lambda: len(learner.first) == workers, 120, "a batch from every worker")
+        resume = list(learner.first.values())
+        result["resume_s"] = {"p50": percentile(resume, 0.5), "p99": percentile(resume, 0.99), "max": max(resume)}
+
+        # 3. the learner keeps up.
+        time.sleep(2)
+        rows0, mark = learner.rows, counters.reset()
+        time.sleep(seconds)
+        flowing = counters.since(mark)
+        flowing["rows_per_s"] = (learner.rows - rows0) / flowing["seconds"]
+        result["flowing"] = flowing
+
+        # 4. a weights version (workers load it between fragments).
+        mark = counters.reset()
+        publisher = WeightPublisher(server.url, JOB)
+        published_at = time.monotonic()
+        seq = publisher.publish({"pi": np.zeros(WEIGHTS_BYTES // 4, np.float32)})
+        wait_for(lambda: all(seq in w.runner.loaded_at for w in fleet), 300, f"weights version {seq} everywhere")
+        reached = [w.runner.loaded_at[seq] - published_at for w in fleet]
+        sent = counters.since(mark)
+        result["weights"] = {
+            "p50": percentile(reached, 0.5), "p99": percentile(reached, 0.99), "max": max(reached),
+            "net_out": sent["net_out"], "bound": workers * WEIGHTS_BYTES,
+        }  # fmt: skip
+        publisher.close()
+
+        # 5. the operator's heartbeat read.
+        reads = []
+        for _ in range(5):
+            began = time.monotonic()
+            beats = read_heartbeats(server.url, job)
+            reads.append(time.monotonic() - began)
+        result["heartbeat_read_s"] = statistics.median(reads)
+        result["heartbeats"] = len(beats)
+        learner.stop.set()
+        learner.join(30)
+    finally:
+        stop.set()
+        for worker in fleet:
+            if worker.transport is not None:
+                worker.transport.interrupt()
+        for worker in fleet:
+            worker.join(10)
+        server.stop()
+    return result
+
+
+def per_worker_s(result: dict[str, Any], phase: str) -> tuple[float, float]:
+    """Commands and Redis CPU (us) a second, per worker, Redis's CPU with no client
+    (its background work, measured first) taken out."""
+    measured, workers = result[phase], result["workers"]
+    calls = sum(measured["commands"].values())
+    cpu_s_per_s = measured["cpu_s"] / measured["seconds"] - result["redis_idle_cpu_s_per_s"]
+    return calls / workers / measured["seconds"], max(0.0, cpu_s_per_s) * 1e6 / workers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10,100,1000", help="fleet sizes, comma-separated (10: the baseline)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the measured phases")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # redis-server inherits it
+    where = machine(fd_limit=hard)
+    results = [run_size(n, args.seconds) for n in sizes]
+    print(f"# The data plane with hollow workers ({where['cores']} cores, {where['date']}; "
+          f"{ROWS}-row fragments, {FRAGMENTS_PER_S:g}/s a worker, maxLen {MAX_LEN}, {args.seconds:g} s phases)\n")  # fmt: skip
+    table = Table(
+        "Redis per waiting worker", "workers", ["commands/s", "CPU us/s"], unit="per waiting worker, a second"
+    )
+    lines = [
+        "| workers | waiting: commands/s | waiting: Redis CPU us/s | publishing: commands/s | publishing: "
+        "Redis CPU us/s | connections | Redis memory | learner rows/s | a learner comes: "
+        "all resumed p50 / p99 / max | 1 MB version everywhere p50 / p99 / max (bytes sent / N x size) | "
+        "heartbeat read |",
+        "| --- " * 11 + "|",
+    ]
+    for r in results:
+        n = r["workers"]
+        wait_calls, wait_cpu = per_worker_s(r, "waiting")
+        flow_calls, flow_cpu = per_worker_s(r, "flowing")
+        rows = r["flowing"]["rows_per_s"]
+        vs = f" ({rows / (n * ROWS * FRAGMENTS_PER_S):.0%} of offered)"
+        res, w = r["resume_s"], r["weights"]
+        lines.append(
+            f"| {n:,} | {wait_calls:.2f} | {wait_cpu:.0f} | {flow_calls:.1f} | {flow_cpu:.0f} | "
+            f"{r['connections_per_worker']:.1f} | {r['memory_per_worker'] / 1024:.1f} KiB | {rows:,.0f}{vs} | "
+            f"{res['p50']:.2f} / {res['p99']:.2f} / {res['max']:.2f} s | {w['p50']:.2f} / {w['p99']:.2f} / "
+            f"{w['max']:.2f} s ({w['net_out'] / w['bound']:.2f}) | {r['heartbeat_read_s'] * 1000:.1f} ms |"
+        )
+        table.rows.append({"workers": n, "commands/s": round(wait_calls, 2), "CPU us/s": round(wait_cpu, 1)})
+    print("\n".join(lines))
+    worst = max(results, key=lambda r: r["workers"])
+    print(f"\nby command, waiting, {worst['workers']:,} workers (calls): {worst['waiting']['commands']}")
+    path = write("bench_dataplane", [table], where)
+    path.with_name("bench_dataplane_phases.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""The hollow-worker bench on a real redis-server, at a size a test affords: its hollow
+workers run the real transport (Redis's counters see their commands), every phase is
+measured, and its figures agree with Redis and with the fleet's size."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.bench_dataplane import WEIGHTS_BYTES, per_worker_s, run_size
+from tests.integration.redis_server import redis_server_binary
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_phase_of_a_small_fleet_is_measured_from_redis_and_the_learner() -> None:
+    redis_server_binary()  # fails under CI where it is missing
+    result = run_size(4, seconds=3.0, max_len=4)
+    waiting_calls, _ = per_worker_s(result, "waiting")
+    assert 0 < waiting_calls <= 3.0, result["waiting"]["commands"]  # blocked on the room signal, not polling
+    assert "xread" in result["waiting"]["commands"]
+    assert result["connections_per_worker"] >= 2  # its publisher's and its weights subscriber's
+    assert result["resume_s"]["max"] < 60 and result["heartbeats"] == 4
+    assert result["flowing"]["rows_per_s"] > 0 and sum(result["flowing"]["commands"].values()) > 0
+    # Every worker downloaded the whole version once: Redis sent at least 4 x its size.
+    weights = result["weights"]
+    assert weights["bound"] == 4 * WEIGHTS_BYTES and weights["net_out"] >= weights["bound"]
+    assert weights["max"] >= weights["p50"] >= 0
