@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -213,7 +214,7 @@ def test_a_stop_during_a_publish_still_publishes_every_row_the_clients_made(own_
     port = free_port()
     worker = start_worker(job, own_redis.url, port, tmp_path)
     log = (tmp_path / "worker.log").read_text()
-    metrics_port = int(log.split("probes and metrics on :", 1)[1].split("'", 1)[0].split('"', 1)[0])
+    metrics_port = int(re.search(r"probes and metrics on [0-9a-f.:]*:(\d+)", log).group(1))  # type: ignore[union-attr]
     try:
         client = PolicyClient(f"127.0.0.1:{port}")
         episode = client.start_episode()

@@ -4,6 +4,7 @@ argparse's own errors in one line too (its usage block would bury the error)."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import shutil
 import sys
@@ -63,6 +64,12 @@ def flag_problem(args: argparse.Namespace) -> str | None:
         value = getattr(args, name, None)
         if value is not None and not str(value).strip():
             return f"{flag} must not be empty"
+    listen = getattr(args, "listen", None)
+    if listen is not None:
+        try:
+            ipaddress.ip_address(listen)
+        except ValueError:
+            return f"--listen must be an IP address (127.0.0.1, 0.0.0.0, ::1), got {listen!r}"
     output = getattr(args, "output", None)
     if output is not None and (str(output).endswith("/") or Path(output).name in ("", ".", "..")):
         return f"--output must name a file, got {output!r}"

@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-status", action="store_true", help="no live status table (log lines only)")
     run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     run.add_argument(
+        "--listen",
+        default="127.0.0.1",
+        metavar="IP",
+        help="the address the workers' listeners bind: probes and metrics, an external job's action "
+        "servers (default 127.0.0.1: nothing open to the network; 0.0.0.0: every interface)",
+    )
+    run.add_argument(
         "--redis-timeout",
         type=float,
         default=30.0,

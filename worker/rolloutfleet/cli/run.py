@@ -13,6 +13,7 @@ for how long) as its state, and the title counts the waiting workers (from the h
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import math
 import os
@@ -56,7 +57,7 @@ def waiting_since(beat: Mapping[str, Any], now: float) -> float | None:
 
 def fleet_line(fleet: LocalFleet, heartbeats: Mapping[int, Mapping[str, Any]], now: float) -> str:
     """``2/2 workers up, 0 restarts``, and how many of those wait for a learner since when."""
-    line = f"{fleet.alive()}/{len(fleet.workers)} workers up, {fleet.restarts} restarts"
+    line = f"{fleet.alive()}/{len(fleet.workers)} workers up, {counted(fleet.restarts, 'restart')}"
     since = [
         s
         for index, worker in fleet.workers.items()
@@ -129,8 +130,18 @@ def _nonfinite(beat: Mapping[str, float]) -> str:
     return f"obs {obs:,}, reward {rewards:,}" if obs or rewards else "-"
 
 
-def external_addresses(job: RolloutJob, workers: int) -> list[str]:
-    """``host:port`` of each local worker's action endpoint (none unless ``spec.env.external``).
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless one.
+
+    >>> counted(1, "worker"), counted(0, "restart"), counted(2, "worker")
+    ('1 worker', '0 restarts', '2 workers')
+    """
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def external_addresses(job: RolloutJob, workers: int, host: str = "127.0.0.1") -> list[str]:
+    """``host:port`` of each local worker's action endpoint (none unless ``spec.env.external``);
+    ``host``: what they bind (every interface, ``0.0.0.0``, is reached at 127.0.0.1 here too).
 
     >>> external_addresses(RolloutJob.from_dict({"metadata": {"name": "x"}, "spec": {"env": {
     ...     "id": "CartPole-v1", "external": {"port": 9900}}}}), 2)
@@ -139,7 +150,8 @@ def external_addresses(job: RolloutJob, workers: int) -> list[str]:
     external = job.spec.env.external
     if external is None:
         return []
-    return [f"127.0.0.1:{local_port(external, index)}" for index in range(workers)]
+    shown = "127.0.0.1" if host == "0.0.0.0" else f"[{host}]" if ":" in host else host
+    return [f"{shown}:{local_port(external, index)}" for index in range(workers)]
 
 
 def run_fleet(args: argparse.Namespace) -> int:
@@ -149,8 +161,9 @@ def run_fleet(args: argparse.Namespace) -> int:
     if args.redis is not None and (code := _unreachable(args.redis, args.redis_timeout)) is not None:
         return code
     job = _sized(job, args.replicas)
-    console = Console(stderr=True)
-    fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"))
+    console = Console(stderr=True, soft_wrap=True)  # a line is never split (a path, in a log or a pipe)
+    fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"),
+                       listen_host=args.listen)  # fmt: skip
     evaluators = LocalEvaluators(fleet)  # spec.evaluation's workers; none without it
     learner: subprocess.Popen[bytes] | None = None
     started = time.monotonic()
@@ -160,13 +173,14 @@ def run_fleet(args: argparse.Namespace) -> int:
         fleet.start()
         evaluators.start()
         console.print(
-            f"fleet: {len(fleet.workers)} workers of {job.name}"
+            f"fleet: {counted(len(fleet.workers), 'worker')} of {job.name}"
             + (f" and {evaluators.count} evaluation worker(s)" if evaluators.count else "")
             + f", redis {redacted_url(fleet.redis_url)}, logs in {fleet.log_dir}"
         )
-        addresses = external_addresses(job, len(fleet.workers))
+        addresses = external_addresses(job, len(fleet.workers), args.listen)
         if addresses:
-            console.print(f"fleet: external env: simulators connect to {', '.join(addresses)}")
+            reach = "" if ipaddress.ip_address(args.listen).is_loopback else " (open to the network: --listen)"
+            console.print(f"fleet: external env: simulators connect to {', '.join(addresses)}{reach}")
         scaler = None if job.spec.autoscaling is None else LocalAutoscaler(fleet)
         if args.command:
             learner = _start_learner(list(args.command), fleet, job, addresses)
@@ -286,7 +300,9 @@ def _shut_down(
     codes = fleet.stop()
     stop.restore()
     unclean = {i: c for i, c in codes.items() if c not in (0, None) and fleet.workers[i].state != "failed"}
-    console.print(f"fleet: stopped ({len(codes)} workers{', exit codes ' + str(unclean) if unclean else ''})")
+    console.print(
+        f"fleet: stopped ({counted(len(codes), 'worker')}{', exit codes ' + str(unclean) if unclean else ''})"
+    )
     if fleet.kept_logs is not None:
         kept = f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}"
         console.print(kept, soft_wrap=True, markup=False, highlight=False)  # a path to copy: never wrapped

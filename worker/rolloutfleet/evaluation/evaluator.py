@@ -65,7 +65,7 @@ class EvaluationWorker:
 
     def run(self) -> int:
         config, job = self.config, self.config.job
-        server = serve(self.probes, self.registry, config.metrics_port)
+        server = serve(self.probes, self.registry, config.metrics_port, config.listen_host)
         self.probes.set_ready(False, "building the env and policy")
         player = EpisodePlayer(job, config.worker_index, config.num_workers)
         player.alive = self.probes.beat

@@ -37,6 +37,7 @@ from rolloutfleet.sampling.envs import env_spaces
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.worker_config import listen_host
 
 log = logging.getLogger("rolloutfleet.external.runner")
 
@@ -57,7 +58,7 @@ class ExternalRunner(Runner[SampleBatch]):
         worker_index: int = 0,
         num_workers: int | None = None,
         callbacks: Callbacks | None = None,
-        host: str = "0.0.0.0",
+        host: str | None = None,
     ) -> None:
         super().__init__(job, worker_index, num_workers, callbacks)
         env = job.spec.env
@@ -91,6 +92,7 @@ class ExternalRunner(Runner[SampleBatch]):
                                    self.observation_space, self._info(), max_ready, local)  # fmt: skip
         self.server.rows_ready = self._ready.notify_all
         port = int(os.environ.get(PORT_VARIABLE, external.port))
+        host = host or listen_host(os.environ)  # loopback under `rolloutfleet run`, unless --listen
         self._thread = ServerThread(self.server, host, port, min(1.0, external.episode_timeout_seconds / 4))
         try:
             self.port = self._thread.start()

@@ -39,7 +39,8 @@ class LocalEvaluators:
     def environ(self, index: int) -> dict[str, str]:
         fleet = self.fleet
         config = WorkerConfig(job=fleet.job, worker_index=index, num_workers=self.count, redis_url=fleet.redis_url,
-                              redis_password=fleet.redis_password, metrics_port=0)  # fmt: skip
+                              redis_password=fleet.redis_password, metrics_port=0,
+                              listen_host=fleet.listen_host)  # fmt: skip
         role = {"ROLLOUTFLEET_ROLE": "evaluator", PARENT_PID_ENV: str(os.getpid())}
         return {**os.environ, **fleet.extra_env, **config.to_environ(), **role}
 

@@ -69,9 +69,12 @@ class LocalFleet:
         grace_seconds: float = 10.0,
         extra_env: Mapping[str, str] | None = None,
         start: str = "auto",
+        listen_host: str = "127.0.0.1",
     ) -> None:
         """``start``: ``fork`` (from the warm server), ``exec`` (a new interpreter each), or
-        ``auto``: ``fork`` for a job with ``spec.autoscaling`` where the platform allows."""
+        ``auto``: ``fork`` for a job with ``spec.autoscaling`` where the platform allows.
+        ``listen_host``: what the workers' listeners bind (probes and metrics, an external
+        job's action servers): loopback, so nothing of a laptop's fleet is open to its network."""
         if start not in ("auto", "fork", "exec"):
             raise ValueError(f"start must be auto, fork or exec, got {start!r}")
         if start == "auto":
@@ -90,6 +93,7 @@ class LocalFleet:
         """Set by :meth:`stop` when the logs of a run with a failed worker were kept (a temporary
         folder of ours): where they are."""
         self.extra_env = dict(extra_env or {})
+        self.listen_host = listen_host
         self.tracker = RestartTracker(job.spec.restart_policy)
         self.workers = {i: WorkerProcess(i) for i in range(job.spec.replicas)}
         self.removing: list[tuple[WorkerProcess, float]] = []
@@ -120,6 +124,7 @@ class LocalFleet:
             redis_url=self.redis_url,
             redis_password=self.redis_password,
             metrics_port=0,  # any free port: several workers share this machine
+            listen_host=self.listen_host,
         )
         # Env processes (async) of all workers share this machine's CPUs, as pods share a node's.
         cpus = {CPUS_VARIABLE: str(local_cpus(self.job, usable_cpus()))}

@@ -119,11 +119,11 @@ class Worker:
 
         config = self.config
         try:
-            server = serve(self.probes, self.metrics.registry, config.metrics_port)
+            server = serve(self.probes, self.metrics.registry, config.metrics_port, config.listen_host)
         except OSError as exc:  # another process holds the port: a setting to change, not to retry
             raise SpecError(f"probes and metrics port {config.metrics_port}: {exc.strerror or exc}") from None
-        log.info("worker %d/%d of %s: probes and metrics on :%d", config.worker_index, config.num_workers,
-                 config.job.name, server.server_port)  # fmt: skip
+        log.info("worker %d/%d of %s: probes and metrics on %s:%d", config.worker_index, config.num_workers,
+                 config.job.name, config.listen_host, server.server_port)  # fmt: skip
         watchdog = self._watch_env_calls()
         size = check_sizes(config.job)  # before the model and the first fragment are allocated
         if size is not None:

@@ -11,6 +11,7 @@
 | ``ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS`` | give up (one line, exit 4) when Redis was never reached for this long; unset (the operator's pods): retry without bound, unready |
 | ``ROLLOUTFLEET_CPUS`` | the CPUs the pod requested (1 where none): at most this many env processes (``async``); read by :mod:`rolloutfleet.sampling.env_processes`; unset: the CPUs the process may use |
 | ``ROLLOUTFLEET_EXTERNAL_PORT`` | an external env's action endpoint (overrides ``spec.env.external.port``; 0: any free port); read by :mod:`rolloutfleet.external.runner` |
+| ``ROLLOUTFLEET_LISTEN_HOST`` | the IP address the probes and metrics endpoint and an external job's action server bind (default ``0.0.0.0``; ``rolloutfleet run``: ``127.0.0.1`` unless ``--listen``) |
 | ``ROLLOUTFLEET_LEARNER_IDLE_SECONDS`` | a consumer group none of whose consumers read for this long no longer holds ``block`` backpressure (default 120) |
 
 Pure: parsing only, errors name the variable.
@@ -18,6 +19,7 @@ Pure: parsing only, errors name the variable.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +33,10 @@ from rolloutfleet.spec.manifest_yaml import ManifestLoader, yaml_problem
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
 
 PREFIX = "ROLLOUTFLEET_"
+LISTEN_HOST_ENV = PREFIX + "LISTEN_HOST"
+"""The address a worker's listeners bind (probes and metrics, an external job's action
+server): every interface in a pod (behind the job's NetworkPolicy), loopback under
+``rolloutfleet run`` unless ``--listen`` says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class WorkerConfig:
     """None: the publisher's default (:data:`rolloutfleet.transport.redis.backpressure.DEFAULT_LEARNER_IDLE_S`)."""
     redis_startup_timeout_s: float | None = None
     """None: a Redis never reached yet is waited for without bound (the worker stays unready)."""
+    listen_host: str = "0.0.0.0"
+    """What the worker's listeners bind (:data:`LISTEN_HOST_ENV`)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WorkerConfig:
@@ -84,6 +92,7 @@ class WorkerConfig:
             metrics_port=integer("METRICS_PORT", "9100"),
             learner_idle_s=_seconds(environ, "LEARNER_IDLE_SECONDS"),
             redis_startup_timeout_s=_seconds(environ, "REDIS_STARTUP_TIMEOUT_SECONDS"),
+            listen_host=listen_host(environ),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -97,6 +106,8 @@ class WorkerConfig:
             PREFIX + "REDIS_URL": self.redis_url,
             PREFIX + "METRICS_PORT": str(self.metrics_port),
         }
+        if self.listen_host != "0.0.0.0":
+            env[LISTEN_HOST_ENV] = self.listen_host
         if self.redis_password:
             env[PREFIX + "REDIS_PASSWORD"] = self.redis_password
         if self.learner_idle_s is not None:
@@ -104,6 +115,17 @@ class WorkerConfig:
         if self.redis_startup_timeout_s is not None:
             env[PREFIX + "REDIS_STARTUP_TIMEOUT_SECONDS"] = f"{self.redis_startup_timeout_s:g}"
         return env
+
+
+def listen_host(environ: Mapping[str, str]) -> str:
+    """:data:`LISTEN_HOST_ENV`, an IP address (default ``0.0.0.0``: every interface); a
+    SpecError naming the variable for anything else (a host name would bind one address of
+    several, unpredictably)."""
+    raw = environ.get(LISTEN_HOST_ENV) or "0.0.0.0"
+    try:
+        return str(ipaddress.ip_address(raw))
+    except ValueError:
+        raise SpecError(f"{LISTEN_HOST_ENV}: must be an IP address (127.0.0.1, 0.0.0.0, ::1), got {raw!r}") from None
 
 
 def _seconds(environ: Mapping[str, str], name: str) -> float | None:
