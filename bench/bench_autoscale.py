@@ -41,8 +41,8 @@ from rolloutfleet import RolloutJob
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.supervisor import LocalFleet
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.redis.keys import job_keys
 
 STEP_S = 0.005  # one env step: a worker makes at most 200 rows/s
 BATCH = 40

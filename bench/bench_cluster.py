@@ -37,10 +37,10 @@ import redis
 from bench.bench_transport import atari_batch, cartpole_batch, nbytes
 from bench.results import OUT, Table, machine, write
 from rolloutfleet.data.codec import encode
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.redis.connection import connect, node_client
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.redis_cluster import LocalCluster
 
 REPEATS = 3

@@ -48,7 +48,7 @@ from typing import Any
 import redis
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
-from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, job_keys
+from rolloutfleet.transport.redis.keys import DEFAULT_GROUP, job_keys
 
 JOB = "chaos"
 KEYS = job_keys("default", JOB)

@@ -12,8 +12,8 @@ from typing import Any
 import redis
 
 from rolloutfleet.spec.network import CA_FILE_ENV
-from rolloutfleet.spec.redis_acl import AclUser
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
+from rolloutfleet.transport.redis.acl import AclUser
 
 TIMEOUT_S = 5.0
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_acl import password_hash
 from rolloutfleet.spec.redis_url import parse_redis_url
+from rolloutfleet.transport.redis.acl import password_hash
 from rolloutfleet_operator.config import OperatorConfig
 
 ROLES = ("worker", "learner")

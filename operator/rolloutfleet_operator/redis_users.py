@@ -1,4 +1,4 @@
-"""Per-job Redis users, minted and kept by the operator (the rules: :mod:`rolloutfleet.spec.redis_acl`;
+"""Per-job Redis users, minted and kept by the operator (the rules: :mod:`rolloutfleet.transport.redis.acl`;
 the Secrets: :mod:`.redis_secrets`).
 
 Each reconcile calls :func:`keep_users`; at most every :data:`REFRESH_S` it reads the job's two
@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_acl import AclUser, job_users, password_hash
+from rolloutfleet.transport.redis.acl import AclUser, job_users, password_hash
 from rolloutfleet_operator.api_calls import Api, post_event, read_secret_value, refusal_reason
 from rolloutfleet_operator.pods import PodView, owner_reference
 from rolloutfleet_operator.redis_admin import Admin, AdminError, apply_users, current_hashes

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.refusals import refused_line, refused_versions
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet_operator.disruptions import KINDS
 from rolloutfleet_operator.plan import Plan
 from rolloutfleet_operator.pods import PodView, selector

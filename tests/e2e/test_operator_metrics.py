@@ -10,7 +10,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.cluster.kubelet import LocalKubelet
 from tests.e2e.cluster_kit import Cluster, OperatorFactory, wait_for
 from tests.e2e.jobs import API, Jobs, job_manifest

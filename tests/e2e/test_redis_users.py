@@ -17,8 +17,8 @@ import redis
 from kubernetes import client
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
-from rolloutfleet.spec.redis_acl import job_users
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.acl import job_users
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.e2e.cluster_kit import OperatorFactory, wait_for
 from tests.e2e.jobs import Jobs, job_manifest
 

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.cluster.kubelet import LocalKubelet
 from tests.e2e.cluster_kit import Cluster, OperatorFactory, wait_for
 from tests.e2e.jobs import Jobs, job_manifest, read_batches

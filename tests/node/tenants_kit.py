@@ -16,7 +16,7 @@ from tests.node.nodekit import Node
 TRIES = """
 import json, os, sys
 import redis
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.keys import job_keys
 a, b = job_keys(sys.argv[1], sys.argv[2]), job_keys(sys.argv[1], sys.argv[3])
 ca = os.environ.get("ROLLOUTFLEET_REDIS_CA_FILE")  # rediss://: the CA the operator mounted
 r = redis.Redis.from_url(os.environ["ROLLOUTFLEET_REDIS_URL"], username=os.environ["ROLLOUTFLEET_REDIS_USERNAME"],

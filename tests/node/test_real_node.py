@@ -495,7 +495,7 @@ def test_a_worker_of_one_job_gets_noperm_for_anything_outside_its_job(node: Node
     """issue 28: from inside a worker container of A (kubectl exec), with A's worker user."""
     import redis
 
-    from rolloutfleet.spec.redis_keys import job_keys
+    from rolloutfleet.transport.redis.keys import job_keys
     from tests.node.tenants_kit import secret_values, tries_from_worker
 
     status = job_status(node)

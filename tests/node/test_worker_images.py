@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.node.nodekit import REPO, Node, chart_app_version, wait_for
 
 NS = "img"

@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.cli.cli_kit import run_cli
 from tests.integration.redis_server import RedisServer, redis_server_binary
 

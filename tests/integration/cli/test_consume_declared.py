@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.declared_columns import declare
 from rolloutfleet.transport.entries import schema_of
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.cli.cli_kit import run_cli
 
 pytestmark = pytest.mark.integration

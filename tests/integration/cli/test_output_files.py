@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.keys import job_keys
 from tests import disk_kit
 from tests.integration.cli.cli_kit import run_cli
 

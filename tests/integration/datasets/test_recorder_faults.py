@@ -18,8 +18,8 @@ from rolloutfleet.datasets.parquet_files import read_columns
 from rolloutfleet.datasets.recorder import Recorder
 from rolloutfleet.datasets.writer import DatasetWriter
 from rolloutfleet.sampling.env_runner import EnvRunner
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.datasets.fleet_kit import cartpole_job
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ import yaml
 
 from rolloutfleet.datasets.parquet_files import read_columns
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message, concat_messages
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.datasets.fleet_kit import start_workers, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -19,9 +19,9 @@ import redis
 
 from rolloutfleet.datasets.parquet_files import read_columns
 from rolloutfleet.datasets.stitching import stitch
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message, concat_messages
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.datasets.fleet_kit import cartpole_job, start_workers, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -18,9 +18,9 @@ import redis
 from rolloutfleet.evaluation.confidence import summarize
 from rolloutfleet.inference.policy import Policy
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.evaluation_results import read_results, results_key
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.evaluation_kit import ANGLE, gymnasium_return, lean_weights, leaning
 from tests.integration.fleet_helpers import wait_until

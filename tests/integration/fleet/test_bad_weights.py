@@ -22,10 +22,10 @@ import redis
 
 from rolloutfleet.data.weights_check import WeightsRefused
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.integration.fleet_helpers import read_until, small_job, wait_until
 

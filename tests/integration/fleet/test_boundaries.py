@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet_helpers import small_job, wait_until
 
 

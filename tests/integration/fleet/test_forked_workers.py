@@ -19,8 +19,8 @@ import redis
 from rolloutfleet.fleet import local_forkserver
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet.test_boundaries import alive
 from tests.integration.fleet_helpers import read_until, small_job, wait_until
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet.test_redis_faults import Learner, metric
 from tests.integration.fleet.test_worker import start_worker
 from tests.integration.fleet_helpers import small_job, wait_until

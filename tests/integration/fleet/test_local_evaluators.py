@@ -11,8 +11,8 @@ from rolloutfleet.fleet.local_evaluators import LocalEvaluators
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.inference.policy import Policy
 from rolloutfleet.spec.job import PolicySpec, RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.evaluation_results import read_results
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.evaluation_kit import lean_weights
 from tests.integration.fleet_helpers import wait_until

@@ -19,11 +19,11 @@ from rolloutfleet.fleet.worker_transport import WorkerTransport
 from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.runners import build_policy_models
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.declared_columns import read_declared
 from rolloutfleet.transport.entries import schema_of
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.integration.fleet_helpers import read_until
 

@@ -17,10 +17,10 @@ import pytest
 
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.sampling.runners import build_model
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message
 from rolloutfleet.transport.heartbeat import parse_heartbeats
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.integration.fleet.test_worker import start_worker
 from tests.integration.fleet_helpers import small_job, wait_until

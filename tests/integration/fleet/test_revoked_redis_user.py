@@ -1,4 +1,4 @@
-"""A worker whose per-job Redis user is revoked mid-run (:mod:`rolloutfleet.spec.redis_acl`):
+"""A worker whose per-job Redis user is revoked mid-run (:mod:`rolloutfleet.transport.redis.acl`):
 one NOPERM line, not ready, no exit (no crash loop); batches flow again once the operator
 re-applies the user. The credentials come from the environment, never the command line."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.redis_acl import job_users, password_hash
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.acl import job_users, password_hash
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet.test_worker import probe, start_worker, wait_probe
 from tests.integration.fleet_helpers import wait_until
 from tests.integration.redis_server import RedisServer

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.heartbeat import parse_heartbeats
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet.test_redis_faults import Learner, metric
 from tests.integration.fleet.test_worker import probe, start_worker, wait_probe
 from tests.integration.fleet_helpers import small_job, wait_until

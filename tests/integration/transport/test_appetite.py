@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.appetite import read_signals
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import write_heartbeat
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

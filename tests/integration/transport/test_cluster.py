@@ -15,12 +15,12 @@ import redis
 
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.filter_sync import FilterSync, read_filter
 from rolloutfleet.transport.heartbeat import read_heartbeats, write_heartbeat
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.redis.connection import RedisUnavailable, connect, is_cluster
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher, WeightSubscriber
 from tests.integration.cli.cli_kit import run_cli
 from tests.integration.redis_cluster import LocalCluster

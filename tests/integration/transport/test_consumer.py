@@ -16,9 +16,9 @@ import redis
 import torch
 
 from rolloutfleet.data.codec import encode
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

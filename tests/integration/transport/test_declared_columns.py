@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.declared_columns import read_declared
 from rolloutfleet.transport.entries import schema_of
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet.test_worker import start_worker
 from tests.integration.fleet_helpers import wait_until
 

@@ -7,8 +7,8 @@ import json
 
 import redis
 
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.evaluation_results import EvaluationBoard, read_results, results_key
+from rolloutfleet.transport.redis.keys import job_keys
 
 KEYS = job_keys("default", "board")
 

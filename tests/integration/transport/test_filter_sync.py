@@ -11,8 +11,8 @@ import redis
 
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.data.filters import MeanStdFilter
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.filter_sync import FilterSync, read_filter
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet_helpers import small_job
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import redis
 
 from rolloutfleet.data.codec import decode
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher, PayloadTooLarge
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ import redis
 from rolloutfleet.cli.streams import add_consume_parser
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet_helpers import small_job, wait_until
 
 MAX_LEN = 4

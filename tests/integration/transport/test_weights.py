@@ -11,7 +11,7 @@ import pytest
 import redis
 import torch
 
-from rolloutfleet.spec.redis_keys import job_keys
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher, WeightSubscriber
 
 pytestmark = pytest.mark.integration

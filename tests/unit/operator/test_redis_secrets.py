@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_acl import password_hash
+from rolloutfleet.transport.redis.acl import password_hash
 from rolloutfleet_operator.config import ConfigError, OperatorConfig
 from rolloutfleet_operator.pods import build_pod
 from rolloutfleet_operator.redis_secrets import (

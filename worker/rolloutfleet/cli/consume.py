@@ -17,13 +17,13 @@ import numpy as np
 
 from rolloutfleet.cli.consume_fit import LookFit, SpoolFit
 from rolloutfleet.cli.npz_output import OutputError, write_npz
-from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.declared_columns import read_declared
 from rolloutfleet.transport.entries import Message, concat_messages
 from rolloutfleet.transport.reader import BatchReader
 from rolloutfleet.transport.redis.connection import connect
 from rolloutfleet.transport.redis.errors import BackendError, CommandRefused
+from rolloutfleet.transport.redis.keys import DEFAULT_GROUP, job_keys
 from rolloutfleet.transport.redis.sharding import read_shards
 from rolloutfleet.transport.redis.stream_status import as_text
 

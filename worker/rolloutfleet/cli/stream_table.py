@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from rolloutfleet.evaluation.report import evaluation_lines
-from rolloutfleet.spec.redis_keys import BATCHES_PATTERN, POLICY_BATCHES_PATTERN, job_keys, parse_stream_key
 from rolloutfleet.spec.refusals import refused_line, refused_versions
 from rolloutfleet.transport.heartbeat import parse_heartbeats
 from rolloutfleet.transport.redis.connection import connect, explain, where_url
 from rolloutfleet.transport.redis.errors import BackendError, Client
+from rolloutfleet.transport.redis.keys import BATCHES_PATTERN, POLICY_BATCHES_PATTERN, job_keys, parse_stream_key
 from rolloutfleet.transport.redis.sharding import read_shards
 from rolloutfleet.transport.redis.stream_status import GroupStatus, Hold, StreamStatus, read_stream_status
 

@@ -21,7 +21,7 @@ from typing import Any
 from rolloutfleet.cli.npz_output import npz_path
 from rolloutfleet.cli.paths import output_problem
 from rolloutfleet.cli.preflight import unreachable
-from rolloutfleet.spec.redis_keys import DEFAULT_GROUP
+from rolloutfleet.transport.redis.keys import DEFAULT_GROUP
 
 
 def add_consume_parser(commands: Any) -> argparse.ArgumentParser:

@@ -30,11 +30,11 @@ from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_pa
 from rolloutfleet.fleet.probes import Probes, serve
 from rolloutfleet.fleet.termination import EXIT_BAD_SPEC, EXIT_REDIS, report_fatal
 from rolloutfleet.spec.job import SpecError
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.evaluation_results import EvaluationBoard
 from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.redis.connection import connect
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.redis.outage import OutageLoop
 from rolloutfleet.transport.weights import WeightSubscriber
 

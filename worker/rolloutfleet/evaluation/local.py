@@ -17,8 +17,8 @@ from rolloutfleet.data.weights_check import WeightsRefused
 from rolloutfleet.evaluation.confidence import VersionSummary, summarize
 from rolloutfleet.evaluation.episodes import EpisodePlayer
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.filter_sync import FilterSync
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightSubscriber
 
 

@@ -10,8 +10,8 @@ import re
 from typing import Any
 
 from rolloutfleet.evaluation.confidence import VersionSummary
-from rolloutfleet.spec.redis_keys import PREFIX, job_keys
 from rolloutfleet.transport.evaluation_results import read_results
+from rolloutfleet.transport.redis.keys import PREFIX, job_keys
 
 RESULTS_PATTERN = PREFIX + ":{*}:evaluation"
 _RESULTS = re.compile(r"^" + PREFIX + r":\{([^/{}]+)/([^/{}]+)\}:evaluation$")

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from rolloutfleet.data.batch import DEFAULT_POLICY
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.weights_check import WeightsRefused
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.declared_columns import declare, published_schema
 from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.global_step import GlobalStepReader
@@ -30,6 +29,7 @@ from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher
 from rolloutfleet.transport.redis.backpressure import StreamLoad
 from rolloutfleet.transport.redis.connection import RETRYABLE
 from rolloutfleet.transport.redis.errors import ConcurrentChange
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
 
 if TYPE_CHECKING:

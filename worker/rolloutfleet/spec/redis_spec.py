@@ -8,8 +8,10 @@ from pydantic import Field, field_validator, model_validator
 
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.network import RedisTLSSpec
-from rolloutfleet.spec.redis_keys import MAX_SHARDS
 from rolloutfleet.spec.redis_url import parse_redis_url
+
+MAX_SHARDS = 64
+"""The most batch streams one job may spread over (``spec.redis.shards``)."""
 
 
 class PasswordSecretRef(_Model):

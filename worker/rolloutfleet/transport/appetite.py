@@ -19,10 +19,10 @@ from rolloutfleet.spec.appetite import (
     parse_appetite,
     worker_samples,
 )
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.heartbeat import parse_heartbeats
 from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS
 from rolloutfleet.transport.redis.connection import RETRYABLE, connect
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 
 if TYPE_CHECKING:
     from rolloutfleet.spec.job import RolloutJob

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, cast
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import DEFAULT_GROUP, JobKeys, job_keys
 from rolloutfleet.transport.appetite import AppetiteWriter
 from rolloutfleet.transport.batch_tensors import as_tensors
 from rolloutfleet.transport.consumer_stats import ConsumerLag, ConsumerStats, group_lag
@@ -39,6 +38,7 @@ from rolloutfleet.transport.learner_args import consumer_args, count_arg, second
 from rolloutfleet.transport.policy_lag import PolicyLag
 from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT, signal_room
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.keys import DEFAULT_GROUP, JobKeys, job_keys
 from rolloutfleet.transport.redis.stream_status import as_text, read_stream_status, weights_version
 
 if TYPE_CHECKING:

@@ -11,11 +11,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.consumer_stats import ConsumerStats
 from rolloutfleet.transport.redis.backpressure import signal_room
 from rolloutfleet.transport.redis.connection import RetryLoop
 from rolloutfleet.transport.redis.errors import Client, CommandRefused, OutOfMemory
+from rolloutfleet.transport.redis.keys import JobKeys
 from rolloutfleet.transport.redis.sharding import read_shards
 from rolloutfleet.transport.redis.stream_status import as_text
 

@@ -9,11 +9,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.consumer_stats import ConsumerStats
 from rolloutfleet.transport.consumer_streams import Call
 from rolloutfleet.transport.redis.backpressure import signal_room
 from rolloutfleet.transport.redis.errors import Client, OutOfMemory, TransactionAborted
+from rolloutfleet.transport.redis.keys import JobKeys
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """The columns a job's workers declare for their batches, and what a learner judges against.
 
 Each worker, before its first batch of a stream (a policy's, for a multi-agent job), writes
-the hash :attr:`~rolloutfleet.spec.redis_keys.JobKeys.columns`: column name -> JSON
+the hash :attr:`~rolloutfleet.transport.redis.keys.JobKeys.columns`: column name -> JSON
 ``{"dtype": ..., "shape": [...]}`` (the dtype of text columns is ``"U"``; the shape is a row's),
 as a learner will decode them. Workers of one spec declare the same thing; during a rollout
 the newest worker's declaration wins (it replaces the whole hash at once). A
@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from rolloutfleet.data.batch import AGENT_ID, AGENT_INDEX
-from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.entries import Schema, schema_difference, schema_of
 from rolloutfleet.transport.redis.errors import Client
+from rolloutfleet.transport.redis.keys import JobKeys
 
 REFRESH_S = 2.0
 """How long a consumer trusts the declaration it read (a mismatch reads it again at once)."""

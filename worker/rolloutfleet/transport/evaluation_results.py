@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.connection import RETRYABLE, connect
 from rolloutfleet.transport.redis.errors import Client
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 
 WORK_TTL_S = 86_400
 """Claims and episodes of a version are kept a day (a version never finished is forgotten then)."""

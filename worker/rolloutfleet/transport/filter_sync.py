@@ -1,6 +1,6 @@
 """Observation filters shared by a job's workers through Redis, like RLlib's filter sync.
 
-The central statistics live in Redis (:attr:`rolloutfleet.spec.redis_keys.JobKeys.filters`):
+The central statistics live in Redis (:attr:`rolloutfleet.transport.redis.keys.JobKeys.filters`):
 after each fragment a worker merges its delta (what it observed since the last sync) into
 them in one optimistic transaction (WATCH, GET, MULTI/SET) and adopts the result; a
 replacement worker starts from the fleet's statistics (:meth:`FilterSync.pull`); a learner
@@ -19,9 +19,9 @@ import numpy as np
 from rolloutfleet.data.codec import DecodeError, decode_tensors, encode_tensors
 from rolloutfleet.data.filters import MeanStdFilter, RunningStat
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.connection import connect
 from rolloutfleet.transport.redis.errors import Client, ConcurrentChange
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 
 log = logging.getLogger(__name__)
 

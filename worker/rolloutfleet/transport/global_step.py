@@ -18,9 +18,9 @@ from typing import Any
 
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.connection import JobClient
 from rolloutfleet.transport.redis.errors import Client
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 
 log = logging.getLogger(__name__)
 

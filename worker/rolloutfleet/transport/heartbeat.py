@@ -1,7 +1,7 @@
 """Worker heartbeats: what each worker writes after a fragment, and what the operator's job
 status and ``rolloutfleet fleet`` read back.
 
-One Redis hash per job (:attr:`rolloutfleet.spec.redis_keys.JobKeys.heartbeats`): worker index
+One Redis hash per job (:attr:`rolloutfleet.transport.redis.keys.JobKeys.heartbeats`): worker index
 -> JSON of its progress and health (the fields: docs/operations/monitoring.md, "Heartbeats"),
 expiring when no worker has written it for :data:`HEARTBEAT_TTL_S`::
 
@@ -21,8 +21,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.connection import RETRYABLE, connect
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 
 if TYPE_CHECKING:
     from rolloutfleet.spec.job import RolloutJob

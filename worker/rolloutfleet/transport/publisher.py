@@ -23,7 +23,6 @@ from typing import Any, Literal, cast
 
 from rolloutfleet.data.codec import Compression
 from rolloutfleet.spec.job import RedisSpec, RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.batch_entry import BatchEntries, PayloadTooLarge, weights_versions
 from rolloutfleet.transport.redis.backpressure import (
     DEFAULT_LEARNER_IDLE_S,
@@ -42,6 +41,7 @@ from rolloutfleet.transport.redis.connection import (
     node_client,
 )
 from rolloutfleet.transport.redis.errors import ClusterError
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.redis.room import MemoryRoom, RedisFull, undelivered
 from rolloutfleet.transport.redis.sharding import record_shards, shard_of
 

@@ -22,11 +22,11 @@ from typing import Any, cast
 
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys, parse_shard
 from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, decode_entry
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.redis.errors import CommandRefused
+from rolloutfleet.transport.redis.keys import job_keys, parse_shard
 from rolloutfleet.transport.redis.sharding import read_shards
 
 

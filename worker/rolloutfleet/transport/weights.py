@@ -26,9 +26,9 @@ import numpy as np
 from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, encode_tensors
 from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.redis.errors import OutOfMemory
+from rolloutfleet.transport.redis.keys import job_keys
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import redis
 
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.redis.connection import connect
 from rolloutfleet.transport.redis.gather import GatheringConnection, GatheringUnixConnection
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.redis_server import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.integration

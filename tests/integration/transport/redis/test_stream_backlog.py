@@ -12,8 +12,8 @@ import redis
 from prometheus_client import REGISTRY
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.connection import connect
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.sharding import record_shards
 from rolloutfleet.transport.redis.stream_backlog import (
     GroupBacklog,

@@ -9,7 +9,7 @@ stream counts, but a group never read that waits at the stream's end gets one en
 time. The why, with the numbers: docs/transport.md.
 
 **Waiting costs Redis O(1).** A ``BatchConsumer`` adds an entry to the stream's ``room``
-signal (:attr:`~rolloutfleet.spec.redis_keys.JobKeys.room`, one entry kept) with every ack
+signal (:attr:`~rolloutfleet.transport.redis.keys.JobKeys.room`, one entry kept) with every ack
 and when it starts reading. A publisher waiting for room while no learner reads, or while
 the learner holding it back is a ``BatchConsumer`` (its group is stamped in ``learners``),
 blocks on that signal (XREAD, :data:`SIGNAL_BLOCK_S` at a time) and measures the stream
@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import redis
 
-from rolloutfleet.spec.redis_keys import JobKeys
+from rolloutfleet.transport.redis.keys import JobKeys
 from rolloutfleet.transport.redis.retry import Backoff
 
 DEFAULT_LEARNER_IDLE_S = 120.0

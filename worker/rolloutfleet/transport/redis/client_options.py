@@ -16,7 +16,7 @@ from rolloutfleet.spec.redis_url import RedisURL
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
 USERNAME_ENV = "ROLLOUTFLEET_REDIS_USERNAME"
-"""The Redis ACL user (the operator's per-job users, :mod:`rolloutfleet.spec.redis_acl`) when the URL names none."""
+"""The Redis ACL user (the operator's per-job users, :mod:`rolloutfleet.transport.redis.acl`) when the URL names none."""
 
 
 def client_options(

@@ -5,7 +5,7 @@ per master, at most :data:`DEFAULT_SHARDS_CAP`. Worker ``i`` writes shard ``i % 
 (so with ``shards`` dividing the replicas each shard gets the same number of workers).
 Workers record the number they use in the job's ``shards`` key whenever it is not what a
 learner would work out by itself, and learners follow that key (see
-:mod:`rolloutfleet.spec.redis_keys` for the key names).
+:mod:`rolloutfleet.transport.redis.keys` for the key names).
 
     >>> shard_of(worker_index=4, shards=3)
     1
@@ -17,8 +17,8 @@ from typing import Any, cast
 
 import redis
 
-from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.redis.connection import is_cluster
+from rolloutfleet.transport.redis.keys import JobKeys
 
 DEFAULT_SHARDS_CAP = 16
 """``spec.redis.shards`` unset on a Redis Cluster: one shard per master, at most this many."""

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.connection import connect, node_client
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 from rolloutfleet.transport.redis.sharding import default_shards
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from typing import Any
 
 import redis
 
-from rolloutfleet.spec.redis_keys import JobKeys
 from rolloutfleet.transport.redis.backpressure import group_idle_ms
 from rolloutfleet.transport.redis.connection import node_client
+from rolloutfleet.transport.redis.keys import JobKeys
 from rolloutfleet.transport.redis.stream_backlog import group_backlog
 
 

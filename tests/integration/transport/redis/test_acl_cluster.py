@@ -13,9 +13,9 @@ import pytest
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.worker_transport import WorkerTransport
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_acl import job_users, password_hash
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.redis.acl import job_users, password_hash
 from rolloutfleet_operator.redis_admin import Admin, apply_users
 from tests.integration.redis_cluster import LocalCluster
 

@@ -21,6 +21,8 @@ import binascii
 import re
 from dataclasses import dataclass, replace
 
+from rolloutfleet.spec.redis_spec import MAX_SHARDS
+
 PREFIX = "rolloutfleet"
 DEFAULT_GROUP = "learner"
 """The consumer group learners join unless told otherwise."""
@@ -31,8 +33,6 @@ _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 _BATCHES = re.compile(r"^rolloutfleet:\{([^/{}]+)/([^/{}]+)(?:/(\d+)\.\d+)?\}:batches(?::([^/{}:]+))?$")
 SLOTS = 16384
 """Hash slots of a Redis Cluster."""
-MAX_SHARDS = 64
-"""The most batch streams one job may spread over (``spec.redis.shards``)."""
 # Same grammar as spec.multiAgent.policies' keys (checked there with a field name).
 _POLICY = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from rolloutfleet.spec.redis_keys import PREFIX, job_keys
+from rolloutfleet.transport.redis.keys import PREFIX, job_keys
 
 _CONNECTION = (
     "+auth", "+hello", "+ping", "+echo", "+select", "+client|setname", "+client|id",

@@ -8,8 +8,8 @@ from fnmatch import fnmatchcase
 
 import pytest
 
-from rolloutfleet.spec.redis_acl import job_users, password_hash, user_name
-from rolloutfleet.spec.redis_keys import JobKeys, job_keys
+from rolloutfleet.transport.redis.acl import job_users, password_hash, user_name
+from rolloutfleet.transport.redis.keys import JobKeys, job_keys
 
 
 def patterns(rules: tuple[str, ...], mode: str) -> list[str]:

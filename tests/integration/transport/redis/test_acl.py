@@ -1,4 +1,4 @@
-"""Per-job Redis users (:mod:`rolloutfleet.spec.redis_acl`) on a real redis-server: the
+"""Per-job Redis users (:mod:`rolloutfleet.transport.redis.acl`) on a real redis-server: the
 worker user of job A publishes A's batches, heartbeats and filters and reads A's weights,
 and Redis refuses it (NOPERM) B's keys, publishing weights, FLUSHALL, CONFIG and KEYS; A's
 learner user consumes, acks, reclaims and publishes weights, and cannot read B."""
@@ -15,12 +15,12 @@ import redis
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.worker_transport import WorkerTransport
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.redis_acl import JobUsers, job_users, password_hash
-from rolloutfleet.spec.redis_keys import job_keys
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.global_step import GlobalStepPublisher
 from rolloutfleet.transport.publisher import BatchPublisher
+from rolloutfleet.transport.redis.acl import JobUsers, job_users, password_hash
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
 from tests.integration.redis_server import RedisServer
 

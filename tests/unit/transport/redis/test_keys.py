@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutfleet.spec.redis_keys import (
+from rolloutfleet.transport.redis.keys import (
     BATCHES_PATTERN,
     MAX_SHARDS,
     SLOTS,
