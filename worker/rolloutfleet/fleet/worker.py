@@ -282,7 +282,7 @@ class Worker:
         self._beat_waiting()
 
     def _on_wait(self, stream: str, load: StreamLoad, waited_s: float) -> None:
-        """The publisher's call, about once a second while a publish waits for room."""
+        """The publisher's call, after a second of waiting for room and then every two seconds."""
         self.probes.beat()  # a long blockTimeoutSeconds is no stall
         self.probes.set_ready(True)  # Redis answered the measure that found the stream full
         if load.group is None:

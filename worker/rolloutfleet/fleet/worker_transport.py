@@ -165,8 +165,8 @@ class WorkerTransport:
             sync.push(filt)
 
     def on_wait(self, callback: Callable[[str, StreamLoad, float], None]) -> None:
-        """Call ``callback(stream, load, waited_s)`` about once a second while a publish waits
-        for room (see :attr:`BatchPublisher.on_wait`)."""
+        """Call ``callback(stream, load, waited_s)`` after a second of a publish waiting for
+        room, then every two seconds (see :attr:`BatchPublisher.on_wait`)."""
         for publisher in self.publishers.values():
             publisher.on_wait = callback
 

@@ -260,7 +260,7 @@ class BatchPublisher(JobClient):
 
     @property
     def on_wait(self) -> Callable[[str, StreamLoad, float], None] | None:
-        """Called about once a second while ``publish`` waits for room (``block``) with the
+        """Called after a second of waiting for room (``block``), then every two seconds, with the
         stream, its load and the seconds waited: a worker says there that it waits for a
         learner (``load.group is None``) and stays live. Its exceptions end the publish."""
         return self.meter.on_wait

@@ -237,7 +237,8 @@ class BackpressureMeter:
         group, or no learner group at all: the first ``BatchConsumer`` signals): a wait blocks
         on the signal instead of polling."""
         self.on_wait: Callable[[str, StreamLoad, float], None] | None = None
-        """Called about once a second while waiting, with the stream, its load and the seconds waited."""
+        """Called after a second of waiting, then every :data:`SIGNAL_BLOCK_S`, with the
+        stream, its load and the seconds waited."""
 
     def measures_next(self) -> bool:
         """Whether the next XADD carries a measurement. Far from full, a bare XADD: measuring
@@ -324,7 +325,7 @@ class BackpressureMeter:
         after ``block_timeout_s``, :class:`PublishInterrupted` once interrupted."""
         started = time.monotonic()
         backoff, waited = Backoff(0.001, 0.05), False
-        next_record, next_say = started + HOLD_RECORD_AFTER_S, started + SIGNAL_BLOCK_S
+        next_record = next_say = started + HOLD_RECORD_AFTER_S
         measured_at = started
 
         def look() -> tuple[StreamLoad, str]:
@@ -356,7 +357,10 @@ class BackpressureMeter:
             left = max(0.0, self.block_timeout_s - waited_s)
             if not self.signalled:
                 self._interrupted.wait(min(backoff.next(), left))
-            elif not self._signal_after(signal, min(SIGNAL_BLOCK_S, left)) and now - measured_at < REMEASURE_S:
+            elif (
+                not self._signal_after(signal, min(SIGNAL_BLOCK_S, max(0.001, next_say - now), left))
+                and now - measured_at < REMEASURE_S
+            ):
                 continue  # no signal: nothing changed that a measurement would see
             else:
                 self._interrupted.wait(max(0.0, measured_at + MEASURE_SPACING_S - time.monotonic()))
