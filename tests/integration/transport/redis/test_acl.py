@@ -176,3 +176,33 @@ def test_a_worker_user_sees_a_learner_reading_with_its_own_code(
     assert (load.group, load.unconsumed) == ("own-code", 1)
     publisher.close()
     assert server.client().acl_log() == []
+
+
+def test_a_worker_user_waits_on_its_jobs_room_signal_and_cannot_raise_it(
+    acl_redis: tuple[RedisServer, JobUsers, JobUsers],
+) -> None:
+    """A waiting worker blocks on its job's room signal (XREAD) as its ACL user; the learner's
+    ack raises it; the worker may not raise it itself, nor read another job's."""
+    import threading
+
+    server, a, _ = acl_redis
+    consumer = BatchConsumer(url_for(server, a.learner.name), "cartpole", "team-a")
+    consumer.ack(consumer.read(count=1, timeout=0))  # the group reads: it holds the fleet back
+    publisher = BatchPublisher(url_for(server, a.worker.name), "cartpole", "team-a", max_len=1, block_timeout_s=30)
+    publisher.publish({"obs": np.zeros((3, 4), np.float32)})
+    learner = threading.Timer(1.0, lambda: consumer.ack(consumer.read(count=1, timeout=5)))
+    learner.start()
+    publisher.publish({"obs": np.zeros((3, 4), np.float32)})  # waits, then the ack's signal lets it in
+    learner.join()
+    assert publisher.stats.blocked == 1 and publisher.meter.signalled
+    admin = server.client()
+    assert admin.acl_log() == []  # the wait's XREAD and every measurement were the worker's to make
+    worker = redis.Redis.from_url(f"redis://127.0.0.1:{server.port}/0", username=a.worker.name, password=PASSWORD)
+    a_keys, b_keys = job_keys("team-a", "cartpole"), job_keys("team-b", "cartpole")
+    refusals = [
+        refused(lambda: worker.xadd(a_keys.room, {"room": 1})),  # raising it is the learner's
+        refused(lambda: worker.xread({b_keys.room: "0"})),  # another job's
+    ]
+    assert all("no permissions" in line for line in refusals), refusals
+    publisher.close()
+    consumer.close()

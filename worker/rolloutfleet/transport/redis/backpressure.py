@@ -23,6 +23,7 @@ CONSUMERS) sends no signal: a wait for it polls, as before.
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -162,6 +163,12 @@ learner group that went idle stops holding it; a signal lost with a failover).""
 MEASURE_SPACING_S = 0.05
 """The shortest time between two measurements of one wait (signals while a learner acks
 many times a second): never more than the polling of a learner without signals."""
+CONTENDED_MAX_S = 2.0
+"""The longest a woken publisher waits, at random, before it measures: a signal wakes every
+waiting publisher, and each one that then found the room taken by others doubles its wait
+(from :data:`MEASURE_SPACING_S`, up to this); one that found room halves it. So a thousand
+publishers contending for the room a learner frees measure a few times a second in all,
+not a thousand times an ack."""
 LAST_ID_EVERY_S = 1.0
 """While publishes wait for room, the stream's last id (a script, ~250 us of Redis's one
 thread for a 185 KB entry) is looked up at most this often by a publisher, over all its
@@ -232,6 +239,9 @@ class BackpressureMeter:
         """Whether the next publish waits first (unknown until the first measurement: yes)."""
         self._until_check = 0
         self._next_last_id = 0.0  # when a wait's look may find the stream's last id again
+        self.contended_s = 0.0
+        """How long, at most, this publisher waits at random after a signal before it measures
+        (:data:`CONTENDED_MAX_S`)."""
         self.signalled = False
         """Whether the last measurement's holder sends room signals (a ``BatchConsumer``'s
         group, or no learner group at all: the first ``BatchConsumer`` signals): a wait blocks
@@ -355,16 +365,18 @@ class BackpressureMeter:
                     self.on_wait(self.keys.batches, load, waited_s)
             waited = True
             left = max(0.0, self.block_timeout_s - waited_s)
+            woken = False
             if not self.signalled:
                 self._interrupted.wait(min(backoff.next(), left))
-            elif (
-                not self._signal_after(signal, min(SIGNAL_BLOCK_S, max(0.001, next_say - now), left))
-                and now - measured_at < REMEASURE_S
-            ):
+            elif woken := self._signal_after(signal, min(SIGNAL_BLOCK_S, max(0.001, next_say - now), left)):
+                spacing = measured_at + MEASURE_SPACING_S - time.monotonic()
+                self._interrupted.wait(max(spacing, random.uniform(0.0, self.contended_s)))
+            elif now - measured_at < REMEASURE_S:
                 continue  # no signal: nothing changed that a measurement would see
-            else:
-                self._interrupted.wait(max(0.0, measured_at + MEASURE_SPACING_S - time.monotonic()))
             load, signal = look()
+            if woken and self._no_room(load):  # others took the room this signal freed
+                self.contended_s = min(CONTENDED_MAX_S, max(2 * self.contended_s, MEASURE_SPACING_S))
+        self.contended_s /= 2
         if waited:
             self._stats.blocked += 1
             self._stats.blocked_seconds += time.monotonic() - started
