@@ -55,3 +55,21 @@ def test_run_goes_idle_wakes_at_the_learner_s_first_read_and_grows(tmp_path: Pat
     ), lines
     assert any(line.startswith("fleet: autoscaling: learner starved ") and "2 -> 3 workers" in line for line in changes)
     assert "Traceback" not in result.stderr
+
+
+def test_replicas_outside_the_autoscaling_bounds_is_said_not_silently_clamped(tmp_path: Path, redis_url: str) -> None:
+    manifest = {
+        "metadata": {"name": "bounded"},
+        "spec": {"env": {"id": "CartPole-v1"}, "autoscaling": {"minReplicas": 1, "maxReplicas": 2}},
+    }
+    path = tmp_path / "bounded.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = subprocess.run(
+        [sys.executable, "-m", "rolloutfleet.cli.main", "run", str(path), "--redis", redis_url, "--no-status",
+         "--replicas", "50", "--duration", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = "fleet: --replicas 50 is outside spec.autoscaling's bounds (1-2): starting 2"
+    assert said in result.stderr.splitlines(), result.stderr
+    assert any(line.startswith("fleet: 2 workers of bounded") for line in result.stderr.splitlines()), result.stderr

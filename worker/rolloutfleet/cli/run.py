@@ -160,8 +160,12 @@ def run_fleet(args: argparse.Namespace) -> int:
     job = RolloutJob.from_file(args.manifest)
     if args.redis is not None and (code := _unreachable(args.redis, args.redis_timeout)) is not None:
         return code
-    job = _sized(job, args.replicas)
     console = Console(stderr=True, soft_wrap=True)  # a line is never split (a path, in a log or a pipe)
+    scaling = job.spec.autoscaling
+    if args.replicas is not None and scaling is not None and scaling.clamp(args.replicas) != args.replicas:
+        console.print(f"fleet: --replicas {args.replicas} is outside spec.autoscaling's bounds "
+                      f"({scaling.min_replicas}-{scaling.max_replicas}): starting {scaling.clamp(args.replicas)}")  # fmt: skip
+    job = _sized(job, args.replicas)
     fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"),
                        listen_host=args.listen)  # fmt: skip
     evaluators = LocalEvaluators(fleet)  # spec.evaluation's workers; none without it

@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,22 @@ def full_stream(redis_url: str, job: str) -> Iterator[tuple[BatchPublisher, Batc
         publisher.publish(BATCH)
         publisher.publish(BATCH)  # 2 unconsumed of maxLen 2: the next publish waits
         yield publisher, consumer
+
+
+def publish_while_a_learner_frees_room(
+    redis_url: str, publisher: BatchPublisher, learn: Callable[[], object]
+) -> tuple[float, dict[str, Any]]:
+    """A publish into a full stream while ``learn`` frees room 2.5 s later: how long it
+    waited, and Redis's command counters over the wait."""
+    admin = redis.Redis.from_url(redis_url)
+    admin.config_resetstat()
+    learner = threading.Timer(2.5, learn)
+    learner.start()
+    started = time.monotonic()
+    publisher.publish(BATCH)
+    waited = time.monotonic() - started
+    learner.join()
+    return waited, admin.info("commandstats")
 
 
 def test_the_last_id_script_answers_the_last_entry_id_or_nil(redis_url: str) -> None:
@@ -93,16 +110,10 @@ def test_a_publish_waiting_for_a_batch_consumer_blocks_on_its_room_signal(redis_
     """Waiting for a ``BatchConsumer``'s group, a publisher blocks on the room signal (XREAD)
     instead of polling the stream: a few measurements in all, not one every few ms, and the
     learner's ack wakes it at once (long before its re-measurement, REMEASURE_S)."""
-    admin = redis.Redis.from_url(redis_url)
     with full_stream(redis_url, "wait") as (publisher, consumer):
-        admin.config_resetstat()
-        learner = threading.Timer(2.5, lambda: consumer.ack(consumer.read(count=2, timeout=1)))
-        learner.start()
-        started = time.monotonic()
-        publisher.publish(BATCH)
-        waited = time.monotonic() - started
-        learner.join()
-        stats = admin.info("commandstats")
+        waited, stats = publish_while_a_learner_frees_room(
+            redis_url, publisher, lambda: consumer.ack(consumer.read(count=2, timeout=1))
+        )
     looks = stats["cmdstat_xinfo|groups"]["calls"]
     scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
     assert publisher.stats.blocked == 1 and publisher.meter.signalled
@@ -114,7 +125,6 @@ def test_a_publish_waiting_for_a_batch_consumer_blocks_on_its_room_signal(redis_
 def test_a_publish_waiting_for_a_learner_of_its_own_code_polls_as_before(redis_url: str) -> None:
     """A learner reading with plain XREADGROUP/XACK sends no room signal: the wait for it
     polls every few ms (and looks up the last id about once a second), as Redis's counters tell."""
-    admin = redis.Redis.from_url(redis_url)
     own = redis.Redis.from_url(redis_url)
     with BatchPublisher(redis_url, "own", max_len=2, block_timeout_s=60) as publisher:
         own.xgroup_create(publisher.keys.batches, "own", id="0", mkstream=True)
@@ -123,19 +133,12 @@ def test_a_publish_waiting_for_a_learner_of_its_own_code_polls_as_before(redis_u
         own.xack(publisher.keys.batches, "own", first)
         publisher.publish(BATCH)
         publisher.publish(BATCH)
-        admin.config_resetstat()
 
         def learn() -> None:
             reply = own.xreadgroup("own", "c", {publisher.keys.batches: ">"}, count=2)
             own.xack(publisher.keys.batches, "own", *[entry_id for _, entries in reply for entry_id, _ in entries])
 
-        learner = threading.Timer(2.5, learn)
-        learner.start()
-        started = time.monotonic()
-        publisher.publish(BATCH)
-        waited = time.monotonic() - started
-        learner.join()
-        stats = admin.info("commandstats")
+        waited, stats = publish_while_a_learner_frees_room(redis_url, publisher, learn)
     looks = stats["cmdstat_xinfo|groups"]["calls"]
     scripts = stats.get("cmdstat_eval", {"calls": 0})["calls"]
     assert publisher.stats.blocked == 1 and not publisher.meter.signalled
