@@ -29,6 +29,10 @@ def batch(rows: int, value: int) -> dict[str, np.ndarray]:
     return {"obs": np.full((rows, 2), value, np.float32), "value": np.full(rows, value, np.int64)}
 
 
+def keys_of(job: str) -> str:
+    return job_keys("default", job).batches
+
+
 def values_of(messages: list) -> list[int]:  # type: ignore[type-arg]
     return [int(m.batch["value"][0]) for m in messages]
 
@@ -200,6 +204,34 @@ def test_a_version_column_that_cannot_be_judged_is_a_dead_letter_naming_it(redis
     [(_, letter)] = client.xrange(keys.dead_letters)
     assert b"column 'weights_seq_no' must be one integer per row" in letter[b"dead_letter_reason"]
     assert consumer.stats.dead_lettered == 1 and consumer.stats.stale_rows == 0 and consumer.lag().pending == 0
+
+
+def test_impossible_metadata_is_a_dead_letter_with_its_reason_and_the_rest_is_delivered(redis_url: str) -> None:
+    """A producer that is not ours (or a broken one) writes counts no worker could: they are
+    judged before a learner sees them, and go to the dead letters saying which field."""
+    keys = job_keys("default", "cartpole")
+    client = redis.Redis.from_url(redis_url)
+    payload = encode({"value": np.arange(2)})
+    base = {"payload": payload, "worker_index": 0, "weights_seq_no": 1, "env_steps": 2, "created_at": 0}
+    client.xadd(keys.batches, {**base, "env_steps": -5})
+    client.xadd(keys.batches, {**base, "weights_seq_no": 10**30})
+    client.xadd(keys.batches, base)
+    consumer = BatchConsumer(redis_url, "cartpole", max_deliveries=1, block_s=0.05)
+    good = consumer.read(count=10, timeout=1)
+    assert [m.metadata.env_steps for m in good] == [2]
+    reasons = sorted(fields[b"dead_letter_reason"].decode() for _, fields in client.xrange(keys.dead_letters))
+    assert len(reasons) == 2 and consumer.stats.dead_lettered == 2, reasons
+    assert "field 'env_steps' must be within 0 and 2**63 - 1, got -5" in reasons[0]
+    assert "field 'weights_seq_no' must be within 0 and 2**63 - 1" in reasons[1]
+
+
+def test_a_publisher_refuses_what_a_learner_would_dead_letter(redis_url: str) -> None:
+    publisher = BatchPublisher(redis_url, "cartpole")
+    with pytest.raises(ValueError, match="env_steps must be within 0 and 2\\*\\*63 - 1, got -5"):
+        publisher.publish(batch(2, 1), env_steps=-5)
+    with pytest.raises(ValueError, match="weights_seq_no must be within 0"):
+        publisher.publish({**batch(2, 1), "weights_seq_no": np.array([-1, 0])})
+    assert redis.Redis.from_url(redis_url).xlen(keys_of("cartpole")) == 0
 
 
 def test_get_returns_only_rows_within_the_lag(redis_url: str) -> None:

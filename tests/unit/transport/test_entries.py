@@ -77,6 +77,28 @@ def test_metadata_reads_the_oldest_version_and_entries_written_before_it_existed
         BatchMetadata.from_fields(fields(weights_seq_no_min=b"three"))
 
 
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"env_steps": b"-5"}, "field 'env_steps' must be within 0 and 2**63 - 1, got -5"),
+        ({"weights_seq_no": b"1" + b"0" * 30}, "field 'weights_seq_no' must be within 0 and 2**63 - 1"),
+        ({"worker_index": b"-1"}, "field 'worker_index' must be within 0"),
+        ({"weights_seq_no_min": b"9"}, "field 'weights_seq_no_min' (9) is above 'weights_seq_no' (7)"),
+        ({"created_at": b"nan"}, "field 'created_at' must be a finite unix time"),
+        ({"created_at": b"inf"}, "field 'created_at' must be a finite unix time"),
+    ],
+)
+def test_impossible_metadata_is_a_decode_error_naming_the_field(extra: dict[str, bytes], named: str) -> None:
+    with pytest.raises(DecodeError) as refused:
+        BatchMetadata.from_fields(fields(**extra))
+    assert named in str(refused.value)
+
+
+def test_the_largest_possible_version_is_still_one() -> None:
+    top = str(2**63 - 1).encode()
+    assert BatchMetadata.from_fields(fields(weights_seq_no=top, weights_seq_no_min=top)).weights_seq_no == 2**63 - 1
+
+
 def test_a_batch_joins_others_of_its_columns_dtypes_and_row_shapes() -> None:
     reference = schema_of({"obs": np.zeros((4, 3), np.float32), "agent_id": np.array(["a", "b", "c", "d"])})
     same = {"obs": np.ones((9, 3), np.float32), "agent_id": np.array(["longer-id"] * 9)}  # text width is free

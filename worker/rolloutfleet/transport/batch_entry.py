@@ -25,6 +25,10 @@ import numpy as np
 from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.data.codec import Compression, encode, encode_multi
 
+MAX_COUNT = 2**63 - 1
+"""The largest worker index, step count or weights version an entry may claim (a weights
+version is a Redis INCR: a signed 64-bit integer)."""
+
 
 class PayloadTooLarge(ValueError):
     """An encoded batch is larger than the publisher's ``max_payload_bytes``."""
@@ -75,6 +79,11 @@ class BatchEntries:
         agent_ids: Sequence[str] | None,
     ) -> dict[Any, Any]:
         oldest, newest = weights_versions(batch, weights_seq_no)
+        steps = _rows(batch) if env_steps is None else env_steps
+        for name, value in (("worker_index", worker_index), ("env_steps", steps), ("weights_seq_no", oldest),
+                            ("weights_seq_no", newest)):  # fmt: skip
+            if not 0 <= int(value) <= MAX_COUNT:  # a learner's consumer would dead-letter the entry
+                raise ValueError(f"{name} must be within 0 and 2**63 - 1, got {value}")
         if self.policy is not None:
             # One group named after the policy: the payload says whose it is on its own.
             payload = encode_multi({self.policy: _wire_columns(batch)}, self.compression)
@@ -90,7 +99,7 @@ class BatchEntries:
             b"worker_index": worker_index,
             b"weights_seq_no": newest,
             b"weights_seq_no_min": oldest,
-            b"env_steps": _rows(batch) if env_steps is None else env_steps,
+            b"env_steps": steps,
             b"created_at": f"{time.time():.6f}",
             b"producer": self.producer_id,
             b"seq": self._seq,

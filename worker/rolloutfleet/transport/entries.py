@@ -6,6 +6,7 @@ and many entries' rows in one batch (:func:`concat_messages`)."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import numpy as np
 
 from rolloutfleet.data.batch import AGENT_ID, AGENT_INDEX, WEIGHTS_SEQ_NO, SampleBatch
 from rolloutfleet.data.codec import DecodeError, decode, decode_multi
+from rolloutfleet.transport.batch_entry import MAX_COUNT
 
 
 class _Acker(Protocol):
@@ -55,17 +57,37 @@ class BatchMetadata:
             except (ValueError, UnicodeDecodeError):
                 raise DecodeError(f"field {name.decode()!r} is not a number: {raw[:40]!r}") from None
 
-        return cls(
-            worker_index=number(b"worker_index", int),
-            weights_seq_no=number(b"weights_seq_no", int),
-            env_steps=number(b"env_steps", int),
-            created_at=number(b"created_at", float),
+        def count(name: bytes) -> int:
+            # A weights version is a Redis INCR (a signed 64-bit integer); an index or a count
+            # below 0 or past that is no publisher's: judged here, not met in a learner's code.
+            value = int(number(name, int))
+            if not 0 <= value <= MAX_COUNT:
+                raise DecodeError(f"field {name.decode()!r} must be within 0 and 2**63 - 1, got {value}")
+            return value
+
+        def unix_time(name: bytes) -> float:
+            value = float(number(name, float))
+            if not math.isfinite(value):
+                raise DecodeError(f"field {name.decode()!r} must be a finite unix time, got {value}")
+            return value
+
+        metadata = cls(
+            worker_index=count(b"worker_index"),
+            weights_seq_no=count(b"weights_seq_no"),
+            env_steps=count(b"env_steps"),
+            created_at=unix_time(b"created_at"),
             producer=fields.get(b"producer", b"").decode("utf-8", "replace"),
             seq=int(fields[b"seq"]) if fields.get(b"seq", b"").isdigit() else -1,
             policy=fields[b"policy"].decode("utf-8", "replace") if b"policy" in fields else None,
             agent_ids=_agent_ids(fields.get(b"agent_ids")),
-            weights_seq_no_min=number(b"weights_seq_no_min", int) if b"weights_seq_no_min" in fields else None,
+            weights_seq_no_min=count(b"weights_seq_no_min") if b"weights_seq_no_min" in fields else None,
         )
+        if metadata.weights_seq_no_min is not None and metadata.weights_seq_no_min > metadata.weights_seq_no:
+            raise DecodeError(
+                f"field 'weights_seq_no_min' ({metadata.weights_seq_no_min}) is above "
+                f"'weights_seq_no' ({metadata.weights_seq_no}): the oldest version of the rows cannot be the newer"
+            )
+        return metadata
 
 
 def _agent_ids(raw: bytes | None) -> tuple[str, ...]:
