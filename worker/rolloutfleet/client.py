@@ -276,7 +276,14 @@ class PolicyClient:
         try:
             reply = json.loads(payload or b"{}")
         except ValueError:
+            if response.status >= 400:  # a proxy's or a server's own error page: say what it said
+                text = " ".join(payload[:200].decode("utf-8", "replace").split())
+                raise PolicyClientError(
+                    response.status, f"{self.address}: HTTP {response.status} {response.reason}: {text}"
+                ) from None
             raise PolicyClientError(response.status, f"{self.address}: not a RolloutFleet action server") from None
+        if not isinstance(reply, dict):
+            raise PolicyClientError(response.status, f"{self.address}: not a RolloutFleet action server")
         if response.status >= 400:
             message = f"{self.address}: {reply.get('error', response.reason)}"
             raise PolicyClientError(response.status, message, reply.get("kind"))

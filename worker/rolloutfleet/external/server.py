@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -36,6 +36,7 @@ from rolloutfleet.external.spaces import (
     ExternalError,
     Refused,
     ServerFailed,
+    TooLarge,
     UnknownEpisode,
     parse_obs,
     parse_reward,
@@ -95,7 +96,7 @@ class ActionServer:
         """Actions that waited for room (backpressure)."""
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
         app.router.add_post("/v1/episodes", self._start_episode)
         app.router.add_post("/v1/episodes/{eps}/action", self._get_action)
         app.router.add_post("/v1/episodes/{eps}/returns", self._log_returns)
@@ -111,6 +112,7 @@ class ActionServer:
     async def _start_episode(self, request: web.Request) -> web.Response:
         try:
             client = _client(request)
+            await _body(request)  # nothing to say here, but what is sent must be a JSON object
             with self.lock:
                 slot = self.book.client(client, time.monotonic())
                 eps_id = self.book.start(slot, time.monotonic())
@@ -202,7 +204,7 @@ class ActionServer:
                     self.book.drop(eps_id, str(exc))
                 if dropped:
                     log.warning("episode %d dropped: %s", eps_id, exc)
-                    return _error(BadInput(f"{exc} (episode {eps_id} dropped)"))
+                    return _error(type(exc)(f"{exc} (episode {eps_id} dropped)"))  # its status kept (413)
             return _error(exc)
         except ExternalError as exc:
             if not isinstance(exc, Refused):  # a full server counts clients_refused
@@ -288,13 +290,38 @@ def _episode_id(request: web.Request) -> int:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object (an empty body: ``{}``); :class:`BadInput` for anything else,
+    :class:`TooLarge` past ``MAX_BODY_BYTES`` (a Content-Length that says so is refused before
+    a byte is read), and a nesting too deep for the parser is refused, not a traceback."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise TooLarge(f"request body: {request.content_length:,} bytes, above the server's {MAX_BODY_BYTES:,}")
     try:
-        body = json.loads(await request.read() or b"{}")
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise TooLarge(f"request body: above the server's {MAX_BODY_BYTES:,} bytes") from None
+    try:
+        body = json.loads(raw or b"{}")
+    except RecursionError:
+        raise BadInput("request body: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
         raise BadInput("request body: not JSON") from None
     if not isinstance(body, dict):
         raise BadInput("request body: expected a JSON object")
     return body
+
+
+@web.middleware
+async def _json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own refusals (an unknown path: 404, a wrong method: 405, a body past the
+    bound: 413) as this server's JSON errors, so a client reads the status and the reason."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response({"error": f"{request.method} {request.path:.80}: {exc.reason}"}, status=exc.status)
 
 
 def _error(exc: ExternalError) -> web.Response:

@@ -29,6 +29,12 @@ class BadInput(ExternalError):
     """An observation, a reward or a request body that does not fit (the episode is dropped)."""
 
 
+class TooLarge(BadInput):
+    """A request body past the server's bound (``MAX_BODY_BYTES``)."""
+
+    status = 413
+
+
 class UnknownEpisode(ExternalError):
     status = 404
 
@@ -106,6 +112,10 @@ def parse_obs(space: spaces.Space[Any], value: Any) -> np.ndarray:
         raise BadInput(f"obs: expected numbers ({space.dtype}), got {_kind(array)}")
     if array.shape != space.shape:
         raise BadInput(f"obs: expected shape {list(space.shape)}, got {list(array.shape)}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        # As a reward: a NaN or inf would reach the policy's forward pass and the training rows.
+        where = np.argwhere(~np.isfinite(array))[0].tolist()
+        raise BadInput(f"obs: expected finite numbers, got {array[tuple(where)]} at {where}")
     return array.astype(space.dtype)
 
 
