@@ -139,6 +139,7 @@ def test_the_alerts_and_the_dashboard_render_as_promtool_and_grafana_read_them(h
         ("redis.enabled=false", "externalUrl"),
         ("operator.image.pullPolicy=Sometimes", "pullPolicy"),
         ("monitoring.podMonitor.interval=soon", "interval"),
+        ("redis.maxClients=5", "maxClients"),
     ],
 )
 def test_the_values_schema_rejects_bad_values(helm: Any, setting: str, named: str) -> None:

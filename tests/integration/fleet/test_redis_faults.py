@@ -180,3 +180,44 @@ def test_a_worker_paused_past_its_socket_timeout_delivers_each_fragment_once(
         assert worker.wait(30) == 0
     finally:
         worker.kill()
+
+
+def test_a_worker_refused_by_maxclients_waits_says_why_and_publishes_once_a_connection_is_free(
+    tmp_path: Path,
+) -> None:
+    """Redis at ``maxclients`` answers a new connection with an error: the worker says so in
+    one line naming the setting, stays up (not ready), backs off, and publishes once
+    connections are free again; no crash, no restart."""
+    import redis
+
+    server = RedisServer(executable=redis_server_binary(), extra_args=("--maxclients", "4"))
+    server.start()
+    hogs: list[redis.Redis] = []
+    try:
+        admin = server.client()
+        admin.ping()
+        hogs = [server.client() for _ in range(3)]
+        for hog in hogs:
+            hog.ping()  # 4 of 4: the worker's first connection is refused
+        port, log = free_port(), tmp_path / "worker.log"
+        with log.open("w") as stderr:
+            worker = start_worker(server.url, port, tmp_path, stderr=stderr, log_level="INFO")
+        try:
+            wait_until(lambda: "max number of clients reached" in log.read_text() or worker.poll() is not None, 60,
+                       "the worker's line about maxclients")  # fmt: skip
+            assert worker.poll() is None, log.read_text()[-2000:]
+            line = next(x for x in log.read_text().splitlines() if "max number of clients reached" in x)
+            assert "maxclients" in line and "redis.maxClients" in line, line
+            for hog in hogs:
+                hog.close()
+            wait_until(lambda: admin.xlen(KEYS.batches) > 0 or worker.poll() is not None, 60, "a batch published")
+            assert worker.poll() is None and admin.xlen(KEYS.batches) > 0, log.read_text()[-2000:]
+            assert metric(port, "rolloutfleet_redis_errors_total") >= 1
+            assert "Traceback" not in log.read_text()
+        finally:
+            worker.terminate()
+            assert worker.wait(30) == 0
+    finally:
+        for hog in hogs:
+            hog.close()
+        server.close()

@@ -78,6 +78,11 @@ def explain(exc: BaseException) -> str:
         return "it refuses writes: it is a read-only replica (failing over?)"
     if isinstance(exc, redis.exceptions.BusyLoadingError):
         return "it is still loading its data set"
+    if "max number of clients reached" in str(exc):
+        return (
+            "it refuses new connections: max number of clients reached (each worker holds 2: raise its "
+            "maxclients, the chart's redis.maxClients, or spread the fleet over a Redis Cluster)"
+        )
     if untrusted_certificate(exc):
         return f"TLS: its certificate is not trusted (the CA: ${CA_FILE_ENV}, spec.redis.tls.caSecret): {' '.join(str(exc).split())}"
     return " ".join(str(exc).split()) or type(exc).__name__
