@@ -241,3 +241,16 @@ def test_sampling_infos_keys_and_where_they_are_refused() -> None:
         SpecError, match=r"spec\.sampling\.infos: needs the step infos, which env.vectorization 'async'"
     ):
         RolloutJob.from_dict(manifest(sampling={"infos": ["x"]}, env={"id": "CartPole-v1", "vectorization": "async"}))
+
+
+def test_any_namespace_kubernetes_has_is_taken_and_a_name_leaves_room_for_its_pods() -> None:
+    def job(name: str, namespace: str) -> RolloutJob:
+        return RolloutJob.from_dict({"metadata": {"name": name, "namespace": namespace},
+                                     "spec": {"env": {"id": "CartPole-v1"}}})  # fmt: skip
+
+    assert job("cp", "n" * 63).namespace == "n" * 63  # Kubernetes allows 63; pods do not carry it
+    with pytest.raises(SpecError, match=r"metadata\.namespace: must be a lowercase DNS label .* at most 63 characters"):
+        job("cp", "n" * 64)
+    assert job("c" * 50, "default").name == "c" * 50
+    with pytest.raises(SpecError, match=r"metadata\.name: .* at most 50 characters"):  # <name>-worker-<i> <= 63
+        job("c" * 51, "default")

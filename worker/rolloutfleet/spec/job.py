@@ -172,12 +172,22 @@ class ObjectMeta(_Model):
     name: str
     namespace: str = "default"
 
-    @field_validator("name", "namespace")
+    @field_validator("name")
     @classmethod
-    def _dns_label(cls, value: str) -> str:
-        if len(value) > 50 or not _DNS_LABEL.match(value):
-            raise ValueError(f"must be a lowercase DNS label (a-z, 0-9, '-'), at most 50 characters, got {value!r}")
-        return value
+    def _name(cls, value: str) -> str:
+        # 50, not 63: a worker pod's name, <name>-worker-<index>, must be a DNS label too.
+        return _dns_label(value, 50)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return _dns_label(value, 63)  # any namespace Kubernetes has
+
+
+def _dns_label(value: str, longest: int) -> str:
+    if len(value) > longest or not _DNS_LABEL.match(value):
+        raise ValueError(f"must be a lowercase DNS label (a-z, 0-9, '-'), at most {longest} characters, got {value!r}")
+    return value
 
 
 class RolloutJob(_Model):
