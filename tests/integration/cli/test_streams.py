@@ -205,3 +205,29 @@ def test_consume_saves_dict_observation_leaves_as_their_own_columns(redis_url: s
             np.testing.assert_array_equal(data[name], batch[name])
             assert data[name].dtype == batch[name].dtype
         assert "obs" not in data.files
+
+
+def test_streams_in_a_pipe_shows_whole_names_and_json_says_the_same(redis_url: str) -> None:
+    """Piped (no terminal, no COLUMNS), the table was cut to 80 columns: every name ``defa…``.
+    Now it is as wide as it needs; ``--output json`` gives the same figures to a program."""
+    import json
+    import subprocess
+    import sys
+
+    job, group = "a-job-with-a-name-as-long-as-kubernetes-allows-x", "a-learner-group-with-a-long-name"
+    publisher = BatchPublisher(redis_url, job, "a-team-namespace")
+    publisher.publish({"obs": np.zeros(2)})
+    BatchConsumer(redis_url, job, "a-team-namespace", group=group).read(count=1, timeout=5)
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("COLUMNS", "LINES")}
+    table = subprocess.run([sys.executable, "-m", "rolloutfleet.cli.main", "streams", "--redis", redis_url],
+                           capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if job in line)
+    assert f"a-team-namespace/{job}" in row and group in row and "…" not in table.stdout, table.stdout
+    out = subprocess.run([sys.executable, "-m", "rolloutfleet.cli.main", "streams", "--redis", redis_url, "--output",
+                          "json"], capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    [stream] = [s for s in json.loads(out.stdout)["streams"] if s["job"] == job]
+    assert (stream["namespace"], stream["length"], stream["policy"]) == ("a-team-namespace", 1, None)
+    [read] = stream["groups"]
+    assert (read["name"], read["pending"], read["consumers"]) == (group, 1, 1)

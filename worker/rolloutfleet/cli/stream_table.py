@@ -5,6 +5,8 @@ workers back, which weights versions workers refused, and the newest evaluation 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 from typing import Any
@@ -61,12 +63,28 @@ def show_streams(args: argparse.Namespace) -> int:
         return 1
     finally:
         client.close()
+    if getattr(args, "output", "table") == "json":
+        print(json.dumps(as_json(statuses, refused, evaluated), indent=2))
+        return 0
     table, holds = _table(statuses)
-    console = Console()
+    # On a terminal, its width; in a pipe or a file, as wide as the table needs: never a cut name.
+    console = Console() if sys.stdout.isatty() else Console(width=10_000)
     console.print(table)
     for line in holds + refused + evaluated:
         console.print(line, highlight=False, soft_wrap=True)
     return 0
+
+
+def as_json(
+    statuses: list[tuple[str | None, StreamStatus]], refused: list[str], evaluated: list[str]
+) -> dict[str, Any]:
+    """What the table says, for a program: each stream (its policy, shard, groups and hold)
+    with the same figures, the refused weights' and the evaluation's lines."""
+    return {
+        "streams": [{"policy": policy, **dataclasses.asdict(status)} for policy, status in statuses],
+        "refused_weights": refused,
+        "evaluation": evaluated,
+    }
 
 
 def _streams(client: Client) -> list[Stream]:
@@ -86,7 +104,8 @@ def _table(statuses: list[tuple[str | None, StreamStatus]]) -> tuple[Table, list
     """The table of streams and groups, and a line per stream whose workers are held back."""
     table = Table(title=f"{len(statuses)} job streams", title_justify="left")
     for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("job", "group") else "right")
+        named = column in ("job", "group")  # names are never cut short ("defa…"): they wrap instead
+        table.add_column(column, justify="left" if named else "right", overflow="fold", no_wrap=not named)
     holds = []
     for policy, status in statuses:
         name = f"{status.namespace}/{status.job}" + ("" if policy is None else f" ({policy})")

@@ -72,6 +72,13 @@ def add_streams_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="give up after this many seconds with Redis unavailable"
     )
+    parser.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table (whole names, never cut: as wide as it needs when not on a terminal) or json (one object: "
+        "streams with their groups, holds, refused weights, evaluation lines)",
+    )
     parser.set_defaults(run=run_streams)
     return parser
 
