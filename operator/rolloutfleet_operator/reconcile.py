@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -48,7 +48,7 @@ from rolloutfleet_operator.pods import (
     template_hash,
 )
 from rolloutfleet_operator.redis_users import Isolation, isolation_condition, keep_users
-from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
+from rolloutfleet_operator.runtime import JobRuntime, Key, Owned, Runtime
 from rolloutfleet_operator.scaling import Scaling, scaling_status, sync_scaling
 from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
 
@@ -305,6 +305,33 @@ async def _keep_evaluators(
         post_event(body["metadata"], "Warning", "CreateFailed", f"the API server refused an evaluation pod: {refusal}")
 
 
+async def keep_owned(
+    owned: Owned,
+    wanted: dict[str, Any],
+    apply: Callable[[], Awaitable[str | None]],
+    *,
+    clock: float,
+    refresh_s: float,
+    warn: Callable[[str], None],
+) -> None:
+    """Keep one child of a job (its PodDisruptionBudget, Service or NetworkPolicy): ``apply``
+    it unless the spec ``wanted`` was applied within ``refresh_s``; refused (a missing RBAC
+    rule, a bad value), it is tried again after :data:`PDB_RETRY_S` and the refusal is said
+    once through ``warn``, until it changes."""
+    sent = owned.sent
+    if sent is not None and sent[0] == wanted and clock - sent[1] < refresh_s:
+        return
+    refusal = await apply()
+    owned.sent = (wanted, clock if refusal is None else clock - refresh_s + PDB_RETRY_S)
+    if refusal is not None and refusal != owned.reported:
+        warn(refusal)
+    owned.reported = refusal or ""
+
+
+def _warn(body: dict[str, Any], reason: str) -> Callable[[str], None]:
+    return lambda refusal: post_event(body["metadata"], "Warning", reason, f"the API server refused it: {refusal}")
+
+
 async def _keep_pdb(
     runtime: Runtime,
     state: JobRuntime,
@@ -318,17 +345,12 @@ async def _keep_pdb(
     spec's: no call while it agrees, one per :data:`PDB_RETRY_S` while the watch lags."""
     wanted = pdb_spec(job)
     if indexed and uid in indexed[0]["owners"] and all(indexed[0]["spec"].get(k) == v for k, v in wanted.items()):
-        state.pdb_sent = None
+        state.pdb.sent = None
         return
     if indexed and uid not in indexed[0]["owners"]:
         return  # a previous job's of the same name: the garbage collector deletes it first
-    if state.pdb_sent is not None and state.pdb_sent[0] == wanted and clock - state.pdb_sent[1] < PDB_RETRY_S:
-        return
-    state.pdb_sent = (wanted, clock)
-    refusal = await apply_pdb(runtime.api, build_pdb(job, uid))
-    if refusal is not None and refusal != state.reported_pdb:  # a missing RBAC rule, a bad value: say so once
-        post_event(body["metadata"], "Warning", "PodDisruptionBudgetFailed", f"the API server refused it: {refusal}")
-    state.reported_pdb = refusal or ""
+    await keep_owned(state.pdb, wanted, lambda: apply_pdb(runtime.api, build_pdb(job, uid)), clock=clock,
+                     refresh_s=PDB_RETRY_S, warn=_warn(body, "PodDisruptionBudgetFailed"))  # fmt: skip
 
 
 async def _keep_service(
@@ -338,18 +360,9 @@ async def _keep_service(
     every :data:`SERVICE_REFRESH_S` (one cheap call; a deleted Service comes back). The job's
     owner reference lets the garbage collector delete it with the job."""
     service = build_service(job, uid)
-    if service is None:
-        return
-    wanted = service["spec"]
-    sent = state.service_sent
-    if sent is not None and sent[0] == wanted and clock - sent[1] < SERVICE_REFRESH_S:
-        return
-    refusal = await apply_service(runtime.api, service)
-    # Refused (a missing RBAC rule, a port taken by another Service): tried again after PDB_RETRY_S.
-    state.service_sent = (wanted, clock if refusal is None else clock - SERVICE_REFRESH_S + PDB_RETRY_S)
-    if refusal is not None and refusal != state.reported_service:  # a missing RBAC rule: say so once
-        post_event(body["metadata"], "Warning", "ServiceFailed", f"the API server refused it: {refusal}")
-    state.reported_service = refusal or ""
+    if service is not None:
+        await keep_owned(state.service, service["spec"], lambda: apply_service(runtime.api, service), clock=clock,
+                         refresh_s=SERVICE_REFRESH_S, warn=_warn(body, "ServiceFailed"))  # fmt: skip
 
 
 async def _keep_network_policy(
@@ -357,17 +370,9 @@ async def _keep_network_policy(
 ) -> None:
     """The job's NetworkPolicy (:mod:`.network`), kept as :func:`_keep_service` keeps a Service."""
     policy = build_network_policy(job, runtime.config, job_labels(job.name), owner_reference(job, uid))
-    if policy is None:
-        return
-    wanted = policy["spec"]
-    sent = state.network_policy_sent
-    if sent is not None and sent[0] == wanted and clock - sent[1] < SERVICE_REFRESH_S:
-        return
-    refusal = await apply_network_policy(runtime.api, policy)
-    state.network_policy_sent = (wanted, clock if refusal is None else clock - SERVICE_REFRESH_S + PDB_RETRY_S)
-    if refusal is not None and refusal != state.reported_network_policy:  # a bad spec.network rule: say so once
-        post_event(body["metadata"], "Warning", "NetworkPolicyFailed", f"the API server refused it: {refusal}")
-    state.reported_network_policy = refusal or ""
+    if policy is not None:
+        await keep_owned(state.network_policy, policy["spec"], lambda: apply_network_policy(runtime.api, policy),
+                         clock=clock, refresh_s=SERVICE_REFRESH_S, warn=_warn(body, "NetworkPolicyFailed"))  # fmt: skip
 
 
 def shown(indexes: Iterable[int], limit: int = 10) -> str:

@@ -18,6 +18,15 @@ Key = tuple[str, str]  # (namespace, name) of a RolloutJob
 
 
 @dataclass
+class Owned:
+    """A child object the operator keeps for a job: the spec it last applied and when
+    (monotonic), and the refusal it last said in an Event (each said once)."""
+
+    sent: tuple[dict[str, Any], float] | None = None
+    reported: str = ""
+
+
+@dataclass
 class JobRuntime:
     """In-memory companion of one job."""
 
@@ -28,17 +37,13 @@ class JobRuntime:
     # The last reason reported in an Event, so that each is reported once, not every round.
     reported_invalid: str = ""
     reported_refusal: str = ""
-    reported_pdb: str = ""
-    # The PodDisruptionBudget spec last sent, and when (monotonic): not sent again until the
-    # watch had time to show it.
-    pdb_sent: tuple[dict[str, Any], float] | None = None
-    # An external env's Service spec last applied, and when (monotonic): applied again when
-    # the spec changes or after reconcile.SERVICE_REFRESH_S (it is not watched).
-    service_sent: tuple[dict[str, Any], float] | None = None
-    reported_service: str = ""
-    # The job's NetworkPolicy spec last applied, and when (as service_sent).
-    network_policy_sent: tuple[dict[str, Any], float] | None = None
-    reported_network_policy: str = ""
+    # The children kept beside the pods (reconcile.keep_owned): the PodDisruptionBudget (not
+    # sent again until the watch had time to show it), an external env's Service and the
+    # job's NetworkPolicy (applied again when their spec changes or after
+    # reconcile.SERVICE_REFRESH_S: they are not watched).
+    pdb: Owned = field(default_factory=Owned)
+    service: Owned = field(default_factory=Owned)
+    network_policy: Owned = field(default_factory=Owned)
     # The status this process wrote last, with the uid of the job it was written for.
     # The operator is the only writer of status (peering: one active replica), so this
     # is newer than the watch's copy, which can lag behind our own patches; after a

@@ -60,12 +60,12 @@ async def test_a_refused_service_is_reported_once_and_tried_again(kube: Any, pos
     kube.fail("create_service", 403, 'services is forbidden: User "op" cannot create resource "services"')
     await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []})
     await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []})  # not at every round
-    runtime.job(KEY).service_sent = None  # as if PDB_RETRY_S had passed
+    runtime.job(KEY).service.sent = None  # as if PDB_RETRY_S had passed
     await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []})
     assert len(kube.named("create_service")) == 2
     warnings = [e for e in posted if e["reason"] == "ServiceFailed"]
     assert len(warnings) == 1 and "forbidden" in warnings[0]["message"]
     kube.recover("create_service")
-    runtime.job(KEY).service_sent = None
+    runtime.job(KEY).service.sent = None
     await reconcile(KEY, runtime, {KEY: [job]}, {KEY: []})
     assert "cp-external" in kube.services

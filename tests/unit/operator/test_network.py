@@ -145,7 +145,7 @@ async def test_a_refused_policy_is_reported_once(kube: Any, posted: list[Any]) -
         "create_network_policy", 422, 'NetworkPolicy.networking.k8s.io "cp-egress" is invalid: spec.egress[2].to[0]'
     )
     await reconcile(KEY, runtime, {KEY: [body]}, {KEY: []})
-    runtime.job(KEY).network_policy_sent = None
+    runtime.job(KEY).network_policy.sent = None
     await reconcile(KEY, runtime, {KEY: [body]}, {KEY: []})
     warnings = [e for e in posted if e["reason"] == "NetworkPolicyFailed"]
     assert len(warnings) == 1 and "spec.egress[2].to[0]" in warnings[0]["message"]

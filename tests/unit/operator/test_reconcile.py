@@ -208,7 +208,7 @@ async def test_a_refused_pdb_is_reported_once_and_the_workers_still_run(kube: An
     runtime, job = Runtime(config=OperatorConfig(), api=kube.api()), indexed_job()
     kube.fail("create_pdb", 403, 'poddisruptionbudgets.policy is forbidden: User "op" cannot create')
     await run(runtime, job, [])
-    runtime.job(KEY).pdb_sent = None  # as if PDB_RETRY_S had passed
+    runtime.job(KEY).pdb.sent = None  # as if PDB_RETRY_S had passed
     await run(runtime, job, [])
     assert sorted(made(kube)) == ["cp-worker-0", "cp-worker-1"] and len(kube.named("create_pdb")) == 2
     warnings = [e for e in posted if e["reason"] == "PodDisruptionBudgetFailed"]
