@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rolloutfleet.fleet.supervisor import LocalFleet
-from rolloutfleet.sampling.env_processes import CPUS_VARIABLE, usable_cpus
+from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE, usable_cpus
 from rolloutfleet.spec.job import RolloutJob
 
 

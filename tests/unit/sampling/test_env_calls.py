@@ -92,7 +92,7 @@ class WaitsForFile(gym.Env[np.ndarray, np.int64]):
 def test_an_async_step_is_stamped_with_the_sub_env_its_process_is_in(tmp_path: Any) -> None:
     import threading
 
-    from rolloutfleet.sampling.env_processes import ProcessVectorEnv
+    from rolloutfleet.sampling.vector.processes import ProcessVectorEnv
 
     release = str(tmp_path / "release")
     env = ProcessVectorEnv(lambda i: WaitsForFile(i, release), num_envs=4, processes=2)  # sub-envs 2-3: process 1

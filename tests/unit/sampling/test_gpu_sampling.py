@@ -81,7 +81,7 @@ def test_async_env_processes_forked_beside_a_gpu_runners_garbage_sample(monkeypa
     """Env processes forked from a worker whose uncollected garbage holds a GPU runner (its
     tensors, pinned buffers, streams), and that collect garbage themselves: they sample
     (freeing such objects in a forked child aborts it: 'CUDA error: initialization error')."""
-    from rolloutfleet.sampling.env_processes import CPUS_VARIABLE
+    from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE
 
     monkeypatch.setenv(CPUS_VARIABLE, "2")
     env = {"entryPoint": "tests.unit.sampling.poison_envs:make_collecting_env", "numEnvs": 4, "vectorization": "async"}

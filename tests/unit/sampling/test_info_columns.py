@@ -85,7 +85,7 @@ def test_a_value_that_is_not_numeric_is_refused() -> None:
 def test_auto_vectorization_picks_sync_where_it_would_pick_async(monkeypatch: pytest.MonkeyPatch) -> None:
     """Env processes pass no step infos: the async choice ``auto`` made is replaced by sync."""
     from rolloutfleet.sampling import env_runner
-    from rolloutfleet.sampling.vectorization import VectorChoice
+    from rolloutfleet.sampling.vector.choice import VectorChoice
 
     monkeypatch.setattr(env_runner, "plan_vectorization", lambda *_: VectorChoice("async", processes=2, sub_envs=3))
     spec = job(["steps"])

@@ -39,7 +39,7 @@ PRELOAD = (
     "rolloutfleet.evaluation.evaluator",
     "rolloutfleet.inference.cpu_threads",
     "rolloutfleet.sampling.envs",
-    "rolloutfleet.sampling.env_processes",
+    "rolloutfleet.sampling.vector.processes",
     "rolloutfleet.sampling.heap",
     "rolloutfleet.sampling.runners",
     "rolloutfleet.sampling.sizes",

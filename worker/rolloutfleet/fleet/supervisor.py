@@ -32,7 +32,7 @@ from rolloutfleet.fleet import local_forkserver
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.local_forkserver import ForkedWorker, WorkerHandle
 from rolloutfleet.fleet.parent_watch import PARENT_PID_ENV
-from rolloutfleet.sampling.env_processes import CPUS_VARIABLE, usable_cpus
+from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE, usable_cpus
 from rolloutfleet.spec.external import PORT_VARIABLE, local_port
 from rolloutfleet.spec.footprint import local_cpus
 from rolloutfleet.spec.job import RolloutJob

@@ -258,7 +258,7 @@ class Worker:
     def _env_call_verdict(self, verdict: Verdict) -> None:
         """On the watchdog's thread: an env call hung past the timeout (counted, unhealthy, in a
         last heartbeat, then exit 3), or outlasted a stop (exit 0). The process ends here."""
-        from rolloutfleet.sampling.env_processes import kill_env_processes
+        from rolloutfleet.sampling.vector.processes import kill_env_processes
 
         transport, last_beat = self.transport, None
         if verdict.stuck:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rolloutfleet.fleet.nonfinite import NonFinite
     from rolloutfleet.fleet.worker_transport import WorkerTransport
     from rolloutfleet.inference.policy import Policy
-    from rolloutfleet.sampling.vectorization import VectorChoice
+    from rolloutfleet.sampling.vector.choice import VectorChoice
 
 
 EXTERNAL_SERIES = {

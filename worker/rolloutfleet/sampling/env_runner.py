@@ -37,9 +37,9 @@ from rolloutfleet.sampling.grid import RAW_REWARDS, SEQ_NO, VALID, Grid, batch_c
 from rolloutfleet.sampling.info_columns import InfoColumns
 from rolloutfleet.sampling.row_callbacks import RowCallbacks
 from rolloutfleet.sampling.runner import Runner
-from rolloutfleet.sampling.sync_vector_env import FAILED
+from rolloutfleet.sampling.vector.choice import VectorChoice, plan_vectorization
+from rolloutfleet.sampling.vector.sync import FAILED
 from rolloutfleet.sampling.vector_policy import VectorPolicy
-from rolloutfleet.sampling.vectorization import VectorChoice, plan_vectorization
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)

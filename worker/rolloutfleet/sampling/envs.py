@@ -1,9 +1,9 @@
 """The worker's vector env, built from a spec in one of four vectorizations
 (``spec.env.vectorization``: ``vector``, the env's own batched implementation; ``sync``,
-:mod:`~rolloutfleet.sampling.sync_vector_env`; ``async``, env processes,
-:mod:`~rolloutfleet.sampling.env_processes`; ``envpool``, :mod:`~rolloutfleet.sampling.envpool_env`),
+:mod:`~rolloutfleet.sampling.vector.sync`; ``async``, env processes,
+:mod:`~rolloutfleet.sampling.vector.processes`; ``envpool``, :mod:`~rolloutfleet.sampling.vector.envpool`),
 and a sub-env's spaces. The parts: one sub-env (:mod:`~rolloutfleet.sampling.env_creators`),
-the choice (:mod:`~rolloutfleet.sampling.vectorization`), failures
+the choice (:mod:`~rolloutfleet.sampling.vector.choice`), failures
 (:mod:`~rolloutfleet.sampling.env_failures`); their public names are importable from here too.
 Each mode, failing envs and autoreset: docs/guides/heavy-envs.md ("The four vectorizations").
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
@@ -36,10 +35,9 @@ from rolloutfleet.sampling.env_failures import (
     reset_or_fail,
     stop_requested,
 )
-from rolloutfleet.sampling.env_processes import ProcessVectorEnv
 from rolloutfleet.sampling.obs_check import obs_problem
-from rolloutfleet.sampling.sync_vector_env import FAILED, ResilientSyncVectorEnv
-from rolloutfleet.sampling.vectorization import (
+from rolloutfleet.sampling.vector.backends import Build, backend
+from rolloutfleet.sampling.vector.choice import (
     AUTO_ASYNC_STEP_S,
     VectorChoice,
     choose_vectorization,
@@ -48,7 +46,8 @@ from rolloutfleet.sampling.vectorization import (
     plan_vectorization,
     worker_cpus,
 )
-from rolloutfleet.spec.job import EnvSpec, SpecError
+from rolloutfleet.sampling.vector.sync import FAILED, ResilientSyncVectorEnv
+from rolloutfleet.spec.job import EnvSpec
 
 __all__ = [
     "AUTO_ASYNC_STEP_S",
@@ -88,7 +87,7 @@ def env_spaces(
     observation is one of its space (:class:`EnvFailed` when not)."""
     mode = choose_vectorization(spec)
     if mode == "envpool":
-        from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv
+        from rolloutfleet.sampling.vector.envpool import EnvPoolVectorEnv
 
         with ENV_CALL.calling("constructor"):
             pool = EnvPoolVectorEnv(spec)
@@ -124,26 +123,13 @@ def make_vector_env(
     ``info_keys`` (``sampling.infos``): the step info entries a sync vector env passes on."""
     if choice is None:
         choice = plan_vectorization(spec, worker_index, num_workers)
-    mode = choice.mode
+    made = backend(choice.mode)
     with env_build_errors(spec), ENV_CALL.calling("constructor"):  # sync and async name the sub-env
-        if mode == "vector":
-            assert spec.id is not None
-            if not has_vector_entry_point(spec.id):
-                raise SpecError(f"spec.env.vectorization: {spec.id!r} has no vector entry point; use 'sync' or 'async'")
-            vec = gym.make_vec(spec.id, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config)
-            # ale-py's vector env seeds sub-env i with seed + i, as C++ ints.
-            return ResetGuard(vec, spec, seed_bits=30 if spec.id.startswith("ALE/") else None, check_obs=True)
-        if mode == "envpool":
-            from rolloutfleet.sampling.envpool_env import EnvPoolVectorEnv  # imports envpool: only when asked
-
-            return ResetGuard(EnvPoolVectorEnv(spec), spec, check_obs=True)
-        create = env_creator(spec, worker_index, num_workers)
-        if mode == "async":
-            return ResetGuard(ProcessVectorEnv(create, spec.num_envs, choice.processes), spec)
-        budget = FailureBudget(spec.max_consecutive_failures, env_name(spec), spec.restart_failed_sub_envs)
-        return ResilientSyncVectorEnv(
-            create, spec.num_envs, restart_failed=spec.restart_failed_sub_envs, budget=budget, info_keys=info_keys
-        )
+        create = env_creator(spec, worker_index, num_workers) if made.sub_envs else None
+        vec = made.build(Build(spec, worker_index, num_workers, choice, create, info_keys))
+        if not made.guarded:
+            return vec
+        return ResetGuard(vec, spec, seed_bits=made.seed_bits(spec), check_obs=made.check_obs)
 
 
 class ResetGuard(VectorWrapper):

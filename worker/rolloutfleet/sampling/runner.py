@@ -33,7 +33,7 @@ from rolloutfleet.sampling.env_creators import derive_seed
 from rolloutfleet.sampling.env_failures import FailureBudget, env_name
 from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.step_timing import StepTiming
-from rolloutfleet.sampling.vectorization import VectorChoice
+from rolloutfleet.sampling.vector.choice import VectorChoice
 from rolloutfleet.spec.job import PolicySpec, RolloutJob, SpecError
 
 BatchT = TypeVar("BatchT", SampleBatch, MultiAgentBatch)

@@ -9,7 +9,7 @@
 | ``ROLLOUTFLEET_REDIS_USERNAME`` | the Redis ACL user (the operator's ``<job>-redis-worker`` Secret; read by the client) |
 | ``ROLLOUTFLEET_METRICS_PORT`` | Prometheus ``/metrics``, ``/healthz``, ``/readyz`` (default 9100; 0: any free port) |
 | ``ROLLOUTFLEET_REDIS_STARTUP_TIMEOUT_SECONDS`` | give up (one line, exit 4) when Redis was never reached for this long; unset (the operator's pods): retry without bound, unready |
-| ``ROLLOUTFLEET_CPUS`` | the CPUs the pod requested (1 where none): at most this many env processes (``async``); read by :mod:`rolloutfleet.sampling.env_processes`; unset: the CPUs the process may use |
+| ``ROLLOUTFLEET_CPUS`` | the CPUs the pod requested (1 where none): at most this many env processes (``async``); read by :mod:`rolloutfleet.sampling.vector.processes`; unset: the CPUs the process may use |
 | ``ROLLOUTFLEET_EXTERNAL_PORT`` | an external env's action endpoint (overrides ``spec.env.external.port``; 0: any free port); read by :mod:`rolloutfleet.external.runner` |
 | ``ROLLOUTFLEET_LISTEN_HOST`` | the IP address the probes and metrics endpoint and an external job's action server bind (default ``0.0.0.0``; ``rolloutfleet run``: ``127.0.0.1`` unless ``--listen``) |
 | ``ROLLOUTFLEET_LEARNER_IDLE_SECONDS`` | a consumer group none of whose consumers read for this long no longer holds ``block`` backpressure (default 120) |

@@ -23,7 +23,7 @@ from rolloutfleet.inference.obs_spaces import MASK_KEY
 from rolloutfleet.sampling.env_calls import ENV_CALL
 from rolloutfleet.sampling.env_creators import env_creator
 from rolloutfleet.sampling.env_failures import describe
-from rolloutfleet.sampling.env_processes import usable_cpus
+from rolloutfleet.sampling.vector.processes import usable_cpus
 from rolloutfleet.sampling.wrappers import register_namespace
 from rolloutfleet.spec.job import EnvSpec, SpecError, parse_quantity
 
@@ -122,7 +122,7 @@ def _legal_sample(space: spaces.Space[Any], obs: Any) -> Any:
 
 def worker_cpus(cpu: str | None) -> int:
     """CPUs for env processes: ``resources.cpu`` rounded up, never more than the process may
-    use (:func:`~rolloutfleet.sampling.env_processes.usable_cpus`), which counts when it is unset."""
+    use (:func:`~rolloutfleet.sampling.vector.processes.usable_cpus`), which counts when it is unset."""
     usable = usable_cpus()
     return usable if cpu is None else max(1, min(usable, math.ceil(parse_quantity(cpu))))
 

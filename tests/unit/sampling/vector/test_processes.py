@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from rolloutfleet import EnvRunner, RolloutJob
-from rolloutfleet.sampling.env_processes import CPUS_VARIABLE, group_bounds, usable_cpus
 from rolloutfleet.sampling.envs import EnvFailed
+from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE, group_bounds, usable_cpus
 from rolloutfleet.spec.job import SpecError
 
 FAILING = "tests.unit.sampling.poison_envs:make_failing_env"

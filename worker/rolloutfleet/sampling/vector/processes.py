@@ -3,7 +3,7 @@
 ``P = min(numEnvs, CPUs)`` processes each hold a contiguous group of sub-envs (8 on 2 CPUs:
 2 x 4), so a vector step costs the slowest share plus one round trip per process, not one
 per sub-env (gymnasium's ``AsyncVectorEnv``). Semantics match ``sync``
-(:class:`~rolloutfleet.sampling.sync_vector_env.ResilientSyncVectorEnv`: SAME_STEP autoreset,
+(:class:`~rolloutfleet.sampling.vector.sync.ResilientSyncVectorEnv`: SAME_STEP autoreset,
 the same seeds, the same trajectories). Observations come back through shared memory,
 the rest through the pipe; a sub-env that raises or a process that dies fails the vector
 step (:class:`EnvProcessError`, counted by the runner, which rebuilds the vector env).
