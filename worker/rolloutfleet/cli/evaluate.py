@@ -52,11 +52,16 @@ def _evaluate(args: argparse.Namespace) -> int:
             print(f"episode {index}: return {episode_return:.6g}, length {length}", flush=True)
 
     password = os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD") or None
+    from rolloutfleet.fleet.env_watchdog import watch_command
+
+    watchdog = watch_command("evaluate", job.spec.env)  # a stuck env call ends it (exit 3), as a worker
     try:
         summary = evaluate_current(job, url, password, args.episodes, say)
     except NothingToEvaluate as exc:
         print(f"rolloutfleet evaluate: {exc}", file=sys.stderr)
         return 1
+    finally:
+        watchdog.close()
     print(summary.describe())
     if args.json:
         print(json.dumps(summary.to_json()))

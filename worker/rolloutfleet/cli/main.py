@@ -21,6 +21,13 @@ from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 
+def watch_command(command: str, spec: Any) -> Any:
+    """:func:`rolloutfleet.fleet.env_watchdog.watch_command`, imported when a command needs it."""
+    from rolloutfleet.fleet.env_watchdog import watch_command as watch
+
+    return watch(command, spec)
+
+
 def _sample(args: argparse.Namespace) -> int:
     from rolloutfleet.cli.paths import output_problem
 
@@ -41,6 +48,7 @@ def _sample(args: argparse.Namespace) -> int:
 
     limit_cpu_threads(job.spec.policy.num_threads)  # as a worker does
     keep_freed_memory()
+    watchdog = watch_command("sample", job.spec.env)  # a stuck env call ends it (exit 3), as a worker
     with make_env_runner(job, worker_index=args.worker_index, num_workers=args.num_workers) as runner:
         batches: list[Any] = []
         steps = 0  # rows (single-agent) or env steps (multi-agent)
@@ -53,6 +61,7 @@ def _sample(args: argparse.Namespace) -> int:
             batches.append(batch)
             steps += batch.env_steps()
         metrics = runner.get_metrics()
+    watchdog.close()
     if job.spec.multi_agent is not None:
         # "<policy_id>/<column>", agent_id (text) included; every policy, trained or not.
         multi = MultiAgentBatch.concat(batches)
@@ -92,10 +101,13 @@ def _validate(args: argparse.Namespace) -> int:
         return 0
     from rolloutfleet.sampling.sizes import check_sizes
 
+    watchdog = watch_command("validate", job.spec.env)  # a stuck constructor ends it (exit 3)
     try:
         size = check_sizes(job)  # builds one sub-env for its spaces; SpecError names what cannot work
     except SpecError as exc:
         raise SpecError(f"{args.manifest}: {exc}") from None
+    finally:
+        watchdog.close()
     sizes = "multi-agent: sizes not estimated" if size is None else size.describe()
     print(f"{args.manifest}: RolloutJob {job.namespace}/{job.name} is valid ({sizes})")
     return 0

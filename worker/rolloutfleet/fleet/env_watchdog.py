@@ -24,8 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rolloutfleet.sampling.env_calls import ENV_CALL, CallStamp, overdue, stuck
+
+if TYPE_CHECKING:
+    from rolloutfleet.spec.env_spec import EnvSpec
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +104,16 @@ def leave(
     report: Callable[[str], None],
     cleanup: Callable[[], None],
     last_beat: Callable[[], None] | None = None,
+    logged: bool = True,
 ) -> None:
     """End the process as ``verdict`` says: a stuck call is logged, ``last_beat`` written (a
     heartbeat saying so; at most :data:`LAST_BEAT_S`: Redis may be away too) and ``report``-ed
     (stderr and the termination message); a stop outlasted is a log line. ``cleanup`` (kill
-    the env processes) runs, then ``os._exit``: the sampling thread cannot unwind."""
+    the env processes) runs, then ``os._exit``: the sampling thread cannot unwind.
+    ``logged=False``: the report is the one line (a command's, not a worker's log)."""
     if verdict.stuck:
-        log.error("%s", verdict.line)
+        if logged:
+            log.error("%s", verdict.line)
         if last_beat is not None:
             beat = threading.Thread(target=_quietly(last_beat), name="last-heartbeat", daemon=True)
             beat.start()
@@ -132,3 +139,20 @@ def _quietly(call: Callable[[], None]) -> Callable[[], None]:
             log.warning("the last heartbeat was not written: %s", exc)
 
     return run
+
+
+def watch_command(command: str, spec: EnvSpec) -> EnvWatchdog:
+    """The watchdog of a command that builds or steps the job's env in its own process
+    (``validate``, ``sample``, ``evaluate``), as a worker's: an env call past
+    ``spec.env.callTimeoutSeconds`` ends the command with exit 3 and one line naming the
+    sub-env and the call (``rolloutfleet <command>: ...``), instead of a hang. Close it after."""
+    from rolloutfleet.sampling.env_failures import env_name
+    from rolloutfleet.sampling.vector.processes import kill_env_processes
+
+    watchdog = EnvWatchdog(env_name(spec), spec.call_timeout_seconds)
+
+    def report(line: str) -> None:
+        print(f"rolloutfleet {command}: {line}", file=sys.stderr)
+
+    watchdog.start(lambda verdict: leave(verdict, report, kill_env_processes, logged=False))
+    return watchdog
