@@ -139,31 +139,8 @@ def _installed_version() -> str:
         return "(not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
-    parser.add_argument(
-        "--log-level",
-        help="python logging level (default: $ROLLOUTFLEET_LOG_LEVEL, else INFO for `worker`, WARNING for the rest)",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
-    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
-
-    sample = commands.add_parser("sample", help="sample locally and write every column to a .npz file")
-    sample.add_argument("manifest", help="a RolloutJob YAML file")
-    sample.add_argument(
-        "--steps", type=int, required=True, help="env steps to collect (rows; multi-agent: env steps, all agents)"
-    )
-    sample.add_argument("--output", required=True, help="the .npz file to write (.npz is appended when missing)")
-    sample.add_argument("--worker-index", type=int, default=0)
-    sample.add_argument("--num-workers", type=int, default=None)
-    sample.add_argument("--compress", action="store_true", help="write a compressed .npz")
-    sample.set_defaults(run=_sample)
-
-    worker = commands.add_parser(
-        "worker", help="run one worker (the container entrypoint; configured by ROLLOUTFLEET_* env)"
-    )
-    worker.set_defaults(run=_worker)
-
+def _add_run_parser(commands: Any) -> None:
+    """``run`` on the sub-parsers object of the main parser."""
     run = commands.add_parser(
         "run",
         help="run the job's workers locally with an embedded Redis",
@@ -189,6 +166,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --redis: give up (one line, exit 1) when it is not reachable within this many seconds",
     )
     run.set_defaults(run=_run, command=[])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="rolloutfleet", description="RL rollout workers on Kubernetes + Redis")
+    parser.add_argument(
+        "--log-level",
+        help="python logging level (default: $ROLLOUTFLEET_LOG_LEVEL, else INFO for `worker`, WARNING for the rest)",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    sample = commands.add_parser("sample", help="sample locally and write every column to a .npz file")
+    sample.add_argument("manifest", help="a RolloutJob YAML file")
+    sample.add_argument(
+        "--steps", type=int, required=True, help="env steps to collect (rows; multi-agent: env steps, all agents)"
+    )
+    sample.add_argument("--output", required=True, help="the .npz file to write (.npz is appended when missing)")
+    sample.add_argument("--worker-index", type=int, default=0)
+    sample.add_argument("--num-workers", type=int, default=None)
+    sample.add_argument("--compress", action="store_true", help="write a compressed .npz")
+    sample.set_defaults(run=_sample)
+
+    worker = commands.add_parser(
+        "worker", help="run one worker (the container entrypoint; configured by ROLLOUTFLEET_* env)"
+    )
+    worker.set_defaults(run=_worker)
+
+    _add_run_parser(commands)
 
     validate = commands.add_parser(
         "validate",

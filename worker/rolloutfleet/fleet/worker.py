@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
     from rolloutfleet.sampling.runner import AnyRunner
-    from rolloutfleet.transport.redis.backpressure import StreamLoad
+    from rolloutfleet.transport.redis.stream_load import StreamLoad
 
 from rolloutfleet.fleet.env_watchdog import EnvWatchdog, Verdict, leave
 from rolloutfleet.fleet.learner_wait import LearnerWait

@@ -26,10 +26,10 @@ from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.global_step import GlobalStepReader
 from rolloutfleet.transport.heartbeat import write_heartbeat
 from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher
-from rolloutfleet.transport.redis.backpressure import StreamLoad
 from rolloutfleet.transport.redis.connection import RETRYABLE
 from rolloutfleet.transport.redis.errors import ConcurrentChange
 from rolloutfleet.transport.redis.keys import job_keys
+from rolloutfleet.transport.redis.stream_load import StreamLoad
 from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
 
 if TYPE_CHECKING:

@@ -30,7 +30,6 @@ from rolloutfleet.transport.redis.backpressure import (
     BackpressureMeter,
     BackpressureTimeout,
     PublishInterrupted,
-    StreamLoad,
 )
 from rolloutfleet.transport.redis.connection import (
     DEFAULT_RECONNECT_TIMEOUT_S,
@@ -44,6 +43,7 @@ from rolloutfleet.transport.redis.errors import ClusterError
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.redis.room import MemoryRoom, RedisFull, undelivered
 from rolloutfleet.transport.redis.sharding import record_shards, shard_of
+from rolloutfleet.transport.redis.stream_load import StreamLoad
 
 log = logging.getLogger(__name__)
 

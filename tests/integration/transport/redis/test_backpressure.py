@@ -16,7 +16,8 @@ import redis
 
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
-from rolloutfleet.transport.redis.backpressure import LAST_ID_SCRIPT, REMEASURE_S, BackpressureTimeout, stream_id
+from rolloutfleet.transport.redis.backpressure import LAST_ID_SCRIPT, REMEASURE_S, BackpressureTimeout
+from rolloutfleet.transport.redis.stream_load import stream_id
 
 pytestmark = pytest.mark.integration
 

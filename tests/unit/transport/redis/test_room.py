@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rolloutfleet.transport.redis.backpressure import consumed_bound, stream_id
 from rolloutfleet.transport.redis.room import undelivered
+from rolloutfleet.transport.redis.stream_load import consumed_bound, stream_id
 
 
 def group(name: str, last: str, lag: int | None = 0) -> dict[str, object]:

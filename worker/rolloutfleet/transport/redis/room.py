@@ -19,14 +19,9 @@ from typing import Any, Protocol
 
 import redis
 
-from rolloutfleet.transport.redis.backpressure import (
-    BackpressureMeter,
-    BackpressureTimeout,
-    PublishInterrupted,
-    StreamLoad,
-    consumed_bound,
-)
+from rolloutfleet.transport.redis.backpressure import BackpressureMeter, BackpressureTimeout, PublishInterrupted
 from rolloutfleet.transport.redis.retry import Backoff
+from rolloutfleet.transport.redis.stream_load import StreamLoad, consumed_bound
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import redis
 
-from rolloutfleet.transport.redis.backpressure import group_idle_ms
 from rolloutfleet.transport.redis.connection import node_client
 from rolloutfleet.transport.redis.keys import JobKeys
 from rolloutfleet.transport.redis.stream_backlog import group_backlog
+from rolloutfleet.transport.redis.stream_load import group_idle_ms
 
 
 @dataclass(frozen=True)

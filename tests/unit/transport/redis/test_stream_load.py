@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolloutfleet.transport.redis.backpressure import StreamLoad, group_idle_ms, stream_load
+from rolloutfleet.transport.redis.stream_load import StreamLoad, group_idle_ms, stream_load
 
 
 def group(name: str, lag: int | None, pending: int = 0) -> dict[str, Any]:
