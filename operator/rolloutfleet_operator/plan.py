@@ -377,4 +377,17 @@ def _describe_exit(pod: PodView) -> str:
         detail = pod.reason or "failed"
     if pod.reason and pod.reason not in detail:
         detail += f", {pod.reason}"
+    if pod.exit_code == _SIGKILLED and pod.reason != "OOMKilled":
+        detail += f" ({_SIGKILL_CAUSES})"
     return f"{detail}: {pod.message}" if pod.message else detail
+
+
+_SIGKILLED = 137
+_SIGKILL_CAUSES = (
+    "SIGKILL from outside the worker: most often the kernel's out-of-memory killer acting on the "
+    "pod's cgroup, which the kubelet reports as Error rather than OOMKilled; else a liveness probe "
+    "or a kill; compare resources.memory with the worker's need"
+)
+"""A worker stops on SIGTERM by itself, so 137 is a kill it could not handle. The kernel may
+kill at the pod's memory cgroup rather than the container's (their limits are equal and the
+pod's also holds the pause container); containerd then sees no OOM event for the container."""

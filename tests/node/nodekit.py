@@ -83,6 +83,17 @@ class Node:
         return "\n".join(parts)
 
 
+def kernel_oom_kills(pod_uids: set[str]) -> list[str]:
+    """The kernel's own record of memory-cgroup OOM kills in these pods (``dmesg``, as root):
+    each ``oom-kill:constraint=CONSTRAINT_MEMCG,...,task_memcg=.../pod<uid>/<container>`` line."""
+    log = subprocess.run(["dmesg"], capture_output=True, text=True, check=True, timeout=30).stdout
+    return [
+        line
+        for line in log.splitlines()
+        if "oom-kill:constraint=CONSTRAINT_MEMCG" in line and any(f"/pod{uid}/" in line for uid in pod_uids)
+    ]
+
+
 def wait_for(condition: Callable[[], Any], timeout: float, describe: Callable[[], str] = lambda: "") -> Any:
     """Poll ``condition`` until truthy and return it; on timeout fail with ``describe()``."""
     deadline = time.monotonic() + timeout

@@ -203,6 +203,19 @@ def test_a_real_failure_still_counts_against_the_budget() -> None:
         assert [e.reason for e in result.events] == ["WorkerFailed"]
 
 
+def test_a_sigkill_not_reported_as_oomkilled_names_the_likely_causes() -> None:
+    # Seen on a real node: the kernel's OOM killer acted on the pod's cgroup
+    # (oom_memcg=/kubepods/pod<uid>) and containerd reported the container as 137, Error.
+    killed = pod(0, phase="Failed", ready=False, exit_code=137, reason="Error", uid="k")
+    why = plan(job(replicas=1, **BUDGET_OF_ONE), [killed], {}, now=5.0, current_hash=HASH).records[0].last_error
+    assert why.startswith("exited with code 137, Error (SIGKILL") and "out-of-memory" in why
+    reported = pod(0, phase="Failed", ready=False, exit_code=137, reason="OOMKilled", uid="o")
+    why = plan(job(replicas=1, **BUDGET_OF_ONE), [reported], {}, now=5.0, current_hash=HASH).records[0].last_error
+    assert why == "exited with code 137, OOMKilled"
+    crashed = pod(0, phase="Failed", ready=False, exit_code=1, reason="Error", uid="c")
+    assert "SIGKILL" not in plan(job(replicas=1), [crashed], {}, now=5.0, current_hash=HASH).records[0].last_error
+
+
 def test_a_plain_delete_is_a_disruption_and_a_failed_pod_removed_unseen_a_failure() -> None:
     deleted = plan(job(**BUDGET_OF_ONE), [pod(0), pod(2)], {}, now=50.0, current_hash=HASH, vanished=[pod(1)])
     assert deleted.disruptions == {"Deleted": 1} and deleted.records[1].restarts == 0 and deleted.create == [1]
