@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.transport.redis.clients import worker_connections
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import (
     apply_network_policy,
@@ -50,7 +51,7 @@ from rolloutfleet_operator.pods import (
 from rolloutfleet_operator.redis_users import Isolation, isolation_condition, keep_users
 from rolloutfleet_operator.runtime import JobRuntime, Key, Owned, Runtime
 from rolloutfleet_operator.scaling import Scaling, scaling_status, sync_scaling
-from rolloutfleet_operator.status import build_status, invalid_spec_status, status_changed
+from rolloutfleet_operator.status import build_status, connections_condition, invalid_spec_status, status_changed
 
 # The kopf indexes, as handlers.job_index, handlers.pod_index and handlers.pdb_index fill them.
 JobIndex = Mapping[Key, Collection[dict[str, Any]]]
@@ -174,6 +175,15 @@ def _add_status_parts(
     generation = int(body["metadata"]["generation"])
     old_conditions = (own_status or {}).get("conditions") or []
     status["conditions"] = [*status["conditions"], isolation_condition(isolation, generation, now, old_conditions)]
+    if (limit := state.clients[1]) is not None:
+        fit = connections_condition(
+            limit.most, limit.connected, worker_connections(job), the_plan.desired, status["replicas"],
+            generation, now, old_conditions,
+        )  # fmt: skip
+        status["conditions"].append(fit)
+        if fit["status"] == "False" and state.reported_connections != fit["message"]:
+            post_event(body["metadata"], "Warning", fit["reason"], fit["message"])
+        state.reported_connections = fit["message"] if fit["status"] == "False" else ""
 
 
 def _count_and_tell(

@@ -53,6 +53,9 @@ class JobRuntime:
     password: tuple[float, str | None] = (0.0, None)  # (monotonic time read, the Redis password)
     scaling: Scaling | None = None  # spec.autoscaling's autoscaler, its last decision (.scaling)
     redis_users: Any = None  # .redis_users.Isolation: the job's Redis users, as last applied
+    # (monotonic time of the last read, the Redis's last ClientLimit read: kept through a failed read)
+    clients: tuple[float, Any] = (float("-inf"), None)
+    reported_connections: str = ""  # the last RedisConnectionsFit warning posted as an Event
 
 
 @dataclass

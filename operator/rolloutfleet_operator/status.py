@@ -282,3 +282,34 @@ def _learner_condition(
     return [
         condition("WaitingForLearner", False, "NotWaiting", "no ready worker waits for a learner", generation, now, old)
     ]
+
+
+CONNECTIONS = "RedisConnectionsFit"
+
+
+def connections_condition(
+    most: int, connected: int, per_worker: int, desired: int, live: int, generation: int, now: float,
+    previous: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """``RedisConnectionsFit``: whether ``desired`` workers of ``per_worker`` connections each, and
+    the clients that are not the job's (``connected`` less ``live`` workers' share), fit the
+    Redis's ``maxclients`` (``most``). Past it, the workers over the limit are refused at
+    connect, wait and retry, and sample nothing.
+
+    >>> print(connections_condition(10_000, 120, 2, 6_000, 50, 1, 0.0)["message"])
+    6000 workers x 2 connections = 12000, and 20 other clients, pass the Redis's maxclients of 10000: the workers over it are refused at connect and sample nothing; raise maxclients (the chart's redis.maxClients) and its file-descriptor limit, shard the job (a Redis Cluster), or lower spec.replicas
+    """
+    needed = desired * per_worker
+    others = max(0, connected - live * per_worker)
+    fits = needed + others <= most
+    if fits:
+        message = f"{desired} workers x {per_worker} connections = {needed}, and {others} other clients, fit the Redis's maxclients of {most}"  # fmt: skip
+    else:
+        message = (
+            f"{desired} workers x {per_worker} connections = {needed}, and {others} other clients, pass the Redis's "
+            f"maxclients of {most}: the workers over it are refused at connect and sample nothing; raise maxclients "
+            "(the chart's redis.maxClients) and its file-descriptor limit, shard the job (a Redis Cluster), or "
+            "lower spec.replicas"
+        )
+    reason = "WithinMaxClients" if fits else "OverMaxClients"
+    return condition(CONNECTIONS, fits, reason, message, generation, now, previous)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.transport.redis.clients import read_client_limit, worker_connections
 from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet.test_redis_faults import Learner, metric
 from tests.integration.fleet.test_worker import start_worker
@@ -78,6 +79,9 @@ def test_a_waiting_worker_costs_redis_a_few_commands_a_second_and_all_resume_for
             "every worker waiting for a learner",
         )
         assert all(w.poll() is None for w in workers), [p.read_text()[-1500:] for p in tmp_path.glob("worker-*.log")]
+        # The connections the operator budgets a worker (RedisConnectionsFit), as Redis counts them.
+        limit = read_client_limit(own_redis.url)
+        assert limit is not None and limit.connected == WORKERS * worker_connections(job) == 6, limit
         assert idle_commands_per_worker_s(own_redis) <= MOST_COMMANDS_PER_S  # nobody has read yet
         assert own_redis.client().xlen(KEYS.batches) == 2  # waiting, not dropping
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from rolloutfleet_operator.plan import Plan, WorkerRecord
 from rolloutfleet_operator.pods import PodView
-from rolloutfleet_operator.status import build_status, invalid_spec_status, nonfinite, progress, status_changed
+from rolloutfleet_operator.status import (
+    build_status,
+    connections_condition,
+    invalid_spec_status,
+    nonfinite,
+    progress,
+    status_changed,
+)
 
 
 def pod(index: int, ready: bool = True) -> PodView:
@@ -237,3 +244,25 @@ def test_a_worker_down_for_a_missing_module_says_so_and_the_status_names_the_ima
     assert (status["phase"], status["reason"]) == ("Failed", "MissingModule")
     assert status["message"] == f"worker(s) 0 down until the spec changes: {line}"
     assert status["image"] == "ghcr.io/rolloutfleet/worker:0.1.0-slim"
+
+
+def test_a_fleet_past_maxclients_is_told_and_the_clients_of_others_count() -> None:
+    # Redis's own default maxclients (10 000) and the two connections a worker holds.
+    over = connections_condition(10_000, 0, 2, 5_001, 0, 3, 100.0)
+    assert (over["type"], over["status"], over["reason"]) == ("RedisConnectionsFit", "False", "OverMaxClients")
+    assert over["message"].startswith("5001 workers x 2 connections = 10002, and 0 other clients, pass")
+    assert "redis.maxClients" in over["message"] and over["observedGeneration"] == 3
+    assert connections_condition(10_000, 0, 2, 5_000, 0, 3, 100.0)["status"] == "True"
+    # 4 000 workers up, holding 8 000 of the 9 500 clients: 1 500 are another job's or learners'.
+    crowded = connections_condition(10_000, 9_500, 2, 4_300, 4_000, 3, 100.0)
+    assert crowded["status"] == "False" and "8600, and 1500 other clients" in crowded["message"]
+    # Workers not connected yet (pending pods) are not taken for others' clients.
+    assert connections_condition(10, 0, 2, 5, 5, 3, 100.0)["status"] == "True"
+
+
+def test_the_connections_condition_moves_its_transition_time_only_when_it_flips() -> None:
+    first = connections_condition(100, 0, 2, 60, 0, 1, 100.0)
+    again = connections_condition(100, 0, 2, 70, 0, 2, 200.0, [first])
+    assert again["lastTransitionTime"] == first["lastTransitionTime"] and again["observedGeneration"] == 2
+    flipped = connections_condition(100, 0, 2, 10, 0, 3, 300.0, [again])
+    assert flipped["status"] == "True" and flipped["lastTransitionTime"] != first["lastTransitionTime"]
