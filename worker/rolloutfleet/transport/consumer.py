@@ -33,8 +33,8 @@ from rolloutfleet.transport.consumer_streams import ConsumerStreams, Entry, Shar
 from rolloutfleet.transport.dead_letters import DEAD_LETTER_MAX_LEN, DeadLetters, RedisRefusedFull, refusing_oom
 from rolloutfleet.transport.declared_columns import SchemaReference, read_declared
 from rolloutfleet.transport.duplicates import SeenBatches
-from rolloutfleet.transport.entries import Message, check_versions, concat_messages, decode_entry, schema_of
-from rolloutfleet.transport.learner_args import consumer_args, count_arg, seconds_arg
+from rolloutfleet.transport.entries import Message, check_versions, concat_messages, decode_entry, schema_of, take_rows
+from rolloutfleet.transport.learner_args import consumer_args, count_arg, entries_needed, seconds_arg
 from rolloutfleet.transport.policy_lag import PolicyLag
 from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT, signal_room
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEAD_LETTER_MAX_LEN", "BatchConsumer", "ConsumerLag", "ConsumerStats", "Message"]
 
-SOCKET_MARGIN_S = 10.0
-"""A read's socket timeout is its BLOCK plus this."""
+SOCKET_MARGIN_S = 10.0  # a read's socket timeout is its BLOCK plus this
 
 
 class BatchConsumer(JobClient):
@@ -120,6 +119,7 @@ class BatchConsumer(JobClient):
         self._seen = SeenBatches()
         self._in_flight: set[tuple[int, str]] = set()
         self._carry: list[Message] = []
+        self._entry_rows = 0  # rows an entry held, in the last read: get(max_steps=...) reads what it needs
         self._uncommitted: list[Message] = []
         self._next_reading = 0.0
         self._announced: set[str] = set()  # the streams whose waiting publishers were told this learner reads
@@ -323,8 +323,10 @@ class BatchConsumer(JobClient):
         as_torch: bool = False,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
+        max_steps: int | None = None,
     ) -> Any:
-        """One batch of at least ``min_steps`` rows, concatenated from whole messages.
+        """One batch of at least ``min_steps`` rows, concatenated from whole messages (with
+        ``max_steps``, at most that many rows: see below).
 
         Returns a :class:`SampleBatch` (numpy, writable), or with ``as_torch`` a dict of
         column -> tensor on ``device`` (through pinned memory if ``pin_memory``), or
@@ -336,14 +338,23 @@ class BatchConsumer(JobClient):
         block; the batch if ``min_steps`` rows are there, else ``None`` (the rows are kept
         for the next call). ``timeout=None`` waits as long as it takes. A negative or
         non-numeric ``min_steps`` or ``timeout`` raises ``ValueError`` naming it.
+
+        ``max_steps`` (>= ``min_steps``, 1): the batch ends there, the rest is the next ``get``'s;
+        equal to ``min_steps``, exactly that many rows, as the ranks of a data-parallel learner
+        need (docs/transport.md, "Learners of several ranks"; a message cut in two is
+        acknowledged with its last rows).
         """
         count_arg("min_steps", min_steps, 0)
+        if max_steps is not None:
+            count_arg("max_steps", max_steps, max(1, min_steps))
         if timeout is not None:
             seconds_arg("timeout", timeout)
         self.commit()
-        if not self._gather(min_steps, timeout):
+        if not self._gather(min_steps, timeout, frugal=max_steps is not None):
             return None
         messages, self._carry = self._carry, []
+        if max_steps is not None:
+            messages, self._carry = take_rows(messages, max_steps)
         try:
             columns = concat_messages(messages)
             result = as_tensors(columns, device, pin_memory) if as_torch else SampleBatch(columns)
@@ -355,16 +366,18 @@ class BatchConsumer(JobClient):
         self.appetite.meter.delivered(sum(len(m.batch) for m in messages))
         return result
 
-    def _gather(self, min_steps: int, timeout: float | None) -> bool:
-        """Read until the held messages have ``min_steps`` rows (whether they came in time)."""
+    def _gather(self, min_steps: int, timeout: float | None, frugal: bool = False) -> bool:
+        """Read until ``min_steps`` rows are held (whether in time); ``frugal``: :func:`entries_needed`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         polled = False  # a call short of rows reads at least once, whatever its timeout
-        while (min_steps == 0 and not polled) or sum(len(m.batch) for m in self._carry) < min_steps:
+        while (missing := min_steps - sum(len(m.batch) for m in self._carry)) > 0 or (min_steps == 0 and not polled):
             remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
             if remaining <= 0 and polled:
                 return False
             wait = 0.001 if min_steps == 0 else max(remaining, 0.001)
-            fetched = self._metered_fetch(self.read_count, int(wait * 1000))
+            count = entries_needed(missing, self._entry_rows, self.read_count) if frugal else self.read_count
+            fetched = self._metered_fetch(count, int(wait * 1000))
+            self._entry_rows = sum(len(m.batch) for m in fetched) // len(fetched) if fetched else self._entry_rows
             polled = True
             self._schemas.saw([schema_of(m.batch) for m in fetched])
             # The held ones too: without a declaration, the reference may have moved on.

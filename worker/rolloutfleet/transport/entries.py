@@ -123,8 +123,42 @@ class Message:
         if self._consumer is not None:
             self._consumer.ack([self])
 
+    def split(self, rows: int) -> tuple[Message, Message]:
+        """Its first ``rows`` rows and the rest, as two views of the one entry: the head is not
+        acknowledged on its own (its ``ack()`` does nothing); the tail acknowledges the entry."""
+        head = Message(self.id, self.batch.rows(slice(0, rows)), self.metadata, None, self.shard)
+        tail = Message(self.id, self.batch.rows(slice(rows, None)), self.metadata, self._consumer, self.shard)
+        tail.acked = self.acked
+        return head, tail
+
     def __repr__(self) -> str:
         return f"Message({self.id}, {len(self.batch)} rows, {self.metadata})"
+
+
+def take_rows(messages: Sequence[Message], rows: int) -> tuple[list[Message], list[Message]]:
+    """The messages that hold the first ``rows`` rows, and the rest; a message across the cut is
+    split (:meth:`Message.split`): its head goes with the first, its tail with the rest.
+
+    >>> from rolloutfleet.data.batch import SampleBatch
+    >>> meta = BatchMetadata(worker_index=0, weights_seq_no=0, env_steps=4, created_at=0.0)
+    >>> four = [Message(f"1-{i}", SampleBatch({"t": np.arange(4)}), meta, None) for i in range(2)]
+    >>> taken, rest = take_rows(four, 6)
+    >>> [(m.id, m.batch["t"].tolist()) for m in taken], [(m.id, m.batch["t"].tolist()) for m in rest]
+    ([('1-0', [0, 1, 2, 3]), ('1-1', [0, 1])], [('1-1', [2, 3])])
+    """
+    taken: list[Message] = []
+    total = 0
+    for position, message in enumerate(messages):
+        size = len(message.batch)
+        if total + size <= rows:
+            taken.append(message)
+            total += size
+            continue
+        if total == rows:
+            return taken, list(messages[position:])
+        head, tail = message.split(rows - total)
+        return [*taken, head], [tail, *messages[position + 1 :]]
+    return taken, []
 
 
 def decode_entry(fields: Mapping[bytes, bytes], policy: str | None = None) -> tuple[SampleBatch, BatchMetadata]:

@@ -57,3 +57,17 @@ def consumer_args(
     seconds_arg("reconnect_timeout_s", reconnect_timeout_s)
     if max_policy_lag is not None:
         count_arg("max_policy_lag", max_policy_lag, 0)
+
+
+def entries_needed(missing_rows: int, entry_rows: int, read_count: int) -> int:
+    """How many entries a ``get(max_steps=...)`` reads for ``missing_rows`` more rows: by the rows
+    an entry held last (``entry_rows``; 0: unknown, one entry), at most ``read_count``. A rank
+    of a data-parallel learner that took more would hold rows its peers wait for, and the
+    room of a ``block`` fleet with them.
+
+    >>> entries_needed(2048, 0, 16), entries_needed(2048, 1600, 16), entries_needed(2048, 10, 16)
+    (1, 2, 16)
+    """
+    if missing_rows <= 0:
+        return 1
+    return min(read_count, -(-missing_rows // entry_rows)) if entry_rows else 1
