@@ -20,7 +20,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-selfplay lock clean images
+.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-selfplay lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -152,6 +152,10 @@ demo-dqn: install ## Ape-X-style DQN on CartPole-v1: 4 workers at per-worker ε,
 demo-ddp: install ## PPO with torch DDP: 2 learner ranks (torchrun, gloo on CPU) share a local fleet of 2 workers until return >= 475
 	$(BIN)/rolloutfleet run examples/cartpole-ddp.yaml --no-status -- \
 		$(BIN)/torchrun --standalone --nproc-per-node 2 -m rolloutfleet.examples.ppo_ddp examples/cartpole-ddp.yaml --target-return 475
+
+demo-torchrl: install ## TorchRL's own PPO (GAE, ClipPPOLoss, ReplayBuffer) learns CartPole-v1 from a local fleet of 2 workers until return >= 450
+	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
+		$(BIN)/python -m rolloutfleet.examples.ppo_torchrl examples/cartpole.yaml --target-return 450
 
 demo-selfplay: install ## self-play on tic-tac-toe (PettingZoo): main trains against a frozen snapshot of itself until it beats a random player (10 min limit)
 	$(BIN)/rolloutfleet run examples/tictactoe.yaml --no-status -- \

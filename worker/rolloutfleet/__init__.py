@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rolloutfleet.client import PolicyClient
     from rolloutfleet.data import codec
     from rolloutfleet.data.batch import SampleBatch, state_columns
+    from rolloutfleet.data.episodes import EpisodeReturns
     from rolloutfleet.datasets.writer import DatasetWriter
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
     from rolloutfleet.inference.recurrent_model import is_stateful
@@ -54,6 +55,7 @@ _LAZY = {
     "DatasetWriter": "rolloutfleet.datasets.writer",
     "SampleBatch": "rolloutfleet.data.batch",
     "state_columns": "rolloutfleet.data.batch",
+    "EpisodeReturns": "rolloutfleet.data.episodes",
     # Sampling, and what custom envs and callbacks are handed.
     "EnvRunner": "rolloutfleet.sampling.env_runner",
     "Callbacks": "rolloutfleet.sampling.callbacks",
@@ -81,6 +83,7 @@ __all__ = [
     "EnvContext",
     "EnvRunner",
     "EpisodeInfo",
+    "EpisodeReturns",
     "GlobalStepPublisher",
     "ObsParts",
     "PolicyClient",

@@ -17,43 +17,17 @@ import argparse
 import os
 import sys
 import time
-from collections import deque
-from collections.abc import Mapping
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
-from rolloutfleet import RolloutJob, SampleBatch, build_model, env_spaces, is_stateful
+from rolloutfleet import EpisodeReturns, RolloutJob, SampleBatch, build_model, env_spaces, is_stateful
 from rolloutfleet.examples.ppo_algorithm import PPO, PPOConfig
 from rolloutfleet.examples.ppo_recurrent import RecurrentPPO
 
-# PPO and PPOConfig are re-exported: ``from rolloutfleet.examples.ppo import PPO`` keeps working.
+# PPO, PPOConfig and EpisodeReturns are re-exported: ``from rolloutfleet.examples.ppo import PPO`` keeps working.
 __all__ = ["PPO", "EpisodeReturns", "PPOConfig", "main", "make_ppo"]
-
-
-class EpisodeReturns:
-    """Returns of episodes completed in the batches seen so far (episodes span batches)."""
-
-    def __init__(self, window: int = 20) -> None:
-        self.running: dict[int, float] = {}
-        self.completed: deque[float] = deque(maxlen=window)
-        self.episodes = 0
-
-    def add(self, batch: Mapping[str, np.ndarray]) -> None:
-        ended = batch["terminateds"] | batch["truncateds"]
-        for eps, reward, end in zip(batch["eps_id"].tolist(), batch["rewards"].tolist(), ended.tolist(), strict=True):
-            total = self.running.get(eps, 0.0) + reward
-            if end:
-                self.completed.append(self.running.pop(eps, 0.0) + reward)
-                self.episodes += 1
-            else:
-                self.running[eps] = total
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.completed)) if self.completed else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
