@@ -30,6 +30,7 @@ from rolloutfleet.transport.appetite import AppetiteWriter
 from rolloutfleet.transport.batch_tensors import as_tensors
 from rolloutfleet.transport.consumer_stats import ConsumerLag, ConsumerStats, group_lag
 from rolloutfleet.transport.consumer_streams import ConsumerStreams, Entry, Shard
+from rolloutfleet.transport.consumer_wait import StarvedWait
 from rolloutfleet.transport.dead_letters import DEAD_LETTER_MAX_LEN, DeadLetters, RedisRefusedFull, refusing_oom
 from rolloutfleet.transport.declared_columns import SchemaReference, read_declared
 from rolloutfleet.transport.duplicates import SeenBatches
@@ -39,7 +40,7 @@ from rolloutfleet.transport.policy_lag import PolicyLag
 from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT, signal_room
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.redis.keys import DEFAULT_GROUP, JobKeys, job_keys
-from rolloutfleet.transport.redis.stream_status import as_text, read_stream_status, weights_version
+from rolloutfleet.transport.redis.stream_status import as_text, read_hold, read_stream_status, weights_version
 
 if TYPE_CHECKING:
     import torch
@@ -120,6 +121,8 @@ class BatchConsumer(JobClient):
         self._in_flight: set[tuple[int, str]] = set()
         self._carry: list[Message] = []
         self._entry_rows = 0  # rows an entry held, in the last read: get(max_steps=...) reads what it needs
+        hold = lambda: self._call(lambda: read_hold(self.client, self._job_keys))  # noqa: E731
+        self._starved = StarvedWait(hold, group, self._job_keys.batches)  # a wait that cannot end says so
         self._uncommitted: list[Message] = []
         self._next_reading = 0.0
         self._announced: set[str] = set()  # the streams whose waiting publishers were told this learner reads
@@ -370,7 +373,9 @@ class BatchConsumer(JobClient):
         """Read until ``min_steps`` rows are held (whether in time); ``frugal``: :func:`entries_needed`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         polled = False  # a call short of rows reads at least once, whatever its timeout
+        self._starved.start(time.monotonic())
         while (missing := min_steps - sum(len(m.batch) for m in self._carry)) > 0 or (min_steps == 0 and not polled):
+            self._starved.check(time.monotonic(), min_steps - missing, min_steps)
             remaining = self.block_s if deadline is None else min(self.block_s, deadline - time.monotonic())
             if remaining <= 0 and polled:
                 return False

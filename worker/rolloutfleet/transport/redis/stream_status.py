@@ -119,6 +119,15 @@ def read_stream_status(client: redis.Redis, keys: JobKeys) -> StreamStatus:
     )
 
 
+def read_hold(client: redis.Redis, keys: JobKeys) -> Hold | None:
+    """Who holds the workers of ``keys``' stream back, while they wait (one round trip)."""
+    pipe = node_client(client, keys.batches).pipeline(transaction=False)
+    pipe.time()
+    pipe.hgetall(keys.backpressure)
+    now, raw = pipe.execute()
+    return _hold(raw, now[0] * 1000 + now[1] // 1000)
+
+
 def _hold(raw: Any, now_ms: float) -> Hold | None:
     if not raw or isinstance(raw, Exception):
         return None
