@@ -40,7 +40,7 @@ def test_run_stops_once_with_the_missing_module_line(text: str, redis_url: str, 
     assert len(down) == 1, result.stderr
     assert "missing Python module 'no_such_module_anywhere': " in down[0] and sys.executable in down[0], down
     # Each worker started once: its log holds its one line once.
-    kept = [line for line in result.stderr.splitlines() if "its logs are kept in" in line]
+    kept = [line for line in result.stderr.splitlines() if "the logs are kept in" in line]
     assert len(kept) == 1, result.stderr
     logs = Path(kept[0].rsplit(" ", 1)[1])
     for index in (0, 1):

@@ -95,6 +95,8 @@ def test_validate_estimates_sizes_and_refuses_what_cannot_work_naming_the_field(
         ("{env: {id: CartPole-v1, numEnvs: 64}, sampling: {rolloutFragmentLength: 20000}}",
          "spec.sampling.rolloutFragmentLength"),
         ("{env: {id: CartPole-v1}, policy: {hidden: [4096, 4096]}, resources: {memory: 64Mi}}", "spec.resources.memory"),
+        # The evaluation env is built with its own envConfig (CartPole's constructor takes no such argument).
+        ("{env: {id: CartPole-v1}, evaluation: {workers: 1, envConfig: {bogus_kwarg: 1}}}", "spec.evaluation.envConfig"),
     ]:  # fmt: skip
         refused = run("validate", manifest(tmp_path, spec))
         assert refused.returncode == 2, refused.stdout

@@ -104,6 +104,10 @@ def _validate(args: argparse.Namespace) -> int:
     watchdog = watch_command("validate", job.spec.env)  # a stuck constructor ends it (exit 3)
     try:
         size = check_sizes(job)  # builds one sub-env for its spaces; SpecError names what cannot work
+        if job.spec.evaluation is not None and job.spec.evaluation.env_config:
+            from rolloutfleet.evaluation.episodes import EpisodePlayer
+
+            EpisodePlayer(job).env.close()  # the evaluation env, built with its own envConfig
     except SpecError as exc:
         raise SpecError(f"{args.manifest}: {exc}") from None
     finally:

@@ -179,7 +179,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         console.print(
             f"fleet: {counted(len(fleet.workers), 'worker')} of {job.name}"
             + (f" and {evaluators.count} evaluation worker(s)" if evaluators.count else "")
-            + f", redis {redacted_url(fleet.redis_url)}, logs in {fleet.log_dir}"
+            + f", redis {redacted_url(fleet.redis_url)}, logs in {fleet.log_dir} (removed after a clean run)"
         )
         addresses = external_addresses(job, len(fleet.workers), args.listen)
         if addresses:
@@ -192,6 +192,9 @@ def run_fleet(args: argparse.Namespace) -> int:
         if stop.signum is not None:
             console.print(f"fleet: {signal.Signals(stop.signum).name}; stopping workers")
             code = 128 + stop.signum
+        elif code == 0 and evaluators.failed:
+            console.print(f"fleet: exit 3: {counted(len(evaluators.failed), 'evaluation worker')} could not run")
+            code = 3
     finally:
         _shut_down(fleet, evaluators, learner, stop, console)
     return code
@@ -241,6 +244,8 @@ def _watch(
         while True:
             fleet.poll()
             evaluators.poll()
+            for line in evaluators.news():
+                console.print(f"fleet: {line}", soft_wrap=True, markup=False, highlight=False)
             now = time.monotonic()
             if evaluators.count and now - last_judged >= 2.0:  # one Redis read per 2 s
                 last_judged = now
@@ -308,7 +313,7 @@ def _shut_down(
         f"fleet: stopped ({counted(len(codes), 'worker')}{', exit codes ' + str(unclean) if unclean else ''})"
     )
     if fleet.kept_logs is not None:
-        kept = f"fleet: a worker failed during the run; its logs are kept in {fleet.kept_logs}"
+        kept = f"fleet: a worker or evaluation worker failed during the run; the logs are kept in {fleet.kept_logs}"
         console.print(kept, soft_wrap=True, markup=False, highlight=False)  # a path to copy: never wrapped
 
 

@@ -44,7 +44,8 @@ class EpisodePlayer:
         self.evaluation = evaluation_spec(job)
         env_spec = spec.env.model_copy(update={"config": {**spec.env.config, **self.evaluation.env_config}})
         self.name = env_name(env_spec)
-        with env_build_errors(env_spec):  # one line naming spec.env's field, not a traceback
+        # One line naming the field, not a traceback: the evaluation's own envConfig when it has one.
+        with env_build_errors(env_spec, "spec.evaluation.envConfig" if self.evaluation.env_config else None):
             self.env = env_creator(env_spec, index, count)(0)
         self.policy = Policy(spec.policy, self.env.observation_space, self.env.action_space,
                              seed=self.evaluation.seed + index, worker=(index, count))  # fmt: skip

@@ -4,7 +4,8 @@ Each is the process an evaluation pod runs (``rolloutfleet worker`` with
 ``ROLLOUTFLEET_ROLE=evaluator``, :mod:`rolloutfleet.evaluation.evaluator`), beside the
 fleet's workers, on its Redis, with its log beside theirs (``evaluator-<i>.log``). As the
 operator does: one that exits is started again after :data:`RETRY_S`, except after exit 3
-(a spec, env or policy it cannot use: said once, left down). They spend no restart budget.
+(a spec, env or policy it cannot use: said once with its one line, left down, and ``run``
+ends with exit 3). They spend no restart budget; a failed one keeps the run's logs.
 Stopped before the fleet (its embedded Redis goes with it); they stop by themselves should
 this process die without stopping them.
 """
@@ -16,9 +17,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rolloutfleet.fleet.parent_watch import PARENT_PID_ENV
-from rolloutfleet.fleet.supervisor import LocalFleet
+from rolloutfleet.fleet.supervisor import LocalFleet, exit_line
 from rolloutfleet.spec.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -35,13 +37,17 @@ class LocalEvaluators:
         self.count = 0 if evaluation is None else evaluation.workers
         self.processes: dict[int, subprocess.Popen[bytes] | None] = {}
         self.retry_at: dict[int, float] = {}
+        self.failed: dict[int, str] = {}
+        """Index -> the one line of an evaluation worker that cannot run (exit 3): it stays down."""
+        self._told: set[int] = set()
 
     def environ(self, index: int) -> dict[str, str]:
         fleet = self.fleet
         config = WorkerConfig(job=fleet.job, worker_index=index, num_workers=self.count, redis_url=fleet.redis_url,
                               redis_password=fleet.redis_password, metrics_port=0,
                               listen_host=fleet.listen_host)  # fmt: skip
-        role = {"ROLLOUTFLEET_ROLE": "evaluator", PARENT_PID_ENV: str(os.getpid())}
+        role = {"ROLLOUTFLEET_ROLE": "evaluator", PARENT_PID_ENV: str(os.getpid()),
+                "ROLLOUTFLEET_TERMINATION_LOG": str(self.termination_log(index))}  # fmt: skip
         return {**os.environ, **fleet.extra_env, **config.to_environ(), **role}
 
     def start(self) -> LocalEvaluators:
@@ -49,8 +55,15 @@ class LocalEvaluators:
             self._spawn(index)
         return self
 
+    def log_path(self, index: int) -> Path:
+        return self.fleet.log_dir / f"evaluator-{index}.log"
+
+    def termination_log(self, index: int) -> Path:
+        return self.fleet.log_dir / f"evaluator-{index}.termination"
+
     def _spawn(self, index: int) -> None:
-        with (self.fleet.log_dir / f"evaluator-{index}.log").open("ab") as log_file:
+        self.termination_log(index).unlink(missing_ok=True)  # a fresh one per start, as a pod's
+        with self.log_path(index).open("ab") as log_file:
             self.processes[index] = subprocess.Popen(
                 [sys.executable, "-m", "rolloutfleet.cli.main", "worker"], env=self.environ(index),
                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
@@ -63,9 +76,10 @@ class LocalEvaluators:
             if process is None or (code := process.poll()) is None:
                 continue
             self.processes[index] = None
+            self.fleet.keep_logs = True  # its log holds the error: kept after the run
             if code == EXIT_BAD_SPEC:
-                log.error("evaluation worker %d cannot run (see %s); it stays down", index,
-                          self.fleet.log_dir / f"evaluator-{index}.log")  # fmt: skip
+                self.failed[index] = exit_line(self.termination_log(index), self.log_path(index)) or "no message"
+                log.debug("evaluation worker %d cannot run: %s; it stays down", index, self.failed[index])
                 continue
             log.warning("evaluation worker %d exited with %d; starting it again in %.0f s", index, code, RETRY_S)
             self.retry_at[index] = now + RETRY_S
@@ -73,6 +87,14 @@ class LocalEvaluators:
             if now >= at:
                 del self.retry_at[index]
                 self._spawn(index)
+
+    def news(self) -> list[str]:
+        """One line for each evaluation worker found unable to run since the last call."""
+        new = sorted(set(self.failed) - self._told)
+        self._told.update(new)
+        return [
+            f"evaluation worker {i} cannot run: {self.failed[i]}; it stays down (log: {self.log_path(i)})" for i in new
+        ]
 
     def alive(self) -> int:
         return sum(1 for p in self.processes.values() if p is not None and p.poll() is None)

@@ -90,6 +90,7 @@ class LocalFleet:
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"rolloutfleet-{job.name}-"))
         self._own_log_dir = log_dir is None  # ours to remove after a clean run
         self.kept_logs: Path | None = None
+        self.keep_logs = False  # set by another process of the run that failed (an evaluation worker)
         """Set by :meth:`stop` when the logs of a run with a failed worker were kept (a temporary
         folder of ours): where they are."""
         self.extra_env = dict(extra_env or {})
@@ -230,20 +231,7 @@ class LocalFleet:
                 worker.process.kill()
 
     def _exit_message(self, index: int) -> str:
-        """The worker's termination message (its one-line exit), else the last line of its log."""
-        try:
-            message = self._termination_log(index).read_text(errors="replace").strip()
-        except OSError:
-            message = ""
-        return message or self._last_line(index)
-
-    def _last_line(self, index: int) -> str:
-        path = self.log_dir / f"worker-{index}.log"
-        try:
-            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-        except OSError:
-            return ""
-        return lines[-1][:300] if lines else ""
+        return exit_line(self._termination_log(index), self.log_dir / f"worker-{index}.log")
 
     @property
     def restarts(self) -> int:
@@ -291,7 +279,8 @@ class LocalFleet:
         if not self._own_log_dir or not self.log_dir.exists():
             return
         if (
-            self.tracker.total_restarts
+            self.keep_logs
+            or self.tracker.total_restarts
             or any(w.state == "failed" for w in self.workers.values())
             or any(code not in (0, None) for code in codes.values())
         ):
@@ -304,3 +293,18 @@ class LocalFleet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def exit_line(termination: Path, log: Path) -> str:
+    """A process's termination message (its one-line exit), else the last line of its log."""
+    try:
+        message = termination.read_text(errors="replace").strip()
+    except OSError:
+        message = ""
+    if message:
+        return message
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""

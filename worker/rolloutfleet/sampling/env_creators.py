@@ -84,10 +84,10 @@ def _bare_creator(spec: EnvSpec, worker_index: int, num_workers: int) -> Callabl
 
 
 @contextlib.contextmanager
-def env_build_errors(spec: EnvSpec) -> Iterator[None]:
+def env_build_errors(spec: EnvSpec, field: str | None = None) -> Iterator[None]:
     """Whatever building the env raises becomes one :class:`SpecError` line naming the field
-    (``spec.env.id`` or ``spec.env.entryPoint``): for the operator, not a traceback."""
-    field = "spec.env.id" if spec.id is not None else "spec.env.entryPoint"
+    (``field``, else ``spec.env.id`` or ``spec.env.entryPoint``): for the operator, not a traceback."""
+    field = field or ("spec.env.id" if spec.id is not None else "spec.env.entryPoint")
     try:
         yield
     except SpecError:
