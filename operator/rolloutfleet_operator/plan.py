@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.missing_modules import is_missing_module
+from rolloutfleet.spec.missing_modules import stays_down
 from rolloutfleet.spec.restarts import RestartTracker, WorkerRestarts
 from rolloutfleet_operator.disruptions import describe, kind_of, needs_force_delete
 from rolloutfleet_operator.pods import PodView, pod_name
@@ -203,15 +203,16 @@ class _Planning:
 
     def count_failure(self, pod: PodView, started: float | None, finished: float | None) -> None:
         """Count one failure of worker ``pod.index`` against the restart budget; a module its image
-        lacks is no restart: the worker stays down until the spec (hence the pod template) changes."""
+        lacks, or env spaces the policy cannot take, is no restart: the worker stays down until the
+        spec (hence the pod template) changes."""
         index, uid, code, why = pod.index, pod.uid, pod.exit_code, _describe_exit(pod)
-        if is_missing_module(code, pod.message):
+        if (reason := stays_down(code, pod.message)) is not None:
             self.result.records[index] = replace(
                 self.result.records.get(index, WorkerRecord()), restart_at=None, down=True, last_failed_pod=uid,
                 last_exit_code=code, last_error=pod.message, lacks_module=pod.template_hash,
             )  # fmt: skip
             message = f"worker {index} stays down until the spec changes: {pod.message}"
-            self.result.events.append(Event("Warning", "MissingModule", message))
+            self.result.events.append(Event("Warning", reason, message))
             return
         now, tracker = self.now, self.tracker
         worker = tracker.workers.setdefault(index, WorkerRestarts())

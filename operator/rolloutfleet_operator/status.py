@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from rolloutfleet.spec.missing_modules import stays_down
 from rolloutfleet.spec.refusals import refused_line, refused_versions
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet_operator.disruptions import KINDS
@@ -150,7 +151,8 @@ def _phase(suspended: bool, the_plan: Plan, ready: int, restarts: int) -> tuple[
     if down:
         last = the_plan.records[down[0]]
         if last.lacks_module:
-            return "Failed", "MissingModule", f"worker(s) {_list(down)} down until the spec changes: {last.last_error}"
+            reason = stays_down(3, last.last_error) or "MissingModule"
+            return "Failed", reason, f"worker(s) {_list(down)} down until the spec changes: {last.last_error}"
         message = f"worker(s) {_list(down)} down for good after {restarts} restarts; last error: {last.last_error}"
         return "Failed", "RestartBudgetExhausted", message
     if ready == desired:

@@ -147,6 +147,12 @@ def test_a_module_the_image_lacks_is_no_restart_the_worker_waits_for_a_spec_chan
     assert changed.delete == [("j-worker-0", "failed; replacing it")] and changed.create == []
     back = plan(job(replicas=2), [pod(1, hash_="new")], changed.records, now=511.0, current_hash="new")
     assert back.create == [0] and not back.records[0].down and back.records[0].lacks_module == ""
+    # Env spaces the policy cannot take: the same on every start, down at once with its own reason.
+    unsupported = pod(0, phase="Failed", ready=False, uid="c", exit_code=3,
+                      message="spec.env: unsupported observation space Text(1, 8): observations may be Box, ...")  # fmt: skip
+    refused = plan(job(replicas=2), [unsupported, pod(1)], {}, now=10.0, current_hash=HASH)
+    assert refused.records[0].down and refused.records[0].restarts == 0 and refused.create == []
+    assert [e.reason for e in refused.events] == ["UnsupportedSpace"]
     # Exit 3 for another reason (an env that fails) is an ordinary failure.
     env_failed = pod(0, phase="Failed", ready=False, uid="b", exit_code=3, message="spec.env.id: Env X-v0 not found")
     ordinary = plan(job(replicas=2), [env_failed, pod(1)], {}, now=10.0, current_hash=HASH)

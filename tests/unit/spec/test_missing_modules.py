@@ -48,3 +48,21 @@ def test_the_local_fleet_line_names_the_python_to_install_into() -> None:
         f"{PREFIX}'envpool': the Python that runs the local fleet ({sys.executable}) does not hold it; install it there"
     )
     assert is_missing_module(3, line)
+
+
+def test_spaces_the_policy_cannot_take_stay_down_with_the_policys_own_words() -> None:
+    """The lines are the policy's own refusals (not copies): an env whose spaces no policy can
+    take fails the same way on every start."""
+    from gymnasium import spaces
+
+    from rolloutfleet.inference.policy import Policy
+    from rolloutfleet.spec.job import PolicySpec
+    from rolloutfleet.spec.missing_modules import stays_down
+
+    for observation, action in [(spaces.Text(8), spaces.Discrete(2)), (spaces.Box(-1, 1, (3,)), spaces.Text(8))]:
+        with pytest.raises(SpecError) as refused:
+            Policy(PolicySpec(), observation, action)
+        assert stays_down(3, f"spec.env: {refused.value}") == "UnsupportedSpace", str(refused.value)
+        assert stays_down(1, f"spec.env: {refused.value}") is None  # not the worker's one-line exit
+    assert stays_down(3, missing_module_line("torch", "worker-slim")) == "MissingModule"
+    assert stays_down(3, "spec.env.id: building the environment failed: ConnectionError: license server") is None

@@ -280,9 +280,9 @@ def _watch(
 def _all_down(fleet: LocalFleet, console: Console) -> int:
     """Every worker is down for good: why, in one line, and the exit code (3: this Python lacks
     a module, as the workers said; 1: the restart budget is spent)."""
-    from rolloutfleet.spec.missing_modules import is_missing_module
+    from rolloutfleet.spec.missing_modules import stays_down
 
-    lacking = [w for w in fleet.workers.values() if is_missing_module(w.exit_code, w.last_error)]
+    lacking = [w for w in fleet.workers.values() if stays_down(w.exit_code, w.last_error)]
     if lacking:
         line = f"fleet: every worker is down: {lacking[0].last_error}; stopping"
         console.print(line, soft_wrap=True, markup=False, highlight=False)  # one line, as the worker's

@@ -36,7 +36,7 @@ from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE, usable_cpus
 from rolloutfleet.spec.external import PORT_VARIABLE, local_port
 from rolloutfleet.spec.footprint import local_cpus
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.missing_modules import LOCAL_PROFILE, PROFILE_VARIABLE, is_missing_module
+from rolloutfleet.spec.missing_modules import LOCAL_PROFILE, PROFILE_VARIABLE, stays_down
 from rolloutfleet.spec.restarts import RestartTracker
 from rolloutfleet.spec.worker_config import WorkerConfig
 
@@ -169,7 +169,7 @@ class LocalFleet:
                 continue
             worker.exit_code = code
             worker.last_error = self._exit_message(index)
-            if is_missing_module(code, worker.last_error):  # the same Python would fail the same way
+            if stays_down(code, worker.last_error):  # the same Python and spec would fail the same way
                 worker.state = "failed"
                 log.error("worker %d stays down (no restart counted): %s", index, worker.last_error)
                 continue

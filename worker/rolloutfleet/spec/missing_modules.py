@@ -67,3 +67,25 @@ def missing_module_line(module: str, profile: str | None, error: str = "") -> st
 def is_missing_module(exit_code: int | None, message: str) -> bool:
     """Whether a worker's exit is :func:`missing_module_line` (exit 3): the same image fails again."""
     return exit_code == 3 and message.startswith(PREFIX)
+
+
+UNSUPPORTED_OBSERVATION = "unsupported observation space"
+UNSUPPORTED_ACTION = "unsupported action space"
+"""How the policy refuses an env's spaces (:mod:`rolloutfleet.inference`): a fact of the env and
+the code, so the same spec fails the same way on every start."""
+
+
+def stays_down(exit_code: int | None, message: str) -> str | None:
+    """Why a worker's exit (3) will repeat on every start with the same spec and image, as an
+    Event reason (``MissingModule``, ``UnsupportedSpace``); None for a failure a restart may mend.
+
+    >>> stays_down(3, "spec.env: unsupported observation space Text(1, 8): observations may be ...")
+    'UnsupportedSpace'
+    >>> stays_down(3, "spec.env.id: building the environment failed: ConnectionError: ...") is None
+    True
+    """
+    if is_missing_module(exit_code, message):
+        return "MissingModule"
+    if exit_code == 3 and (UNSUPPORTED_OBSERVATION in message or UNSUPPORTED_ACTION in message):
+        return "UnsupportedSpace"
+    return None
