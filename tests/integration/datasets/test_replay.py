@@ -107,3 +107,26 @@ def test_a_dataset_of_other_spaces_is_refused_naming_the_column(redis_url: str, 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "column 'obs'" in err and "(4,)" in err and "(6,)" in err
+
+
+def test_a_replay_with_no_learner_says_it_waits_for_one_and_stops_on_a_signal(
+    redis_url: str, tmp_path: Path, recordings: dict[str, Path]
+) -> None:
+    """maxLen 4 fills at once; with no consumer group the replay waits, and says so within seconds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "rolloutfleet.cli.main", "replay", str(recordings["parquet"]),
+            "--job", str(manifest(tmp_path, "nobody")), "--redis", redis_url, "--batch-rows", "100"]  # fmt: skip
+    started = time.monotonic()
+    replaying = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=os.environ)
+    assert replaying.stderr is not None
+    line = replaying.stderr.readline()
+    said_after = time.monotonic() - started
+    replaying.send_signal(signal.SIGINT)
+    _, rest = replaying.communicate(timeout=60)
+    assert line.startswith("replay: waiting for a learner to read rolloutfleet:{default/nobody}:batches"), line + rest
+    assert said_after < 20  # a second into the wait (the interpreter's start and the first batches before it)
+    assert replaying.returncode == 130 and "stopped while waiting for a learner" in rest, rest

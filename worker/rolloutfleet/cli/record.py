@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,7 @@ def _replay(args: argparse.Namespace) -> int:
     from rolloutfleet.transport.redis.errors import BackendError
 
     publisher = _publisher(args, job)
+    publisher.on_wait = _wait_notices()
     stop = _Stop(None)
     stop.on_signal.append(publisher.interrupt)
     try:
@@ -235,6 +237,29 @@ def _replay(args: argparse.Namespace) -> int:
         publisher.close()
     print(f"replayed {stats.rows} rows in {stats.batches} batches from {args.dataset} into {publisher.keys.batches}")
     return 130 if stop.event.is_set() else 0
+
+
+WAIT_REPEAT_S = 30.0
+
+
+def _wait_notices() -> Callable[[str, Any, float], None]:
+    """replay's publisher says when it waits for a learner (a second in, then every
+    :data:`WAIT_REPEAT_S`), and when a learner reads: never a silent wait."""
+    from rolloutfleet.fleet.learner_wait import LearnerWait
+
+    wait, said = LearnerWait(), [0.0]
+
+    def on_wait(stream: str, load: Any, waited_s: float) -> None:
+        now = time.time()
+        if load.group is not None:
+            line = wait.reading(load.group, now)
+        elif (line := wait.absent(stream, waited_s, now, load.ignored)) is None and now - said[0] >= WAIT_REPEAT_S:
+            line = f"still waiting for a learner to read {stream}, for {now - (wait.since or now):.0f} s"
+        if line:
+            said[0] = now
+            print(f"replay: {line}", file=sys.stderr, flush=True)
+
+    return on_wait
 
 
 def _publisher(args: argparse.Namespace, job: Any) -> Any:
