@@ -122,3 +122,21 @@ def test_a_listen_that_is_no_ip_address_is_one_line(value: str, tmp_path: Path) 
     )  # fmt: skip
     assert done.returncode == 2 and "--listen" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_port_already_taken_is_one_line_naming_it_and_nothing_starts(redis_url: str, tmp_path: Path) -> None:
+    with socket.socket() as holder:  # another fleet's action server, or any program
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
+        manifest = tmp_path / "listens.yaml"
+        manifest.write_text(MANIFEST.format(port=port))
+        done = subprocess.run(
+            [sys.executable, "-m", "rolloutfleet.cli.main", "run", str(manifest), "--redis", redis_url, "--no-status"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"rolloutfleet run: spec.env.external.port: 127.0.0.1:{port} (worker 0's) is taken (Address already in use): "
+        "another fleet or program listens there; stop it, or give this job another port"
+    ]

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from rolloutfleet.cli.preflight import taken_port
 from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.local_evaluators import LocalEvaluators
 from rolloutfleet.fleet.parent_watch import die_with_parent
@@ -166,6 +167,9 @@ def run_fleet(args: argparse.Namespace) -> int:
         console.print(f"fleet: --replicas {args.replicas} is outside spec.autoscaling's bounds "
                       f"({scaling.min_replicas}-{scaling.max_replicas}): starting {scaling.clamp(args.replicas)}")  # fmt: skip
     job = _sized(job, args.replicas)
+    if (taken := taken_port(job, args.listen)) is not None:  # before anything starts: one line, not a crash loop
+        print(f"rolloutfleet run: {taken}", file=sys.stderr)
+        return 2
     fleet = LocalFleet(job, redis_url=args.redis, redis_password=os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD"),
                        listen_host=args.listen)  # fmt: skip
     evaluators = LocalEvaluators(fleet)  # spec.evaluation's workers; none without it
