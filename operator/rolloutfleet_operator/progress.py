@@ -2,8 +2,9 @@
 
 Best effort, on the timer: the heartbeats end up in ``status.envSteps`` and
 ``status.stepsPerSecond`` (:func:`.status.progress`), and a job whose Redis cannot be
-reached is reconciled all the same. The Redis's connection budget (``INFO clients``) is read
-beside them every :data:`CLIENTS_EVERY_S` (:func:`.status.connections_condition`).
+reached is reconciled all the same. Every :data:`CLIENTS_EVERY_S` the operator also looks at the
+job's Redis itself: its connection budget (``INFO clients``, :func:`.status.connections_condition`),
+or why it cannot be reached (:func:`.status.reachable_condition`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rolloutfleet_operator.api_calls import read_secret_value
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 
 PASSWORD_TTL_S = 60.0  # a rotated password is picked up within this; no Secret read per tick
-CLIENTS_EVERY_S = 15.0  # the Redis's maxclients and connected clients (INFO clients), read this often
+CLIENTS_EVERY_S = 15.0  # a look at the job's Redis (reached? INFO clients), this often
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Coll
     """Keep the job's last heartbeats in its :class:`.runtime.JobRuntime` (``beats``)."""
     from rolloutfleet.transport.evaluation_results import read_latest
     from rolloutfleet.transport.heartbeat import read_heartbeats  # redis client: only when progress is read
-    from rolloutfleet.transport.redis.clients import read_client_limit
+    from rolloutfleet.transport.redis.clients import look
 
     bodies = list(job_index.get(key, []))
     if not bodies:
@@ -41,12 +42,13 @@ async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Coll
     state = runtime.job(key)
     url, password = await redis_login(runtime, state, job)
     try:
+        if (clock := time.monotonic()) - state.clients[0] >= CLIENTS_EVERY_S:
+            seen = await asyncio.to_thread(look, url, password)
+            state.clients = (clock, seen.limit if seen.limit is not None else state.clients[1])
+            state.redis_error = seen.error
         state.beats = await asyncio.to_thread(read_heartbeats, url, job, password)
         if job.spec.evaluation is not None:
             state.evaluation = await asyncio.to_thread(read_latest, url, job, password)
-        if (clock := time.monotonic()) - state.clients[0] >= CLIENTS_EVERY_S:
-            limit = await asyncio.to_thread(read_client_limit, url, password)
-            state.clients = (clock, limit if limit is not None else state.clients[1])
     except Exception as error:  # noqa: BLE001 - progress is best effort; the reconcile must go on
         log.debug("no progress for %s/%s: %s", key[0], key[1], error)
 

@@ -51,7 +51,12 @@ from rolloutfleet_operator.pods import (
 from rolloutfleet_operator.redis_users import Isolation, isolation_condition, keep_users
 from rolloutfleet_operator.runtime import JobRuntime, Key, Owned, Runtime
 from rolloutfleet_operator.scaling import Scaling, scaling_status, sync_scaling
-from rolloutfleet_operator.status import build_status, connections_condition, invalid_spec_status, status_changed
+from rolloutfleet_operator.status import (
+    build_status,
+    invalid_spec_status,
+    redis_conditions,
+    status_changed,
+)
 
 # The kopf indexes, as handlers.job_index, handlers.pod_index and handlers.pdb_index fill them.
 JobIndex = Mapping[Key, Collection[dict[str, Any]]]
@@ -169,21 +174,22 @@ def _add_status_parts(
     now: float,
 ) -> None:
     """What the other concerns add to the workers' status: spec.evaluation's pods and numbers,
-    the callbacks' per-episode metrics, and the RedisIsolated condition."""
+    the callbacks' per-episode metrics, the RedisIsolated condition, and the operator's look at
+    the job's Redis (a Warning Event for each condition that turns False, once per message)."""
     status |= evaluation_status(job, evaluators, state.evaluation, now)
     status |= custom_metrics_status(state.beats, the_plan.desired)
     generation = int(body["metadata"]["generation"])
     old_conditions = (own_status or {}).get("conditions") or []
     status["conditions"] = [*status["conditions"], isolation_condition(isolation, generation, now, old_conditions)]
-    if (limit := state.clients[1]) is not None:
-        fit = connections_condition(
-            limit.most, limit.connected, worker_connections(job), the_plan.desired, status["replicas"],
-            generation, now, old_conditions,
-        )  # fmt: skip
-        status["conditions"].append(fit)
-        if fit["status"] == "False" and state.reported_connections != fit["message"]:
-            post_event(body["metadata"], "Warning", fit["reason"], fit["message"])
-        state.reported_connections = fit["message"] if fit["status"] == "False" else ""
+    looked, limit = state.clients
+    found = redis_conditions(looked > float("-inf"), state.redis_error, limit, worker_connections(job),
+                             the_plan.desired, status["replicas"], generation, now, old_conditions)  # fmt: skip
+    for warning in found:
+        status["conditions"].append(warning)
+        said = state.reported_conditions.get(warning["type"], "")
+        if warning["status"] == "False" and said != warning["message"]:
+            post_event(body["metadata"], "Warning", warning["reason"], warning["message"])
+        state.reported_conditions[warning["type"]] = warning["message"] if warning["status"] == "False" else ""
 
 
 def _count_and_tell(

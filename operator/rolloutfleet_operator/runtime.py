@@ -55,7 +55,9 @@ class JobRuntime:
     redis_users: Any = None  # .redis_users.Isolation: the job's Redis users, as last applied
     # (monotonic time of the last read, the Redis's last ClientLimit read: kept through a failed read)
     clients: tuple[float, Any] = (float("-inf"), None)
-    reported_connections: str = ""  # the last RedisConnectionsFit warning posted as an Event
+    redis_error: str | None = None  # why the operator's last look could not reach the job's Redis (None: it could)
+    # Condition type -> the message of the Warning Event last posted for it ("" once True again).
+    reported_conditions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -315,3 +315,41 @@ def connections_condition(
         )
     reason = "WithinMaxClients" if fits else "OverMaxClients"
     return condition(CONNECTIONS, fits, reason, message, generation, now, previous)
+
+
+REACHABLE = "RedisReachable"
+
+
+def reachable_condition(
+    error: str | None, generation: int, now: float, previous: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """``RedisReachable``: whether the operator's last look reached the job's Redis as the job's
+    users do; else why not, in the one line a worker would log (connection refused, TLS
+    expected, a password refused). Workers that cannot reach it are never ready and write no
+    heartbeat, so this is where their reason shows.
+
+    >>> reachable_condition("redis at localhost:6379: connection refused", 1, 0.0)["reason"]
+    'RedisUnreachable'
+    """
+    if error is None:
+        return condition(REACHABLE, True, "Reached", "the operator reached the job's Redis", generation, now, previous)
+    message = f"{error} (seen by the operator, which connects as the job's workers and learners do)"
+    return condition(REACHABLE, False, "RedisUnreachable", message, generation, now, previous)
+
+
+def redis_conditions(
+    looked: bool, error: str | None, limit: Any, per_worker: int, desired: int, live: int, generation: int,
+    now: float, old: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """What the operator's own look at the job's Redis found (none before the first look):
+    reached or why not, and with its connection budget (``limit``: a ``ClientLimit``, None
+    for a Redis Cluster or one never read) whether the fleet fits it."""
+    if not looked:
+        return []
+    old = list(old)
+    found = [reachable_condition(error, generation, now, old)]
+    if limit is not None:
+        found.append(
+            connections_condition(limit.most, limit.connected, per_worker, desired, live, generation, now, old)
+        )
+    return found

@@ -9,7 +9,7 @@ import pytest
 
 import rolloutfleet.transport.heartbeat
 import rolloutfleet.transport.redis.clients
-from rolloutfleet.transport.redis.clients import ClientLimit
+from rolloutfleet.transport.redis.clients import ClientLimit, RedisLook
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.progress import CLIENTS_EVERY_S, PASSWORD_TTL_S, read_progress
 from rolloutfleet_operator.runtime import Runtime
@@ -32,7 +32,7 @@ def redis_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str | N
         return {0: {"env_steps": 100.0, "steps_per_s": 5.0, "time": 1.0}}
 
     monkeypatch.setattr(rolloutfleet.transport.heartbeat, "read_heartbeats", read_heartbeats)
-    monkeypatch.setattr(rolloutfleet.transport.redis.clients, "read_client_limit", lambda url, password: None)
+    monkeypatch.setattr(rolloutfleet.transport.redis.clients, "look", lambda url, password: RedisLook(None))
     return reads
 
 
@@ -85,19 +85,21 @@ async def test_a_job_gone_or_unusable_is_not_read(kube: Any, redis_reads: list[A
 async def test_the_redis_client_limit_is_read_every_few_ticks_and_kept_through_a_failed_read(
     kube: Any, redis_reads: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    answers: list[ClientLimit | None] = [ClientLimit(most=10_000, connected=7), None]
+    refused = "redis at localhost:6379: connection refused"
+    answers = [RedisLook(ClientLimit(most=10_000, connected=7)), RedisLook(None, refused)]
     asked: list[str] = []
 
-    def read_client_limit(url: str, password: str | None) -> ClientLimit | None:
+    def look(url: str, password: str | None) -> RedisLook:
         asked.append(url)
         return answers.pop(0)
 
-    monkeypatch.setattr(rolloutfleet.transport.redis.clients, "read_client_limit", read_client_limit)
+    monkeypatch.setattr(rolloutfleet.transport.redis.clients, "look", look)
     runtime, index = Runtime(config=OperatorConfig(), api=kube.api()), {KEY: [indexed_job()]}
     await read_progress(KEY, runtime, index)
     await read_progress(KEY, runtime, index)  # within CLIENTS_EVERY_S: heartbeats only
-    assert asked == ["redis://localhost:6379/0"] and len(redis_reads) == 2
+    assert asked == ["redis://localhost:6379/0"] and len(redis_reads) == 2 and runtime.job(KEY).redis_error is None
     read_at, limit = runtime.job(KEY).clients
     runtime.job(KEY).clients = (read_at - CLIENTS_EVERY_S, limit)
-    await read_progress(KEY, runtime, index)  # read again; Redis away: the last answer stays
+    await read_progress(KEY, runtime, index)  # looked again; Redis away: the last budget stays, the reason is kept
     assert len(asked) == 2 and runtime.job(KEY).clients[1] == ClientLimit(most=10_000, connected=7)
+    assert runtime.job(KEY).redis_error == refused

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutfleet.transport.redis.clients import ClientLimit, read_client_limit
+from rolloutfleet.transport.redis.clients import ClientLimit, look, read_client_limit
 from tests.integration.redis_server import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.integration
@@ -29,3 +29,21 @@ def test_a_redis_that_cannot_be_reached_reads_as_none() -> None:
     url = server.url
     server.close()
     assert read_client_limit(url) is None
+
+
+def test_a_look_says_why_a_redis_cannot_be_reached_in_the_workers_words() -> None:
+    server = RedisServer(executable=redis_server_binary()).start()
+    url = server.url
+    server.close()
+    refused = look(url)
+    assert refused.limit is None and refused.error is not None
+    assert refused.error.startswith("redis at 127.0.0.1:") and refused.error.endswith(": connection refused")
+    guarded = RedisServer(executable=redis_server_binary(), extra_args=("--requirepass", "s3cret")).start()
+    try:
+        told = look(guarded.url).error
+        assert told is not None and "a password is required" in told and "spec.redis.passwordSecret" in told, told
+        assert "s3cret" not in told
+        reached = look(guarded.url, password="s3cret")
+        assert reached.error is None and reached.limit is not None and reached.limit.connected == 0
+    finally:
+        guarded.close()

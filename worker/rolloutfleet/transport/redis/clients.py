@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.transport.redis.connection import RETRYABLE, connect, is_cluster
+from rolloutfleet.transport.redis.connection import connect, is_cluster
+from rolloutfleet.transport.redis.errors import BackendError
+from rolloutfleet.transport.redis.reachability import address, failure_line
 
 
 @dataclass(frozen=True)
@@ -37,20 +39,40 @@ def worker_connections(job: RolloutJob) -> int:
     return len(multi.trained_policies) + len(multi.policies)
 
 
-def read_client_limit(url: str, password: str | None = None) -> ClientLimit | None:
-    """The limit of the Redis at ``url``; None when it cannot be reached, or is a Redis Cluster
+PASSWORD_FROM = "spec.redis.passwordSecret (or the job's own Redis user)"
+
+
+@dataclass(frozen=True)
+class RedisLook:
+    """What one look at a job's Redis found: its connection budget (None for a Redis Cluster,
+    or when it could not be read), or why it could not be reached, in one line."""
+
+    limit: ClientLimit | None
+    error: str | None = None
+
+
+def look(url: str, password: str | None = None) -> RedisLook:
+    """Connect to the Redis at ``url`` as the job's users do and read ``INFO clients``: the limit
+    in force, or the reason it cannot be reached (:func:`failure_line`: connection refused,
+    TLS expected, a password refused, ...). A Redis Cluster gives neither limit nor error
     (each node has its own limit, and a worker's connections spread over the nodes)."""
+    where = address(url)
     try:
         client = connect(url, password, socket_timeout=2.0, connect_timeout=1.0)
-    except RETRYABLE:
-        return None
+    except (BackendError, ValueError) as exc:  # ValueError: not a Redis URL
+        return RedisLook(None, failure_line(exc, where, PASSWORD_FROM))
     try:
         if is_cluster(client):
-            return None
+            return RedisLook(None)
         info = client.info("clients")
-    except RETRYABLE:
-        return None
+    except BackendError as exc:
+        return RedisLook(None, failure_line(exc, where, PASSWORD_FROM))
     finally:
         client.close()
     # Less the connection that asked.
-    return ClientLimit(most=int(info["maxclients"]), connected=int(info["connected_clients"]) - 1)
+    return RedisLook(ClientLimit(most=int(info["maxclients"]), connected=int(info["connected_clients"]) - 1))
+
+
+def read_client_limit(url: str, password: str | None = None) -> ClientLimit | None:
+    """The limit of the Redis at ``url``; None when it cannot be reached, or is a Redis Cluster."""
+    return look(url, password).limit

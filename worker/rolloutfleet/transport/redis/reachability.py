@@ -53,8 +53,9 @@ def check_url(url: str) -> None:
     parse_redis_url(url)
 
 
-def failure_line(exc: BaseException, where: str) -> str:
-    """What went wrong reaching the Redis at ``where``, in one line a user can act on.
+def failure_line(exc: BaseException, where: str, password_from: str = f"${PASSWORD_ENV}") -> str:
+    """What went wrong reaching the Redis at ``where``, in one line a user can act on
+    (``password_from``: where the password comes from, for a refused one).
 
     >>> failure_line(redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."), "127.0.0.1:1")
     'redis at 127.0.0.1:1: connection refused'
@@ -69,7 +70,7 @@ def failure_line(exc: BaseException, where: str) -> str:
             if "noauth" in lower or "required" in lower or "already authenticated" in lower  # RESP3's HELLO says so
             else f"authentication failed ({text})"
         )
-        return f"redis at {where}: {why}; the password comes from ${PASSWORD_ENV}"
+        return f"redis at {where}: {why}; the password comes from {password_from}"
     if isinstance(exc, redis.TimeoutError):
         return f"redis at {where}: no answer (timed out)"
     known = {
