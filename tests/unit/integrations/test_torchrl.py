@@ -96,3 +96,14 @@ def test_the_actor_is_the_workers_network_its_log_probs_are_theirs_and_ppo_steps
 def test_a_module_that_is_not_the_workers_network_is_refused_naming_what_it_needs(job: RolloutJob) -> None:
     with pytest.raises(ValueError, match=r"no part of Sequential is the workers' network for cartpole: it needs .*\[64, 4\]"):  # fmt: skip
         network_of(nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 2)), job)
+
+
+def test_rows_without_sub_environment_ids_are_cut_by_episode_alone(fragments: list[dict[str, np.ndarray]]) -> None:
+    """A replayed Minari dataset's rows carry no env_id: each episode is a run, cut where t restarts."""
+    batch = {k: v for k, v in fragments[0].items() if k != "env_id"}
+    one_env = fragments[0]["env_id"] == fragments[0]["env_id"][0]
+    batch = {k: v[one_env] for k, v in batch.items()}
+    data = to_tensordict(batch)
+    done = data["next", "done"].numpy()[:, 0]
+    np.testing.assert_array_equal(done[:-1], (batch["terminateds"] | batch["truncateds"])[:-1])
+    assert done[-1]  # the cut at the end of the batch

@@ -56,14 +56,16 @@ COLUMN_VECTORS = {"t": ("step_count",)}
 
 
 def runs(batch: Mapping[str, np.ndarray], starts: Sequence[int] = ()) -> list[slice]:
-    """The rows of each sub-environment's run: a new run where ``env_id`` changes, where a
-    message begins (``starts``: two workers' sub-environments may share an id), and where
-    the step count does not follow on within one episode.
+    """The rows of each sub-environment's run: a new run where ``env_id`` changes (rows without
+    one, as a replayed Minari dataset's: by episode alone), where a message begins (``starts``:
+    two workers' sub-environments may share an id), and where the step count does not follow
+    on within one episode.
 
     >>> runs({"env_id": np.array([0, 0, 1, 1, 1]), "t": np.array([3, 4, 0, 1, 2]), "eps_id": np.array([5, 5, 6, 6, 6])})
     [slice(0, 2, None), slice(2, 5, None)]
     """
-    env, t, eps = batch["env_id"], batch["t"], batch["eps_id"]
+    t, eps = batch["t"], batch["eps_id"]
+    env = batch.get("env_id", np.zeros(len(t), np.int64))  # a replayed Minari dataset has none
     cut = np.zeros(len(env), np.bool_)
     cut[0:1] = True
     cut[1:] = (env[1:] != env[:-1]) | (eps[1:] == eps[:-1]) & (t[1:] != t[:-1] + 1)
@@ -80,7 +82,7 @@ def to_tensordict(batch: Mapping[str, np.ndarray], starts: Sequence[int] = (), d
     TorchRL's losses do not read. Its value estimators need none: the runs are cut by the done
     flags."""
     pieces = runs(batch, starts)
-    rows = len(batch["env_id"])
+    rows = len(batch["rewards"])
     terminated, truncated = batch["terminateds"].astype(np.bool_), batch["truncateds"].astype(np.bool_)
     cut = np.zeros(rows, np.bool_)
     cut[[piece.stop - 1 for piece in pieces]] = True
@@ -141,7 +143,7 @@ class FleetCollector:
             starts = np.cumsum([0] + [len(m.batch) for m in messages[:-1]]).tolist()
             self._held = messages
             self.returns.add(batch)
-            self.frames += len(batch["env_id"])
+            self.frames += len(batch["rewards"])
             yield to_tensordict(batch, starts, self.device)
         self.commit()  # asked for one more past total_frames: done with the last one
 
