@@ -130,3 +130,17 @@ def test_a_learner_is_told_at_once_not_after_its_reconnect_deadline(
     assert (
         "\n" not in message and f"Redis at localhost:{port}/0 refused: TLS: its certificate is not trusted" in message
     )
+
+
+def test_a_plain_url_to_a_tls_redis_is_told_to_use_rediss(tls_redis: tuple[int, Path, Path]) -> None:
+    """What the operator writes in RedisReachable for a job whose redis:// URL names a TLS-only Redis."""
+    from rolloutfleet.transport.redis.clients import look
+
+    port, _, _ = tls_redis
+    told = look(f"redis://localhost:{port}/0").error
+    assert told == (
+        f"redis at localhost:{port}: the server speaks TLS: use rediss:// in spec.redis.url and "
+        "spec.redis.tls.caSecret (the CA that signed its certificate)"
+    )
+    gone = look("redis://localhost:1/0").error  # nothing there: not taken for TLS
+    assert gone is not None and gone.endswith("connection refused")

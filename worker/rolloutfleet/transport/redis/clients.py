@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.redis_url import parse_redis_url
 from rolloutfleet.transport.redis.connection import connect, is_cluster
 from rolloutfleet.transport.redis.errors import BackendError
-from rolloutfleet.transport.redis.reachability import address, failure_line
+from rolloutfleet.transport.redis.reachability import address, failure_line, speaks_tls
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def look(url: str, password: str | None = None) -> RedisLook:
     try:
         client = connect(url, password, socket_timeout=2.0, connect_timeout=1.0)
     except (BackendError, ValueError) as exc:  # ValueError: not a Redis URL
-        return RedisLook(None, failure_line(exc, where, PASSWORD_FROM))
+        return RedisLook(None, _tls_spoken(url, where) or failure_line(exc, where, PASSWORD_FROM))
     try:
         if is_cluster(client):
             return RedisLook(None)
@@ -76,3 +77,18 @@ def look(url: str, password: str | None = None) -> RedisLook:
 def read_client_limit(url: str, password: str | None = None) -> ClientLimit | None:
     """The limit of the Redis at ``url``; None when it cannot be reached, or is a Redis Cluster."""
     return look(url, password).limit
+
+
+def _tls_spoken(url: str, where: str) -> str | None:
+    """For a ``redis://`` URL whose server answers in TLS (a TLS-only Redis resets a plain
+    connection): the line that says so and what to write instead."""
+    try:
+        parsed = parse_redis_url(url)
+    except ValueError:
+        return None
+    if parsed.scheme != "redis" or not speaks_tls(parsed.host.strip("[]"), parsed.port):
+        return None
+    return (
+        f"redis at {where}: the server speaks TLS: use rediss:// in spec.redis.url and spec.redis.tls.caSecret "
+        "(the CA that signed its certificate)"
+    )

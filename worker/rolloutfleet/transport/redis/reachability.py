@@ -6,6 +6,8 @@ saying why (:func:`failure_line`), never a traceback.
 from __future__ import annotations
 
 import math
+import socket
+import ssl
 import time
 from collections.abc import Callable
 
@@ -85,6 +87,23 @@ def failure_line(exc: BaseException, where: str, password_from: str = f"${PASSWO
     }
     reason = next((why for needle, why in known.items() if needle in lower), None)
     return f"redis at {where}: {reason or explain(exc)}"
+
+
+def speaks_tls(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether the server at ``host:port`` completes a TLS handshake. Its certificate is not
+    checked and nothing is sent: this only asks what it speaks, to tell a ``redis://`` URL
+    that meets a TLS-only Redis (the connection is reset) from a server that is no Redis."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout_s) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
 
 
 def wait_for_redis(
