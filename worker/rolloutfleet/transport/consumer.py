@@ -121,7 +121,7 @@ class BatchConsumer(JobClient):
         self._in_flight: set[tuple[int, str]] = set()
         self._carry: list[Message] = []
         self._entry_rows = 0  # rows an entry held, in the last read: get(max_steps=...) reads what it needs
-        hold = lambda: self._call(lambda: read_hold(self.client, self._job_keys))  # noqa: E731
+        hold = lambda: read_hold(self.client, self._job_keys)  # noqa: E731 - one try: a diagnosis waits for nothing
         self._starved = StarvedWait(hold, group, self._job_keys.batches)  # a wait that cannot end says so
         self._uncommitted: list[Message] = []
         self._next_reading = 0.0

@@ -56,7 +56,12 @@ class StarvedWait:
         if self._started is None or now < self._next:
             return
         self._next = now + SAY_EVERY_S
-        line = own_hold_line(self._read_hold(), self.group, self.stream, held_rows, min_steps, now - self._started)
+        try:
+            hold = self._read_hold()
+        except Exception as exc:  # noqa: BLE001 - a diagnosis: it never fails the get() it watches
+            log.debug("could not read who holds %s back: %s", self.stream, exc)
+            return
+        line = own_hold_line(hold, self.group, self.stream, held_rows, min_steps, now - self._started)
         if line is not None:
             self.said += 1
             log.warning(line)
