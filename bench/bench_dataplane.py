@@ -23,8 +23,8 @@ own connections, as separate pods would have. Against one real ``redis-server`` 
 
 Results as a table and as JSON (``out/bench/bench_dataplane.json``).
 Usage: ``python -m bench.bench_dataplane [--sizes 10,100,1000] [--seconds 20]``
-(``make bench-dataplane``). Each hollow worker holds 2 connections (its publisher's and its
-weights subscriber's): 1 000 workers need ~2 100 file descriptors in this process and in
+(``make bench-dataplane``). Each hollow worker holds 2 connections (its publisher's, which
+its weights downloads and heartbeats share, and its subscription to the weights announcements): 1 000 workers need ~2 100 file descriptors in this process and in
 Redis, which this bench raises its soft limit to; 10 000 need more than this machine's hard
 limit of 20 000 (say ``--sizes 10000`` where it is higher).
 """
@@ -46,6 +46,7 @@ from bench.results import Table, machine, write
 from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
 from rolloutfleet.data.weights_check import check_weights
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.fleet.worker import HEARTBEAT_EVERY_S
 from rolloutfleet.fleet.worker_transport import WorkerTransport
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
@@ -53,6 +54,7 @@ from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats
 from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted
 from rolloutfleet.transport.redis.connection import RETRYABLE, connect
+from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
 
 JOB = "hollow"
@@ -155,7 +157,8 @@ class HollowWorker(threading.Thread):
             transport.publish(SampleBatch(self.columns))
             self.waiting.clear()
             self.published += 1
-            transport.heartbeat({"env_steps": self.published * ROWS, "steps_per_s": ROWS * FRAGMENTS_PER_S})
+            stats = {"env_steps": self.published * ROWS, "steps_per_s": ROWS * FRAGMENTS_PER_S}
+            transport.heartbeat(stats, every_s=HEARTBEAT_EVERY_S)
         except (BackpressureTimeout, PublishInterrupted):
             return
         except RETRYABLE:
@@ -216,6 +219,29 @@ class RedisCounters:
     def _cpu(self) -> float:
         cpu = self.client.info("cpu")
         return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+
+
+def raw_fanout(url: str, key: str, copies: int, threads: int = 8) -> float:
+    """The ceiling of a version's fan-out on this machine: seconds for ``threads`` bare redis-py
+    clients in this process to GET ``key`` (the version's chunk) ``copies`` times in all, the
+    same N x size out of the same Redis, with no worker loop, no check and no decoding."""
+    clients = [connect(url) for _ in range(threads)]
+    share = [copies // threads + (i < copies % threads) for i in range(threads)]
+
+    def fetch(client: Any, count: int) -> None:
+        for _ in range(count):
+            client.get(key)
+
+    pool = [threading.Thread(target=fetch, args=(c, n)) for c, n in zip(clients, share, strict=True)]
+    began = time.monotonic()
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    elapsed = time.monotonic() - began
+    for client in clients:
+        client.close()
+    return elapsed
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
@@ -292,6 +318,7 @@ def run_size(workers: int, seconds: float, max_len: int = MAX_LEN) -> dict[str, 
         result["weights"] = {
             "p50": percentile(reached, 0.5), "p99": percentile(reached, 0.99), "max": max(reached),
             "net_out": sent["net_out"], "bound": workers * WEIGHTS_BYTES,
+            "raw_s": raw_fanout(server.url, job_keys("default", JOB).weights_chunk(seq, 0), workers),
         }  # fmt: skip
         publisher.close()
 
@@ -344,8 +371,8 @@ def main() -> None:
         "| workers | waiting: commands/s | waiting: Redis CPU us/s | publishing: commands/s | publishing: "
         "Redis CPU us/s | connections | Redis memory | learner rows/s | a learner comes: "
         "all resumed p50 / p99 / max | 1 MB version everywhere p50 / p99 / max (bytes sent / N x size) | "
-        "heartbeat read |",
-        "| --- " * 11 + "|",
+        "N x 1 MB by bare GETs (the ceiling) | heartbeat read |",
+        "| --- " * 12 + "|",
     ]
     for r in results:
         n = r["workers"]
@@ -358,12 +385,16 @@ def main() -> None:
             f"| {n:,} | {wait_calls:.2f} | {wait_cpu:.0f} | {flow_calls:.1f} | {flow_cpu:.0f} | "
             f"{r['connections_per_worker']:.1f} | {r['memory_per_worker'] / 1024:.1f} KiB | {rows:,.0f}{vs} | "
             f"{res['p50']:.2f} / {res['p99']:.2f} / {res['max']:.2f} s | {w['p50']:.2f} / {w['p99']:.2f} / "
-            f"{w['max']:.2f} s ({w['net_out'] / w['bound']:.2f}) | {r['heartbeat_read_s'] * 1000:.1f} ms |"
+            f"{w['max']:.2f} s ({w['net_out'] / w['bound']:.2f}) | {w['raw_s']:.2f} s | "
+            f"{r['heartbeat_read_s'] * 1000:.1f} ms |"
         )
         table.rows.append({"workers": n, "commands/s": round(wait_calls, 2), "CPU us/s": round(wait_cpu, 1)})
     print("\n".join(lines))
     worst = max(results, key=lambda r: r["workers"])
-    print(f"\nby command, waiting, {worst['workers']:,} workers (calls): {worst['waiting']['commands']}")
+    for phase in ("waiting", "flowing"):
+        calls = sorted(worst[phase]["commands"].items(), key=lambda item: -item[1])
+        per = ", ".join(f"{name} {count / worst['workers'] / worst[phase]['seconds']:.2f}" for name, count in calls)
+        print(f"\nby command, {phase}, {worst['workers']:,} workers (a worker, a second): {per}")
     path = write("bench_dataplane", [table], where)
     path.with_name("bench_dataplane_phases.json").write_text(json.dumps(results, indent=2))
 

@@ -42,7 +42,11 @@ def tag_job(name: str = "tag", train: list[str] | None = None, **spec: Any) -> R
 
 
 def transport(job: RolloutJob, redis_url: str) -> WorkerTransport:
-    return WorkerTransport(WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url))
+    """A worker's transport that reads every policy's version each call, as without
+    announcements (a load right after a publish in one thread may precede its announcement)."""
+    made = WorkerTransport(WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url))
+    made.news.recheck_s = 0.0
+    return made
 
 
 def test_each_trained_policy_goes_to_its_own_stream_and_round_trips(redis_url: str) -> None:

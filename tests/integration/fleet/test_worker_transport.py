@@ -20,6 +20,14 @@ from rolloutfleet.transport.weights import WeightPublisher
 pytestmark = pytest.mark.integration
 
 
+def polling(transport: WorkerTransport) -> WorkerTransport:
+    """Read the weights version every call, as without announcements: these tests publish and
+    load in one thread, where an announcement may still be on its way when the load comes
+    (tests/integration/transport/test_weights_news.py tests the announcements)."""
+    transport.news.recheck_s = 0.0
+    return transport
+
+
 def config(url: str, index: int = 1, **redis: object) -> WorkerConfig:
     job = RolloutJob.from_dict({"metadata": {"name": "cartpole", "namespace": "team"},
                                 "spec": {"replicas": 2, "env": {"id": "CartPole-v1"}, "redis": redis}})  # fmt: skip
@@ -27,7 +35,7 @@ def config(url: str, index: int = 1, **redis: object) -> WorkerConfig:
 
 
 def test_publish_poll_weights_and_heartbeat(redis_url: str) -> None:
-    transport = WorkerTransport(config(redis_url))
+    transport = polling(WorkerTransport(config(redis_url)))
     assert transport.poll_weights() == {}
     WeightPublisher(redis_url, "cartpole", "team").publish({"w": np.ones(2)})
     updates = transport.poll_weights()
@@ -49,7 +57,7 @@ def test_rows_sampled_before_a_weights_update_reach_the_learner_judged_row_by_ro
 
     job = small_job("mixed", replicas=1)
     runner = EnvRunner(job)
-    transport = WorkerTransport(WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url))
+    transport = polling(WorkerTransport(WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url)))
     weights = WeightPublisher(redis_url, job.name)
     state = {name: value.numpy() for name, value in build_model(job).state_dict().items()}
     sampled: list[tuple[int, np.ndarray]] = []  # (weights version in force, the rows' versions)
@@ -104,7 +112,7 @@ def test_read_heartbeats_is_empty_when_redis_is_away() -> None:
 
 
 def test_the_runner_is_the_record_of_the_loaded_version(redis_url: str) -> None:
-    transport = WorkerTransport(config(redis_url))
+    transport = polling(WorkerTransport(config(redis_url)))
     publisher = WeightPublisher(redis_url, "cartpole", "team")
     publisher.publish({"w": np.ones(2)})
     publisher.publish({"w": np.full(2, 2.0)})
@@ -113,3 +121,28 @@ def test_the_runner_is_the_record_of_the_loaded_version(redis_url: str) -> None:
     # A runner that holds version 1 (the subscriber has not seen any): version 2 is newer.
     updates = transport.poll_weights(held={"default": 1})
     assert updates["default"].seq_no == 2 and updates["default"].weights["w"].tolist() == [2.0, 2.0]
+
+
+def test_a_throttled_heartbeat_writes_changes_at_once_and_its_last_numbers_on_flush(redis_url: str) -> None:
+    transport = WorkerTransport(config(redis_url))
+    job = config(redis_url).job
+
+    def written() -> float:
+        return float(read_heartbeats(redis_url, job)[1]["env_steps"])
+
+    transport.heartbeat({"num_env_steps_sampled_lifetime": 100}, every_s=60)
+    for steps in (200, 300):  # within the minute, nothing else to say: held back
+        transport.heartbeat({"num_env_steps_sampled_lifetime": steps}, every_s=60)
+    assert written() == 100
+    transport.weights.refuse(3, "does not fit")  # something to say besides the numbers: at once
+    transport.heartbeat({"num_env_steps_sampled_lifetime": 400}, every_s=60)
+    beat = read_heartbeats(redis_url, job)[1]
+    assert beat["env_steps"] == 400 and beat["weights_refused"] == {"default": (3, "does not fit")}
+    transport.heartbeat({"num_env_steps_sampled_lifetime": 500}, every_s=60)
+    assert written() == 400
+    transport.flush_heartbeat()
+    assert written() == 500
+    transport.flush_heartbeat()  # nothing held back: no write
+    transport.heartbeat({"num_env_steps_sampled_lifetime": 600})  # unthrottled: written
+    assert written() == 600
+    transport.close()

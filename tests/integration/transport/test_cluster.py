@@ -14,7 +14,9 @@ import pytest
 import redis
 
 from rolloutfleet.data.filters import MeanStdFilter
+from rolloutfleet.fleet.worker_transport import WorkerTransport
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.filter_sync import FilterSync, read_filter
 from rolloutfleet.transport.heartbeat import read_heartbeats, write_heartbeat
@@ -123,6 +125,22 @@ def test_weights_filters_and_heartbeats_work_on_a_cluster(cluster_url: str) -> N
 
 
 JOB_KEYS = job_keys("default", "spread")
+
+
+def test_a_worker_on_a_cluster_hears_weights_announced_on_another_node(cluster_url: str) -> None:
+    """The announcement is published by the Lua script on the version's master; the worker's
+    subscription sits on the channel's node, and Redis Cluster carries it between them."""
+    config = WorkerConfig(job=JOB, worker_index=0, num_workers=1, redis_url=cluster_url)
+    transport = WorkerTransport(config)
+    deadline = time.monotonic() + 10
+    while not (transport.poll_weights() == {} and transport.news.listening):
+        assert time.monotonic() < deadline, "the subscription was not confirmed"
+    assert WeightPublisher(cluster_url, "spread").publish({"w": np.ones(3, np.float32)}) == 1
+    while "default" not in (updates := transport.poll_weights()):
+        assert time.monotonic() < deadline, "the announcement did not arrive"
+        time.sleep(0.01)
+    assert updates["default"].seq_no == 1 and transport.news.announcements == 1
+    transport.close()
 
 
 def test_explicit_shards_are_followed_by_the_learner(cluster_url: str) -> None:

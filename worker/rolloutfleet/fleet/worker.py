@@ -50,6 +50,9 @@ log = logging.getLogger("rolloutfleet.fleet.worker")
 
 STOP_RETRY_S = 1.0
 """How long a stopping worker keeps trying to publish its last fragment while Redis fails."""
+HEARTBEAT_EVERY_S = 1.0
+"""A sampling worker writes its heartbeat at most this often (a fast one publishes several
+fragments a second); a change of what it says besides its numbers is written at once."""
 
 
 @dataclass
@@ -169,12 +172,15 @@ class Worker:
 
         loop = _Loop()
         last_sample = runner.holds_made_rows  # rows clients made, still in the runner at a stop
+        answered = True  # whether Redis took the last fragment (then it takes a last heartbeat too)
         while not self.stopping or loop.pending is not None or last_sample:
             last_sample = last_sample and not (self.stopping and loop.pending is None)
             self.probes.beat()
             self.metrics.count_transport(transport)
+            answered = False
             try:
                 self._one_fragment(runner, transport, loop)
+                answered = True
             except PublishInterrupted:
                 self._say(self.learner_wait.end(time.time(), "stopping"))
                 log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
@@ -189,6 +195,9 @@ class Worker:
                     loop.pending = None  # a revoked ACL user is waited for (unready), unless stopping
                 elif self._redis_error(exc, loop, outage):
                     return EXIT_REDIS
+        if answered:
+            with contextlib.suppress(*outage.errors):  # the numbers a throttled heartbeat held back
+                transport.flush_heartbeat()
         return 0
 
     def _one_fragment(self, runner: AnyRunner, transport: WorkerTransport, loop: _Loop) -> None:
@@ -217,7 +226,7 @@ class Worker:
         loop.pending = None
         self._say(*self.learner_wait.published(time.time()))
         transport.sync_filters(runner)
-        transport.heartbeat(self._stats)
+        transport.heartbeat(self._stats, every_s=HEARTBEAT_EVERY_S)
         self.probes.set_ready(True)
         if self.outage is not None:
             self.outage.succeeded()

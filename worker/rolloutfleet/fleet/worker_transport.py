@@ -1,5 +1,5 @@
-"""What a worker process does with Redis, in one object: publish batches, poll weights,
-write a heartbeat. :mod:`rolloutfleet.fleet.worker` drives it and owns the retry loop::
+"""What a worker process does with Redis, in one object: publish batches, load announced
+weights, write a heartbeat. :mod:`rolloutfleet.fleet.worker` drives it and owns the retry loop::
 
     transport = WorkerTransport(config)
     loaded = transport.load_weights(runner)     # newer weights of any policy, if any
@@ -8,13 +8,15 @@ write a heartbeat. :mod:`rolloutfleet.fleet.worker` drives it and owns the retry
 
 Everything is keyed by policy id, as the runners are (``"default"`` for a single-agent job;
 one publisher per trained policy and one weights subscriber per policy for a multi-agent
-job). A publish interrupted by an outage is retried with the same batch, the policies
-already sent skipped. Filter statistics, refused weights versions and declared columns:
+job). The weights are read on the first publisher's connection, when the learner announced a
+version (one subscription, a second connection). A publish interrupted by an outage is
+retried with the same batch, the policies already sent skipped. Filter statistics, refused weights versions and declared columns:
 docs/transport.md ("A worker's side").
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,7 @@ from rolloutfleet.transport.redis.errors import ConcurrentChange
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.redis.stream_load import StreamLoad
 from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
+from rolloutfleet.transport.weights_news import WeightsNews
 
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
@@ -70,16 +73,22 @@ class WorkerTransport:
         self.publishers = {
             policy: BatchPublisher(url, job, policy=self._redis_policy[policy], **options) for policy in trained
         }
+        self.publisher = next(iter(self.publishers.values()))
+        self.client = self.publisher.job_client  # the job's keys: weights, filters, heartbeats
+        # The weights are read on the publisher's connection, when announced (one more connection).
         self.subscribers = {
-            policy: WeightSubscriber(url, job, password=password, policy=redis_policy)
+            policy: WeightSubscriber(url, job, password=password, policy=redis_policy, client=self.client)
             for policy, redis_policy in self._redis_policy.items()
         }
-        self.publisher = next(iter(self.publishers.values()))
         self.weights = next(iter(self.subscribers.values()))
-        self.client = self.publisher.job_client  # the job's keys: weights, filters, heartbeats
+        self.news = WeightsNews(self.client, {p: s.keys.weights_news for p, s in self.subscribers.items()})
         self._sent: tuple[object, set[str]] = (None, set())  # (the batch being published, policies done)
         self._filter_syncs: dict[str, FilterSync] = {}
         self._declared: set[str] = set()  # policies whose batch columns this worker declared
+        # The last heartbeat written: when, and what it said besides the numbers; the numbers held back.
+        self._beat_at = float("-inf")
+        self._said: tuple[Any, float | None, str | None] = ((), None, None)
+        self._unsent: Mapping[str, float | int] | None = None
         # Exploration schedules follow the learner's global step: read only by jobs that have one.
         specs = [job.spec.policy] if multi is None else [o.apply(job.spec.policy) for o in multi.policies.values()]
         scheduled = any(spec.exploration.follows_global_step for spec in specs)
@@ -87,9 +96,14 @@ class WorkerTransport:
 
     def poll_weights(self, held: Mapping[str, int] | None = None) -> dict[str, WeightsUpdate]:
         """Each policy's newer weights (``"default"`` for a single-agent job); absent when not
-        newer than ``held[policy]`` (the runner's versions), or than the last one polled."""
+        newer than ``held[policy]`` (the runner's versions), or than the last one polled. Only
+        the policies announced since the last call are read (:class:`WeightsNews`), and those
+        whose ``held`` version is not the one last seen (a runner restored by ``set_state``)."""
         updates: dict[str, WeightsUpdate] = {}
+        due = self.news.due()
         for policy, subscriber in self.subscribers.items():
+            if policy not in due and (held is None or held.get(policy, subscriber.seq_no) == subscriber.seq_no):
+                continue
             update = subscriber.poll(held=None if held is None else held.get(policy))
             if update is not None:
                 updates[policy] = update
@@ -176,24 +190,45 @@ class WorkerTransport:
             publisher.interrupt()
 
     def heartbeat(
-        self, stats: Mapping[str, float | int], waiting_since: float | None = None, stuck: str | None = None
+        self,
+        stats: Mapping[str, float | int],
+        waiting_since: float | None = None,
+        stuck: str | None = None,
+        *,
+        every_s: float = 0.0,
     ) -> None:
         """This worker's heartbeat from its runner's metrics (see :mod:`rolloutfleet.transport.heartbeat`);
         ``waiting_since``: unix time it began to wait for a learner, while it does; ``stuck``: an
-        env call's line, from the watchdog (:mod:`rolloutfleet.fleet.env_watchdog`)."""
+        env call's line, from the watchdog (:mod:`rolloutfleet.fleet.env_watchdog`).
+
+        ``every_s``: write at most this often (a worker writes one after each fragment, and a
+        fast one makes several a second), unless what it says besides its numbers changed (a
+        weights refusal, a wait, a stuck call): that is written at once. What was held back
+        is written by the next call or by :meth:`flush_heartbeat`."""
+        refused = self.refused_weights()
+        said = (tuple(sorted(refused.items())), waiting_since, stuck)
+        now = time.monotonic()
+        if every_s and said == self._said and now - self._beat_at < every_s:
+            self._unsent = stats
+            return
         blocked = sum(p.stats.blocked_seconds for p in self.publishers.values())  # the autoscaler's signal
         write_heartbeat(
             self.client,
             self.keys,
             self.worker_index,
             {**stats, "backpressure_seconds": blocked},
-            refused=self.refused_weights(),
+            refused=refused,
             waiting_since=waiting_since,
             stuck=stuck,
         )
+        self._beat_at, self._said, self._unsent = now, said, None
+
+    def flush_heartbeat(self) -> None:
+        """Write the heartbeat that ``every_s`` held back, if any (a worker stopping: its last numbers)."""
+        if self._unsent is not None:
+            self.heartbeat(self._unsent, waiting_since=self._said[1], stuck=self._said[2])
 
     def close(self) -> None:
         for publisher in self.publishers.values():
             publisher.close()
-        for subscriber in self.subscribers.values():
-            subscriber.close()
+        self.news.close()

@@ -1,4 +1,5 @@
-"""Policy weights through Redis: the learner publishes versions, workers poll for newer ones.
+"""Policy weights through Redis: the learner publishes and announces versions, workers read
+the newer ones (when announced: :mod:`rolloutfleet.transport.weights_news`).
 
     >>> publisher = WeightPublisher("redis://127.0.0.1:6379/0", "cartpole")   # doctest: +SKIP
     >>> publisher.publish(model)                                               # doctest: +SKIP
@@ -27,8 +28,9 @@ from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, en
 from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
-from rolloutfleet.transport.redis.errors import OutOfMemory
+from rolloutfleet.transport.redis.errors import Client, OutOfMemory
 from rolloutfleet.transport.redis.keys import job_keys
+from rolloutfleet.transport.weights_news import RECHECK_S
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,9 @@ WEIGHTS_SOCKET_TIMEOUT_S = 60.0
 UPLOAD_TTL_S = 600
 """Chunks of a version that never became current (its publisher died) vanish after this."""
 
-# KEYS: version key, new chunks..., ARGV: seq, "seq chunks bytes", grace seconds, tag prefix.
+# KEYS: version key, new chunks..., ARGV: seq, "seq chunks bytes", grace seconds, tag prefix,
+# news channel. Returns 0 (a newer version is current), 1, or 2 (current, but the announcement
+# was refused: an ACL without the channel; workers then find it by their periodic read).
 _PUBLISH_LUA = """
 local current = redis.call('GET', KEYS[1])
 local seq = tonumber(ARGV[1])
@@ -56,6 +60,10 @@ for i = 2, #KEYS do
   redis.call('PERSIST', KEYS[i])
 end
 redis.call('SET', KEYS[1], ARGV[2])
+local announced = redis.pcall('PUBLISH', ARGV[5], ARGV[2])
+if type(announced) == 'table' and announced.err then
+  return 2
+end
 return 1
 """
 
@@ -171,6 +179,8 @@ class WeightPublisher(JobClient):
         """The version this publisher published last."""
         self.resets = 0
         """Times the version counter was found behind (Redis lost its state) and moved past."""
+        self.unannounced = 0
+        """Versions made current whose announcement Redis refused (said once)."""
 
     def publish(self, weights: Any) -> int:
         """Publish ``weights`` (module, state dict, or name -> array); returns its seq no.
@@ -185,6 +195,8 @@ class WeightPublisher(JobClient):
         chunks = [payload[i : i + self.chunk_bytes] for i in range(0, len(payload), self.chunk_bytes)] or [payload]
         names = [self.keys.weights_chunk(seq, i) for i in range(len(chunks))]
 
+        version = f"{seq} {len(chunks)} {len(payload)}"
+
         def upload() -> int:
             pipe = self.client.pipeline(transaction=False)
             for name, chunk in zip(names, chunks, strict=True):
@@ -193,13 +205,21 @@ class WeightPublisher(JobClient):
             return int(
                 self._script(
                     keys=[self.keys.weights_version, *names],
-                    args=[seq, f"{seq} {len(chunks)} {len(payload)}", self.grace_s, self.keys.weights_prefix],
+                    args=[seq, version, self.grace_s, self.keys.weights_prefix, self.keys.weights_news],
                     client=self.client,
                 )
             )
 
-        if not self._retry.call(upload):
+        made = self._retry.call(upload)
+        if not made:
             log.warning("weights version %d was not made current: a newer version was published meanwhile", seq)
+        elif made == 2 and not self.unannounced:
+            log.warning(
+                "this Redis user may not publish to %s (an ACL without the channel): version %d is current, and "
+                "workers find it and the next ones by their periodic read (every %g s) instead of at once",
+                self.keys.weights_news, seq, RECHECK_S,
+            )  # fmt: skip
+        self.unannounced += made == 2
         self.seq_no = max(self.seq_no, seq)
         return seq
 
@@ -243,7 +263,8 @@ def _decode(parts: list[bytes], size: int) -> dict[str, np.ndarray]:
 
 class WeightSubscriber(JobClient):
     """Worker side: :meth:`poll` returns the weights when a newer version than the one
-    last returned (or ``seq_no``) is current, else ``None``.
+    last returned (or ``seq_no``) is current, else ``None``. ``client``: a client of the job's
+    Redis to share (a worker's publisher's: the connection it already holds), else its own.
 
     >>> subscriber = WeightSubscriber(url, "cartpole")   # doctest: +SKIP
     >>> if (update := subscriber.poll(held=runner.weights_seq_nos["default"])) is not None:  # doctest: +SKIP
@@ -260,13 +281,14 @@ class WeightSubscriber(JobClient):
         seq_no: int = 0,
         policy: str | None = None,
         socket_timeout_s: float = WEIGHTS_SOCKET_TIMEOUT_S,
+        client: Client | None = None,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
         self.keys = job_keys(namespace, job, policy)
         self.seq_no = seq_no
         # One try (no reconnect window): a worker's own loop backs off and polls again.
-        super().__init__(redis_url, password, reconnect_timeout_s=0.0, socket_timeout_s=socket_timeout_s)
+        super().__init__(redis_url, password, reconnect_timeout_s=0.0, socket_timeout_s=socket_timeout_s, client=client)
         self._held = self.client.register_script(_HELD_LUA)
         self.resets = 0
         """Times the published version was found gone or older than the one held (Redis lost

@@ -7,7 +7,8 @@ the namespace is part of every key and user name, so equal job names in two name
 never meet). Workers append to their batch streams and write their filters, heartbeats,
 columns, backpressure and shard count; they may *read* the weights, the global step, the
 learners' stamps and the room signal (``%R~``)
-but write no weights key except ``held`` and ``model``, which they own. Learners may read and
+but write no weights key except ``held`` and ``model``, which they own. Workers may subscribe
+to their job's weights announcements (``&``), and learners publish them. Learners may read and
 write every key of their job. Neither may run ``FLUSHALL``, ``CONFIG``, ``KEYS``, ``SCAN``,
 ``DEBUG``, ``ACL`` or any command not listed here::
 
@@ -37,10 +38,12 @@ _WORKER_DATA = (
     "+get", "+set", "+del", "+exists", "+type", "+expire", "+pexpire", "+persist", "+ttl", "+pttl",
     "+hget", "+hset", "+hdel", "+hgetall", "+hlen",
 )  # fmt: skip
+_WORKER_NEWS = ("+subscribe", "+unsubscribe")
+"""The weights announcements (:attr:`~rolloutfleet.transport.redis.keys.JobKeys.weights_news`)."""
 _LEARNER_DATA = (
     "+xreadgroup", "+xrange", "+xack", "+xclaim", "+xautoclaim", "+xdel", "+xgroup|create",
     "+xgroup|createconsumer", "+xgroup|delconsumer", "+xgroup|setid", "+incr",
-    "+mget", "+strlen", "+getrange",
+    "+mget", "+strlen", "+getrange", "+publish",
 )  # fmt: skip
 
 
@@ -51,6 +54,8 @@ class AclUser:
     name: str
     keys: tuple[str, ...]
     commands: tuple[str, ...]
+    channels: tuple[str, ...] = ()
+    """Pub/sub channel patterns (``&``); none by default (``resetchannels``)."""
 
     def setuser_args(self, password_hashes: list[str]) -> list[str]:
         """The arguments of ``ACL SETUSER`` that make this user exactly so (``reset`` first:
@@ -59,7 +64,7 @@ class AclUser:
         if not password_hashes:
             raise ValueError(f"user {self.name}: at least one password is needed")
         hashes = [f"#{digest}" for digest in password_hashes]
-        return [self.name, "reset", "on", *hashes, "resetchannels", *self.keys, "-@all", *self.commands]
+        return [self.name, "reset", "on", *hashes, "resetchannels", *self.channels, *self.keys, "-@all", *self.commands]
 
 
 @dataclass(frozen=True)
@@ -100,15 +105,18 @@ def worker_keys(namespace: str, job: str) -> tuple[str, ...]:
 
 
 def job_users(namespace: str, job: str) -> JobUsers:
-    """The job's worker and learner users (names, key patterns, commands)."""
+    """The job's worker and learner users (names, key and channel patterns, commands)."""
+    news = (f"&{job_keys(namespace, job).tag}:weights:*",)  # every policy's announcements
     worker = AclUser(
         user_name(namespace, job, "worker"),
         worker_keys(namespace, job),
-        (*_CONNECTION, *_SCRIPTS, *_TRANSACTIONS, *_WORKER_DATA),
+        (*_CONNECTION, *_SCRIPTS, *_TRANSACTIONS, *_WORKER_DATA, *_WORKER_NEWS),
+        news,
     )
     learner = AclUser(
         user_name(namespace, job, "learner"),
         tuple(f"~{p}" for p in job_patterns(namespace, job)),
         (*_CONNECTION, *_SCRIPTS, *_TRANSACTIONS, *_WORKER_DATA, *_LEARNER_DATA),
+        news,
     )
     return JobUsers(worker, learner)

@@ -28,7 +28,8 @@ class ClientLimit:
 
 def worker_connections(job: RolloutJob) -> int:
     """Connections one worker of ``job`` holds to a plain Redis: its batch publisher's for each
-    trained policy (the job's keys share it) and its weights subscriber's for each policy.
+    trained policy (the job's keys and the weights downloads share the first) and one for the
+    weights announcements.
 
     >>> from rolloutfleet.spec.job import RolloutJob
     >>> worker_connections(RolloutJob.from_dict({"metadata": {"name": "j"}, "spec": {"env": {"id": "CartPole-v1"}}}))
@@ -37,7 +38,7 @@ def worker_connections(job: RolloutJob) -> int:
     multi = job.spec.multi_agent
     if multi is None:
         return 2
-    return len(multi.trained_policies) + len(multi.policies)
+    return len(multi.trained_policies) + 1
 
 
 PASSWORD_FROM = "spec.redis.passwordSecret (or the job's own Redis user)"

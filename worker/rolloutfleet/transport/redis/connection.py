@@ -172,7 +172,8 @@ class JobClient:
     Cluster), opened through a :class:`RetryLoop` that later calls use too, closed once, and
     the context-manager protocol.
 
-    ``stop``: see :class:`RetryLoop` (a publisher's interrupt ends its waits).
+    ``stop``: see :class:`RetryLoop` (a publisher's interrupt ends its waits). ``client``: an
+    open client of the same Redis to share instead of connecting (not closed here).
     """
 
     def __init__(
@@ -184,16 +185,19 @@ class JobClient:
         socket_timeout_s: float = 30.0,
         stop: threading.Event | None = None,
         large_values: bool = False,
+        client: redis.Redis | None = None,
     ) -> None:
         self._retry = RetryLoop(reconnect_timeout_s, stop=stop, where=where_url(redis_url))
-        self.client: redis.Redis = self._retry.call(
+        self._owned = client is None
+        self.client: redis.Redis = client or self._retry.call(
             lambda: connect(redis_url, password, socket_timeout=socket_timeout_s, large_values=large_values)
         )
         self._retry.client = self.client
 
     def close(self) -> None:
-        """Close the connection."""
-        self.client.close()
+        """Close the connection (unless it is a shared one)."""
+        if self._owned:
+            self.client.close()
 
     def __enter__(self) -> Self:
         return self

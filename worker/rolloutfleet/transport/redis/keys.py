@@ -143,8 +143,15 @@ class JobKeys:
 
     @property
     def weights_version(self) -> str:
-        """``"<seq_no> <chunks> <bytes>"`` of the current weights; the only key workers poll."""
+        """``"<seq_no> <chunks> <bytes>"`` of the current weights: workers read it when
+        :attr:`weights_news` announces a version, and every half minute besides."""
         return f"{self.weights_prefix}version"
+
+    @property
+    def weights_news(self) -> str:
+        """The pub/sub channel on which a new version is announced (its version line) the moment
+        it becomes current: workers read the version key only on news, not every fragment."""
+        return f"{self.weights_prefix}news"
 
     @property
     def weights_counter(self) -> str:
