@@ -17,7 +17,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
@@ -139,88 +139,76 @@ async def delete_pod(api: Api, namespace: str, name: str, uid: str | None, grace
     log.info("deleted pod %s/%s: %s", namespace, name, why)
 
 
-async def apply_pdb(api: Api, pdb: dict[str, Any]) -> str | None:
-    """Create the PodDisruptionBudget ``pdb``, or patch its spec where one of that name
-    exists; the API server's reason when it refuses (None: done)."""
-    namespace, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
+async def _create_or_patch(
+    api: Api, obj: dict[str, Any], create: Callable[..., Any], patch: Callable[..., Any], change: dict[str, Any]
+) -> str | None:
+    """Create ``obj``, or send it ``change`` (a merge patch) where one of that name exists; the
+    API server's reason when it refuses (None: done). A 5xx is raised (kopf retries)."""
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     async with api.write():
         try:
             try:
-                await asyncio.to_thread(
-                    api.policy.create_namespaced_pod_disruption_budget,
-                    namespace,
-                    cast(Any, pdb),
-                    _preload_content=False,
-                )
+                await asyncio.to_thread(create, namespace, cast(Any, obj), _preload_content=False)
             except ApiException as error:
                 if error.status != 409:
                     raise
-                await asyncio.to_thread(
-                    api.policy.patch_namespaced_pod_disruption_budget,
-                    name,
-                    namespace,
-                    {"spec": pdb["spec"]},
-                    _preload_content=False,
-                )
+                await asyncio.to_thread(patch, name, namespace, change, _preload_content=False)
         except ApiException as error:
             if error.status is not None and error.status >= 500:
                 raise
             return refusal_reason(error)
-    log.info("PodDisruptionBudget %s/%s: %s", namespace, name, pdb["spec"])
     return None
+
+
+async def apply_pdb(api: Api, pdb: dict[str, Any]) -> str | None:
+    """Create the PodDisruptionBudget ``pdb``, or patch its spec where one of that name
+    exists; the API server's reason when it refuses (None: done)."""
+    refusal = await _create_or_patch(
+        api, pdb, api.policy.create_namespaced_pod_disruption_budget,
+        api.policy.patch_namespaced_pod_disruption_budget, {"spec": pdb["spec"]},
+    )  # fmt: skip
+    if refusal is None:
+        log.info("PodDisruptionBudget %s/%s: %s", pdb["metadata"]["namespace"], pdb["metadata"]["name"], pdb["spec"])
+    return refusal
 
 
 async def apply_service(api: Api, service: dict[str, Any]) -> str | None:
     """Create the Service ``service``, or patch its ports and selector where one of that name
     exists; the API server's reason when it refuses (None: done)."""
-    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    async with api.write():
-        try:
-            try:
-                await asyncio.to_thread(
-                    api.core.create_namespaced_service, namespace, cast(Any, service), _preload_content=False
-                )
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-                patch = {"spec": {"selector": service["spec"]["selector"], "ports": service["spec"]["ports"]}}
-                await asyncio.to_thread(
-                    api.core.patch_namespaced_service, name, namespace, patch, _preload_content=False
-                )
-        except ApiException as error:
-            if error.status is not None and error.status >= 500:
-                raise
-            return refusal_reason(error)
-    log.info("Service %s/%s: %s", namespace, name, service["spec"])
-    return None
+    change = {"spec": {"selector": service["spec"]["selector"], "ports": service["spec"]["ports"]}}
+    refusal = await _create_or_patch(
+        api, service, api.core.create_namespaced_service, api.core.patch_namespaced_service, change
+    )
+    if refusal is None:
+        log.info("Service %s/%s: %s", service["metadata"]["namespace"], service["metadata"]["name"], service["spec"])
+    return refusal
 
 
 async def apply_network_policy(api: Api, policy: dict[str, Any]) -> str | None:
     """Create the NetworkPolicy ``policy``, or patch its spec where one of that name exists;
     the API server's reason when it refuses (None: done)."""
-    namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
     networking = api.networking
     if networking is None:
         return "no networking.k8s.io client"
-    async with api.write():
-        try:
-            try:
-                await asyncio.to_thread(
-                    networking.create_namespaced_network_policy, namespace, cast(Any, policy), _preload_content=False
-                )
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-                patch = {"spec": policy["spec"]}
-                await asyncio.to_thread(
-                    networking.patch_namespaced_network_policy, name, namespace, patch, _preload_content=False
-                )
-        except ApiException as error:
-            if error.status is not None and error.status >= 500:
-                raise
-            return refusal_reason(error)
-    log.info("NetworkPolicy %s/%s: %s", namespace, name, policy["spec"])
-    return None
+    refusal = await _create_or_patch(
+        api, policy, networking.create_namespaced_network_policy, networking.patch_namespaced_network_policy,
+        {"spec": policy["spec"]},
+    )  # fmt: skip
+    if refusal is None:
+        log.info("NetworkPolicy %s/%s: %s", policy["metadata"]["namespace"], policy["metadata"]["name"], policy["spec"])
+    return refusal
+
+
+async def apply_secret(api: Api, secret: dict[str, Any]) -> str | None:
+    """Create the Secret ``secret``, or patch its data where one of that name exists (never
+    logged: only its name); the API server's reason when it refuses (None: done)."""
+    refusal = await _create_or_patch(
+        api, secret, api.core.create_namespaced_secret, api.core.patch_namespaced_secret,
+        {"stringData": secret["stringData"]},
+    )  # fmt: skip
+    if refusal is None:
+        log.info("Secret %s/%s applied", secret["metadata"]["namespace"], secret["metadata"]["name"])
+    return refusal
 
 
 async def read_secret_value(api: Api, namespace: str, name: str, key: str) -> str | None:

@@ -13,11 +13,12 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.job import SpecError
 from rolloutfleet.transport.appetite import read_signals
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import post_event
 from rolloutfleet_operator.progress import redis_login
+from rolloutfleet_operator.redis_defaults import job_of
 from rolloutfleet_operator.runtime import Key, Runtime
 from rolloutfleet_operator.scaling import Scaling, sync_scaling
 
@@ -35,7 +36,7 @@ async def autoscale(
         return
     body = bodies[0]
     try:
-        job = RolloutJob.from_dict({"metadata": {"name": key[1], "namespace": key[0]}, "spec": body["spec"]})
+        job = job_of(key, body["spec"], runtime.config)
     except SpecError:
         return
     state = runtime.job(key)

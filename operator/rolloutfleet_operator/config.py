@@ -40,6 +40,11 @@ class OperatorConfig:
     redis_admin_url: str | None = None
     redis_admin_username: str | None = None
     redis_admin_password: str | None = field(default=None, repr=False)  # never printed
+    default_redis_url: str | None = None
+    """The Redis of a job whose manifest names none (the chart's): :mod:`.redis_defaults`."""
+    redis_ca_file: str | None = None
+    """The CA that verifies the operator's ``rediss://`` Redis (the chart's), copied into the
+    namespace of each job that uses the default Redis."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -55,6 +60,8 @@ class OperatorConfig:
             "read_progress": env.flag("READ_PROGRESS"),
             "worker_network_policy": env.flag("WORKER_NETWORK_POLICY"),
             "redis_admin_url": _admin_url(env.get("REDIS_ADMIN_URL")),
+            "default_redis_url": _admin_url(env.get("DEFAULT_REDIS_URL"), "DEFAULT_REDIS_URL"),
+            "redis_ca_file": env.get("REDIS_CA_FILE"),
             "redis_admin_username": env.get("REDIS_ADMIN_USERNAME"),
             "redis_admin_password": env.get("REDIS_ADMIN_PASSWORD"),
         }
@@ -145,8 +152,9 @@ def _peers(raw: str | None) -> tuple[dict[str, Any], ...]:
     return tuple(parsed)
 
 
-def _admin_url(raw: str | None) -> str | None:
-    """The admin URL, checked; it must hold no password (that comes by secretKeyRef)."""
+def _admin_url(raw: str | None, name: str = "REDIS_ADMIN_URL") -> str | None:
+    """A Redis URL setting (the admin URL, the default one), checked; it must hold no
+    password (the admin's comes by secretKeyRef, a job's users are minted)."""
     from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
 
     if raw is None:
@@ -154,7 +162,7 @@ def _admin_url(raw: str | None) -> str | None:
     try:
         parsed = parse_redis_url(raw)
     except BadRedisURL as error:
-        raise ConfigError(f"ROLLOUTFLEET_REDIS_ADMIN_URL: {error}") from None
+        raise ConfigError(f"ROLLOUTFLEET_{name}: {error}") from None
     if parsed.password is not None:
-        raise ConfigError("ROLLOUTFLEET_REDIS_ADMIN_URL: must hold no password; set ROLLOUTFLEET_REDIS_ADMIN_PASSWORD")
+        raise ConfigError(f"ROLLOUTFLEET_{name}: must hold no password; set ROLLOUTFLEET_REDIS_ADMIN_PASSWORD")
     return raw

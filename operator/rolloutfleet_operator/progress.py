@@ -18,6 +18,7 @@ from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet_operator.api_calls import read_secret_value
+from rolloutfleet_operator.redis_defaults import job_of
 from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 
 PASSWORD_TTL_S = 60.0  # a rotated password is picked up within this; no Secret read per tick
@@ -36,7 +37,7 @@ async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Coll
     if not bodies:
         return
     try:
-        job = RolloutJob.from_dict({"metadata": {"name": key[1], "namespace": key[0]}, "spec": bodies[0]["spec"]})
+        job = job_of(key, bodies[0]["spec"], runtime.config)
     except SpecError:
         return
     state = runtime.job(key)

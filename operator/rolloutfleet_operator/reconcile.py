@@ -14,42 +14,35 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
 from rolloutfleet.transport.redis.clients import worker_connections
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.api_calls import (
-    apply_network_policy,
-    apply_pdb,
-    apply_service,
     create_pod,
     delete_pod,
     patch_status,
     post_event,
 )
 from rolloutfleet_operator.autoscale_tick import announce
+from rolloutfleet_operator.children import keep_ca_secret, keep_network_policy, keep_pdb, keep_service
 from rolloutfleet_operator.custom_metrics import custom_metrics_status
 from rolloutfleet_operator.disruptions import counts_from_status
 from rolloutfleet_operator.evaluators import build_evaluator_pod, evaluation_status, evaluator_hash, plan_evaluators
 from rolloutfleet_operator.images import worker_image
 from rolloutfleet_operator.kueue_api import Gate, kueue_gate
-from rolloutfleet_operator.network import build_network_policy
 from rolloutfleet_operator.observe import observe
 from rolloutfleet_operator.plan import Event, Plan, creation_batches, plan, records_from_status
 from rolloutfleet_operator.pods import (
     PodView,
-    build_pdb,
     build_pod,
-    build_service,
-    job_labels,
-    owner_reference,
-    pdb_spec,
     template_hash,
 )
+from rolloutfleet_operator.redis_defaults import defaults_status, job_of
 from rolloutfleet_operator.redis_users import Isolation, isolation_condition, keep_users
-from rolloutfleet_operator.runtime import JobRuntime, Key, Owned, Runtime
+from rolloutfleet_operator.runtime import JobRuntime, Key, Runtime
 from rolloutfleet_operator.scaling import Scaling, scaling_status, sync_scaling
 from rolloutfleet_operator.status import (
     build_status,
@@ -63,8 +56,6 @@ JobIndex = Mapping[Key, Collection[dict[str, Any]]]
 PodIndex = Mapping[Key, Collection[PodView]]
 WorkloadIndex = Mapping[Key, Collection[dict[str, Any]]]  # handlers.workload_index: Kueue Workloads by job
 PdbIndex = Mapping[Key, Collection[dict[str, Any]]]
-PDB_RETRY_S = 30.0  # a PDB sent but not yet in the index (or refused) is sent again after this
-SERVICE_REFRESH_S = 300.0  # an external env's Service (not watched) is applied again after this
 
 
 async def reconcile(
@@ -114,15 +105,18 @@ async def reconcile(
         state.beats, namespace, queued, image=worker_image(job, config),
     ) | scaling_status(scaling)  # fmt: skip
     _add_status_parts(status, body, job, state, the_plan, evaluators, isolation, own_status, now)
+    if (filled := defaults_status(body["spec"], job, config)) is not None:
+        status["redisDefaults"] = filled  # what the operator filled in: the URL, the CA's copy
     await _write_status(runtime, key, body, status)
     state.written, state.written_for = status, uid
     _count_and_tell(key, body, job, status, the_plan, counted)
     await _delete_pods(runtime, state, body, namespace, the_plan.delete, observation.pods)
-    await _keep_network_policy(runtime, state, body, job, uid, clock)  # before the pods it restricts
+    await keep_network_policy(runtime, state, body, job, uid, clock)  # before the pods it restricts
+    await keep_ca_secret(runtime, state, body, job, uid, clock)  # before the pods that mount it
     await _create_pods(runtime, state, body, job, uid, current_hash, to_create, gate)
     await _keep_evaluators(runtime, body, job, uid, evaluators, gate.allowed and not job.spec.suspend, now)
-    await _keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
-    await _keep_service(runtime, state, body, job, uid, clock)
+    await keep_pdb(runtime, state, body, job, uid, list((pdb_index or {}).get(key, [])), clock)
+    await keep_service(runtime, state, body, job, uid, clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
 
@@ -138,9 +132,8 @@ async def _usable_job(
         return None
     body = bodies[0]
     state = runtime.job(key)
-    namespace, name = key
     try:
-        job = RolloutJob.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": body["spec"]})
+        job = job_of(key, body["spec"], runtime.config)
     except SpecError as error:
         await _report_invalid_spec(runtime, state, key, body, f"spec cannot be used: {error}", now)
         return None
@@ -319,76 +312,6 @@ async def _keep_evaluators(
         post_event(body["metadata"], "Normal", "CreatedEvaluators", f"created evaluation pod(s) {', '.join(created)}")
     if refusal := next((outcome.refusal for outcome in outcomes if outcome.refusal), None):
         post_event(body["metadata"], "Warning", "CreateFailed", f"the API server refused an evaluation pod: {refusal}")
-
-
-async def keep_owned(
-    owned: Owned,
-    wanted: dict[str, Any],
-    apply: Callable[[], Awaitable[str | None]],
-    *,
-    clock: float,
-    refresh_s: float,
-    warn: Callable[[str], None],
-) -> None:
-    """Keep one child of a job (its PodDisruptionBudget, Service or NetworkPolicy): ``apply``
-    it unless the spec ``wanted`` was applied within ``refresh_s``; refused (a missing RBAC
-    rule, a bad value), it is tried again after :data:`PDB_RETRY_S` and the refusal is said
-    once through ``warn``, until it changes."""
-    sent = owned.sent
-    if sent is not None and sent[0] == wanted and clock - sent[1] < refresh_s:
-        return
-    refusal = await apply()
-    owned.sent = (wanted, clock if refusal is None else clock - refresh_s + PDB_RETRY_S)
-    if refusal is not None and refusal != owned.reported:
-        warn(refusal)
-    owned.reported = refusal or ""
-
-
-def _warn(body: dict[str, Any], reason: str) -> Callable[[str], None]:
-    return lambda refusal: post_event(body["metadata"], "Warning", reason, f"the API server refused it: {refusal}")
-
-
-async def _keep_pdb(
-    runtime: Runtime,
-    state: JobRuntime,
-    body: dict[str, Any],
-    job: RolloutJob,
-    uid: str,
-    indexed: list[dict[str, Any]],
-    clock: float,
-) -> None:
-    """Create or patch the job's PodDisruptionBudget where the index shows none like the
-    spec's: no call while it agrees, one per :data:`PDB_RETRY_S` while the watch lags."""
-    wanted = pdb_spec(job)
-    if indexed and uid in indexed[0]["owners"] and all(indexed[0]["spec"].get(k) == v for k, v in wanted.items()):
-        state.pdb.sent = None
-        return
-    if indexed and uid not in indexed[0]["owners"]:
-        return  # a previous job's of the same name: the garbage collector deletes it first
-    await keep_owned(state.pdb, wanted, lambda: apply_pdb(runtime.api, build_pdb(job, uid)), clock=clock,
-                     refresh_s=PDB_RETRY_S, warn=_warn(body, "PodDisruptionBudgetFailed"))  # fmt: skip
-
-
-async def _keep_service(
-    runtime: Runtime, state: JobRuntime, body: dict[str, Any], job: RolloutJob, uid: str, clock: float
-) -> None:
-    """An external env's Service: applied at the first reconcile, when its spec changes, and
-    every :data:`SERVICE_REFRESH_S` (one cheap call; a deleted Service comes back). The job's
-    owner reference lets the garbage collector delete it with the job."""
-    service = build_service(job, uid)
-    if service is not None:
-        await keep_owned(state.service, service["spec"], lambda: apply_service(runtime.api, service), clock=clock,
-                         refresh_s=SERVICE_REFRESH_S, warn=_warn(body, "ServiceFailed"))  # fmt: skip
-
-
-async def _keep_network_policy(
-    runtime: Runtime, state: JobRuntime, body: dict[str, Any], job: RolloutJob, uid: str, clock: float
-) -> None:
-    """The job's NetworkPolicy (:mod:`.network`), kept as :func:`_keep_service` keeps a Service."""
-    policy = build_network_policy(job, runtime.config, job_labels(job.name), owner_reference(job, uid))
-    if policy is not None:
-        await keep_owned(state.network_policy, policy["spec"], lambda: apply_network_policy(runtime.api, policy),
-                         clock=clock, refresh_s=SERVICE_REFRESH_S, warn=_warn(body, "NetworkPolicyFailed"))  # fmt: skip
 
 
 def shown(indexes: Iterable[int], limit: int = 10) -> str:

@@ -37,13 +37,14 @@ class JobRuntime:
     # The last reason reported in an Event, so that each is reported once, not every round.
     reported_invalid: str = ""
     reported_refusal: str = ""
-    # The children kept beside the pods (reconcile.keep_owned): the PodDisruptionBudget (not
+    # The children kept beside the pods (children.keep_owned): the PodDisruptionBudget (not
     # sent again until the watch had time to show it), an external env's Service and the
     # job's NetworkPolicy (applied again when their spec changes or after
-    # reconcile.SERVICE_REFRESH_S: they are not watched).
+    # children.SERVICE_REFRESH_S: they are not watched).
     pdb: Owned = field(default_factory=Owned)
     service: Owned = field(default_factory=Owned)
     network_policy: Owned = field(default_factory=Owned)
+    ca_secret: Owned = field(default_factory=Owned)
     # The status this process wrote last, with the uid of the job it was written for.
     # The operator is the only writer of status (peering: one active replica), so this
     # is newer than the watch's copy, which can lag behind our own patches; after a

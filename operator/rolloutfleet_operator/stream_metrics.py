@@ -13,10 +13,11 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.job import SpecError
 from rolloutfleet.transport.redis.stream_backlog import PolicyBacklog, read_job_backlog
 from rolloutfleet_operator import metrics
 from rolloutfleet_operator.progress import redis_login
+from rolloutfleet_operator.redis_defaults import job_of
 from rolloutfleet_operator.runtime import Key, Runtime
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ async def read_stream_metrics(key: Key, runtime: Runtime, job_index: Mapping[Key
     if not bodies or bodies[0]["metadata"].get("deletionTimestamp"):
         return  # the reconcile forgets a deleted job's series
     try:
-        job = RolloutJob.from_dict({"metadata": {"name": key[1], "namespace": key[0]}, "spec": bodies[0]["spec"]})
+        job = job_of(key, bodies[0]["spec"], runtime.config)
     except SpecError:
         return
     backlogs: list[PolicyBacklog] = []

@@ -113,6 +113,44 @@ def test_apply_example_runs(node: Node) -> None:
         assert pod["status"]["podIP"].startswith(node.facts["NODE_IP"].rsplit(".", 1)[0] + ".")
 
 
+def test_a_job_without_redis_in_another_namespace_is_ready_and_publishing(node: Node) -> None:
+    """The minimal manifest: no redis section, in a namespace that is not the chart's. It gets
+    the chart's TLS Redis, the chart's CA copied next to it and Redis users of its own."""
+    import redis
+
+    from rolloutfleet.transport.redis.keys import job_keys
+
+    # The quickstart's job (the release's namespace) names no Redis either.
+    assert job_status(node)["redisDefaults"] == {"url": "rediss://rolloutfleet-redis.rl.svc:6379/0",
+                                                  "caSecret": "cartpole-redis-ca"}  # fmt: skip
+    other = "team-minimal"
+    node.kubectl("create", "namespace", other)
+    manifest = {"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob", "metadata": {"name": "minimal"},
+                "spec": {"replicas": 1, "env": {"id": "CartPole-v1"},
+                         "resources": {"cpu": "250m", "memory": "256Mi"}}}  # fmt: skip
+    node.kubectl("-n", other, "apply", "-f", "-", input=json.dumps(manifest))
+
+    def ready() -> dict[str, Any] | None:
+        status = (node.get(other, "rj", "minimal") or {}).get("status") or {}
+        return status if status.get("readyReplicas") == 1 else None
+
+    status = wait_for(ready, 300, lambda: node.diagnostics(other))
+    assert status["redisDefaults"] == {"url": "rediss://rolloutfleet-redis.rl.svc:6379/0",
+                                       "caSecret": "minimal-redis-ca"}  # fmt: skip
+    isolated = next(c for c in status["conditions"] if c["type"] == "RedisIsolated")
+    assert (isolated["status"], isolated["reason"]) == ("True", "PerJobUsers"), isolated
+    ca = node.get(other, "secret", "minimal-redis-ca")
+    assert (
+        set(ca["data"]) == {"ca.crt"}
+        and ca["data"]["ca.crt"] == node.get(NS, "secret", "rolloutfleet-redis-ca")["data"]["ca.crt"]
+    )
+    url, password = redis_url_and_password(node)
+    admin = redis.Redis.from_url(url, password=password)
+    batches = job_keys(other, "minimal").batches
+    wait_for(lambda: admin.exists(batches) and admin.xlen(batches) > 0, 180, lambda: node.diagnostics(other))
+    node.kubectl("delete", "namespace", other, "--timeout=180s", timeout=190)
+
+
 def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
 

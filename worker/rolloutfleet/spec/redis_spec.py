@@ -23,7 +23,9 @@ class RedisSpec(_Model):
     """Where batches and weights meet the learner."""
 
     url: str = "redis://localhost:6379/0"
-    """``redis://`` or ``rediss://`` (TLS). Never put a password here: use passwordSecret."""
+    """``redis://`` or ``rediss://`` (TLS). Never put a password here: use passwordSecret. Left
+    out on Kubernetes: the Redis the operator was installed with, if it has one (its CA and
+    per-job users with it)."""
     password_secret: PasswordSecretRef | None = None
     """Kubernetes Secret holding the password; workers read it from ROLLOUTFLEET_REDIS_PASSWORD."""
     tls: RedisTLSSpec | None = None
@@ -52,6 +54,13 @@ class RedisSpec(_Model):
 
     @model_validator(mode="after")
     def _tls_needs_rediss(self) -> RedisSpec:
-        if self.tls is not None and self.tls.ca_secret is not None and not self.url.lower().startswith("rediss://"):
+        # Without a url of its own, a job on Kubernetes gets the operator's (which may be rediss://).
+        given = "url" in self.model_fields_set
+        if (
+            given
+            and self.tls is not None
+            and self.tls.ca_secret is not None
+            and not self.url.lower().startswith("rediss://")
+        ):
             raise ValueError("tls.caSecret verifies a TLS server: the url must start with rediss://")
         return self
