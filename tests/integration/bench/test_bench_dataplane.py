@@ -18,10 +18,12 @@ def test_every_phase_of_a_small_fleet_is_measured_from_redis_and_the_learner() -
     waiting_calls, _ = per_worker_s(result, "waiting")
     assert 0 < waiting_calls <= 3.0, result["waiting"]["commands"]  # blocked on the room signal, not polling
     assert "xread" in result["waiting"]["commands"]
-    assert result["connections_per_worker"] >= 2  # its publisher's and its weights subscriber's
+    assert result["connections_per_worker"] >= 2  # its publisher's and its weights announcements'
+    # Weights are read when announced, not every fragment (polling: 4 workers x ~3 fragments).
+    assert result["flowing"]["commands"].get("get", 0) <= 4, result["flowing"]["commands"]
     assert result["resume_s"]["max"] < 60 and result["heartbeats"] == 4
     assert result["flowing"]["rows_per_s"] > 0 and sum(result["flowing"]["commands"].values()) > 0
     # Every worker downloaded the whole version once: Redis sent at least 4 x its size.
     weights = result["weights"]
     assert weights["bound"] == 4 * WEIGHTS_BYTES and weights["net_out"] >= weights["bound"]
-    assert weights["max"] >= weights["p50"] >= 0
+    assert weights["max"] >= weights["p50"] >= 0 and weights["raw_s"] > 0
