@@ -140,6 +140,8 @@ def test_a_throttled_heartbeat_writes_changes_at_once_and_its_last_numbers_on_fl
     assert beat["env_steps"] == 400 and beat["weights_refused"] == {"default": (3, "does not fit")}
     transport.heartbeat({"num_env_steps_sampled_lifetime": 500}, every_s=60)
     assert written() == 400
+    transport.flush_heartbeat(every_s=60)  # a worker idle within the minute: still held back
+    assert written() == 400
     transport.flush_heartbeat()
     assert written() == 500
     transport.flush_heartbeat()  # nothing held back: no write

@@ -135,7 +135,7 @@ class Worker:
         keep_freed_memory()
         self.probes.set_ready(False, "building the env and policy")
         runner = make_env_runner(config.job, worker_index=config.worker_index, num_workers=config.num_workers)
-        runner.idle = self.probes.beat  # a runner waiting for external clients is alive meanwhile
+        runner.idle = self._idle  # a runner waiting for external clients is alive meanwhile
         self.metrics.record_policies(runner.policies)
         choice = runner.vector_choice  # None for a multi-agent runner
         if choice is not None:
@@ -196,9 +196,15 @@ class Worker:
                 elif self._redis_error(exc, loop, outage):
                     return EXIT_REDIS
         if answered:
-            with contextlib.suppress(*outage.errors):  # the numbers a throttled heartbeat held back
-                transport.flush_heartbeat()
+            transport.flush_heartbeat()  # the numbers a throttled heartbeat held back
         return 0
+
+    def _idle(self) -> None:
+        """A runner waiting for external clients: alive meanwhile, and the heartbeat its last
+        fragment held back (:data:`HEARTBEAT_EVERY_S`) goes out instead of waiting for the next."""
+        self.probes.beat()
+        if self.transport is not None:
+            self.transport.flush_heartbeat(every_s=HEARTBEAT_EVERY_S)
 
     def _one_fragment(self, runner: AnyRunner, transport: WorkerTransport, loop: _Loop) -> None:
         """Sample a fragment (unless one waits to be published), publish it, sync the filters

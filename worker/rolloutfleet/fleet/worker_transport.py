@@ -16,6 +16,7 @@ docs/transport.md ("A worker's side").
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,11 +30,13 @@ from rolloutfleet.transport.global_step import GlobalStepReader
 from rolloutfleet.transport.heartbeat import write_heartbeat
 from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher
 from rolloutfleet.transport.redis.connection import RETRYABLE
-from rolloutfleet.transport.redis.errors import ConcurrentChange
+from rolloutfleet.transport.redis.errors import BackendError, ConcurrentChange
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.redis.stream_load import StreamLoad
 from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
 from rolloutfleet.transport.weights_news import WeightsNews
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
@@ -223,10 +226,18 @@ class WorkerTransport:
         )
         self._beat_at, self._said, self._unsent = now, said, None
 
-    def flush_heartbeat(self) -> None:
-        """Write the heartbeat that ``every_s`` held back, if any (a worker stopping: its last numbers)."""
-        if self._unsent is not None:
-            self.heartbeat(self._unsent, waiting_since=self._said[1], stuck=self._said[2])
+    def flush_heartbeat(self, every_s: float = 0.0) -> None:
+        """Write the heartbeat that ``every_s`` held back, if any, once ``every_s`` passed since
+        the last one (a worker stopping: its last numbers; a worker waiting for external
+        clients: the numbers of its last fragment). Best effort: Redis failing, the numbers
+        held back are dropped (the next fragment writes its own) and nothing is raised."""
+        if self._unsent is None or time.monotonic() - self._beat_at < every_s:
+            return
+        stats, self._unsent = self._unsent, None
+        try:
+            self.heartbeat(stats, waiting_since=self._said[1], stuck=self._said[2])
+        except BackendError as exc:
+            log.debug("a held-back heartbeat was not written: %s", exc)
 
     def close(self) -> None:
         for publisher in self.publishers.values():
