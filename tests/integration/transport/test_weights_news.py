@@ -74,10 +74,8 @@ def test_a_listening_worker_reads_no_version_until_one_is_announced(redis_server
     transport.close()
 
 
-def test_a_worker_connection_count_is_its_publishers_and_one_for_the_news(
-    redis_server: RedisServer, redis_url: str
-) -> None:
-    admin = redis_server.client()
+def test_a_worker_connection_count_is_its_publishers_and_one_for_the_news(own_redis: RedisServer) -> None:
+    admin, redis_url = own_redis.client(), own_redis.url  # a server of its own: no other test's clients
     before = int(admin.info("clients")["connected_clients"])
     manifest = RolloutJob.from_file(ROOT / "examples/multiagent.yaml").to_dict()  # two policies, both trained
     multi = RolloutJob.from_dict({**manifest, "metadata": {"name": "tag", "namespace": "team"}})
