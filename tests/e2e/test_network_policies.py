@@ -105,7 +105,9 @@ def test_the_policies_select_the_real_pods(
     (rule,) = redis_policy["ingress"]
     assert rule["ports"] == [{"port": 6379, "protocol": "TCP"}]
     admitted = [selected(core, namespace, peer["podSelector"]) for peer in rule["from"]]
-    assert all("namespaceSelector" not in peer for peer in rule["from"])  # the release's namespace only, by default
+    # The operator and learners of the release's namespace only; workers of every namespace (a job
+    # without spec.redis uses the chart's Redis wherever it is), by default.
+    assert [peer.get("namespaceSelector") for peer in rule["from"]] == [None, {}, None]
     assert admitted[0] == {"parked-operator"} and admitted[1] == workers and admitted[2] == {"parked-learner"}
     operator_policy = policies["rf-rolloutfleet-operator"]["spec"]
     assert selected(core, namespace, operator_policy["podSelector"]) == {"parked-operator"}
