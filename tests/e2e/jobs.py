@@ -13,6 +13,16 @@ from tests.e2e.cluster_kit import Cluster, describe_namespace, wait_for
 API = ("rolloutfleet.io", "v1alpha1")
 
 
+def read_secret(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Secret | None:
+    """The Secret, or None when the API server has none of that name."""
+    try:
+        return core.read_namespaced_secret(name, namespace)
+    except client.exceptions.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
 def job_manifest(name: str, redis_url: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "replicas": replicas,

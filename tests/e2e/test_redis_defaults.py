@@ -21,7 +21,7 @@ from rolloutfleet.spec.network import CA_FILE_ENV
 from rolloutfleet.transport.redis.acl import job_users
 from rolloutfleet.transport.redis.keys import job_keys
 from tests.e2e.cluster_kit import OperatorFactory, wait_for
-from tests.e2e.jobs import Jobs
+from tests.e2e.jobs import Jobs, read_secret
 
 ADMIN = "adm/in#pass?@%word"
 CA = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -71,7 +71,7 @@ def test_a_tls_default_copies_the_operators_ca_owned_by_the_job(
     operators.start(ROLLOUTFLEET_DEFAULT_REDIS_URL=url, ROLLOUTFLEET_REDIS_CA_FILE=str(ca_file))
     jobs.create(minimal("tls"))
     jobs.create(minimal("own", redis={"url": "redis://elsewhere:6379/0"}))
-    copy = wait_for(lambda: _secret(core, namespace, "tls-redis-ca"), 60, jobs.describe)
+    copy = wait_for(lambda: read_secret(core, namespace, "tls-redis-ca"), 60, jobs.describe)
     assert base64.b64decode(copy.data["ca.crt"]).decode() == CA and set(copy.data) == {"ca.crt"}
     [owner] = copy.metadata.owner_references
     assert (owner.kind, owner.name, owner.uid) == ("RolloutJob", "tls", jobs.get("tls")["metadata"]["uid"])
@@ -87,13 +87,4 @@ def test_a_tls_default_copies_the_operators_ca_owned_by_the_job(
     [own_pod] = own.values()
     own_env = {e["name"]: e.get("value") for e in own_pod["spec"]["containers"][0]["env"]}
     assert own_env["ROLLOUTFLEET_REDIS_URL"] == "redis://elsewhere:6379/0" and CA_FILE_ENV not in own_env
-    assert "redisDefaults" not in jobs.status("own") and _secret(core, namespace, "own-redis-ca") is None
-
-
-def _secret(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Secret | None:
-    try:
-        return core.read_namespaced_secret(name, namespace)
-    except client.exceptions.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
+    assert "redisDefaults" not in jobs.status("own") and read_secret(core, namespace, "own-redis-ca") is None

@@ -20,7 +20,7 @@ from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.transport.redis.acl import job_users
 from rolloutfleet.transport.redis.keys import job_keys
 from tests.e2e.cluster_kit import OperatorFactory, wait_for
-from tests.e2e.jobs import Jobs, job_manifest
+from tests.e2e.jobs import Jobs, job_manifest, read_secret
 
 ADMIN = "adm/in#pass?@%word"
 
@@ -28,15 +28,6 @@ ADMIN = "adm/in#pass?@%word"
 def condition(jobs: Jobs, name: str) -> dict[str, Any]:
     found = [c for c in jobs.status(name).get("conditions") or [] if c["type"] == "RedisIsolated"]
     return found[0] if found else {}
-
-
-def secret(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Secret | None:
-    try:
-        return core.read_namespaced_secret(name, namespace)
-    except client.exceptions.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
 
 
 def value(found: client.V1Secret, key: str) -> str:
@@ -70,7 +61,7 @@ def test_the_operator_mints_owned_secrets_and_workers_publish_as_their_job_user(
     uid = jobs.get("iso")["metadata"]["uid"]
     minted = {}
     for role in ("worker", "learner"):
-        found = secret(core, namespace, f"iso-redis-{role}")
+        found = read_secret(core, namespace, f"iso-redis-{role}")
         assert found is not None
         [owner] = found.metadata.owner_references
         assert (owner.kind, owner.name, owner.uid, owner.controller) == ("RolloutJob", "iso", uid, True)
@@ -89,11 +80,11 @@ def test_the_operator_mints_owned_secrets_and_workers_publish_as_their_job_user(
 
     shared = wait_for(lambda: condition(jobs, "shared") or None, 60, jobs.describe)
     assert (shared["status"], shared["reason"]) == ("False", "NoAdminCredential")
-    assert secret(core, namespace, "shared-redis-worker") is None
+    assert read_secret(core, namespace, "shared-redis-worker") is None
 
     # A deleted Secret comes back with a new password; the running worker keeps publishing.
     core.delete_namespaced_secret("iso-redis-worker", namespace)
-    back = wait_for(lambda: secret(core, namespace, "iso-redis-worker"), 120, jobs.describe)
+    back = wait_for(lambda: read_secret(core, namespace, "iso-redis-worker"), 120, jobs.describe)
     assert value(back, "password") != minted["worker"]
     hashes = admin.acl_getuser(job_users(namespace, "iso").worker.name)["passwords"]
     assert len(hashes) == 2  # the new one, and the one the running pod holds

@@ -116,13 +116,14 @@ class WeightsNews:
             self._drop()
 
     def _take(self, message: Mapping[str, Any]) -> None:
-        channel = message.get("channel")
-        policy = self._policy_of.get(channel if isinstance(channel, bytes) else str(channel).encode())
+        raw = message.get("channel")
+        channel = raw if isinstance(raw, bytes) else str(raw).encode()
+        policy = self._policy_of.get(channel)
         if policy is None:
             return
         if message.get("type") == "subscribe":  # (re)subscribed: whatever passed meanwhile is due
             self._pending |= set(self.channels)
-            self._confirmed.add(channel if isinstance(channel, bytes) else str(channel).encode())
+            self._confirmed.add(channel)
         elif message.get("type") == "message":
             self.announcements += 1
             self._pending.add(policy)
