@@ -177,7 +177,7 @@ demo-torchrl: install ## TorchRL's own PPO (GAE, ClipPPOLoss, ReplayBuffer) lear
 
 demo-rllib: install install-rllib ## RLlib's own PPO (new API stack) learns CartPole-v1 from a local fleet of 2 workers until RLlib's mean return >= 450 (the learner in the RLlib venv)
 	$(BIN)/rolloutfleet run examples/cartpole.yaml --no-status -- \
-		$(RLLIB_VENV)/bin/python -m rolloutfleet.examples.ppo_rllib examples/cartpole.yaml --target-return 450
+		$(RLLIB_VENV)/bin/python -m rolloutfleet.examples.rllib_learner examples/cartpole.yaml --target-return 450
 
 demo-selfplay: install ## self-play on tic-tac-toe (PettingZoo): main trains against a frozen snapshot of itself until it beats a random player (10 min limit)
 	$(BIN)/rolloutfleet run examples/tictactoe.yaml --no-status -- \

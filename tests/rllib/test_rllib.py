@@ -4,6 +4,7 @@ redis-server, and its PPO learning from real worker processes under `rolloutflee
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -120,7 +121,7 @@ def test_sample_returns_the_fleets_rows_as_rllib_episodes_and_acknowledges_them_
 
 
 def test_rllibs_ppo_learns_from_a_fleet_through_rolloutfleet_run() -> None:
-    learner = [sys.executable, "-m", "rolloutfleet.examples.ppo_rllib", str(CARTPOLE), "--target-return", "150", "--time-limit", "300"]  # fmt: skip
+    learner = [sys.executable, "-m", "rolloutfleet.examples.rllib_learner", str(CARTPOLE), "--target-return", "150", "--time-limit", "300"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO / "worker")}
     done = subprocess.run(
         [sys.executable, "-m", "rolloutfleet.cli.main", "run", str(CARTPOLE), "--no-status", "--", *learner],
@@ -136,3 +137,78 @@ def test_the_model_config_rllib_builds_from_the_job_is_the_workers_network(job: 
     ours = {name: tuple(t.shape) for name, t in build_model(job).state_dict().items()}
     theirs = {name: tuple(t.shape) for name, t in module.state_dict().items() if not name.endswith("_const")}
     assert sorted(ours.values()) == sorted(theirs.values()) and len(ours) == len(theirs)
+
+
+def dqn_job(tmp_path: Path) -> Path:
+    manifest = tmp_path / "cartpole-dqn.yaml"
+    manifest.write_text(
+        "metadata: {name: cartpole-dqn}\n"
+        "spec:\n"
+        "  replicas: 2\n"
+        "  env: {id: CartPole-v1, numEnvs: 4}\n"
+        "  policy: {hidden: [64, 64], exploration: {type: epsilonGreedy, epsilon: 0.1}}\n"
+        "  sampling: {rolloutFragmentLength: 32, seed: 0}\n"
+        "  redis: {maxLen: 8, backpressure: block}\n"
+    )
+    return manifest
+
+
+def test_dqns_q_network_is_what_the_workers_act_greedily_on(tmp_path: Path, redis_url: str) -> None:
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    job = RolloutJob.from_file(dqn_job(tmp_path))
+    config = on_fleet(DQNConfig().training(dueling=False), job, redis_url)
+    runner = config.env_runner_cls(config=config)
+    try:
+        runner.publish()
+        fetched = WeightSubscriber(redis_url, job).poll()
+        assert fetched is not None
+        workers = build_model(job)
+        workers.load_state_dict({name: torch.as_tensor(value) for name, value in fetched.weights.items()})
+        obs = np.stack([gym.make("CartPole-v1").observation_space.sample() for _ in range(64)])
+        with torch.no_grad():
+            ours = workers(torch.as_tensor(obs))[0].numpy().argmax(-1)
+            theirs = runner.module.forward_inference({Columns.OBS: torch.as_tensor(obs)})[Columns.ACTIONS]
+        np.testing.assert_array_equal(ours, np.asarray(theirs))  # RLlib's own greedy actions
+    finally:
+        runner.stop()
+    dueling = on_fleet(DQNConfig(), job, redis_url)  # RLlib's default: dueling heads
+    with pytest.raises(ModuleRefused, match=r"dueling=True \(the workers' network has one Q head\)"):
+        dueling.env_runner_cls(config=dueling)
+
+
+def test_rllibs_dqn_trains_through_a_fleet_and_its_workers_act_on_what_it_publishes(tmp_path: Path) -> None:
+    manifest, out = dqn_job(tmp_path), tmp_path / "result.json"
+    learner = [sys.executable, "-m", "rolloutfleet.examples.rllib_learner", str(manifest), "--algo", "dqn",
+               "--max-env-steps", "3000", "--time-limit", "240", "--json", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "worker")}
+    done = subprocess.run(
+        [sys.executable, "-m", "rolloutfleet.cli.main", "run", str(manifest), "--no-status", "--", *learner],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.exists(), (done.stdout + done.stderr)[-3000:]
+    result = json.loads(out.read_text())
+    assert result["env_steps"] >= 3000 and result["module_steps_trained"] > 0, result
+    assert result["rows_weights_seq_no"] >= 2, result  # rows sampled with weights the learner published after an update
+
+
+def test_a_box_action_spaces_gaussian_is_the_same_on_both_sides(redis_url: str) -> None:
+    job = RolloutJob.from_file(REPO / "examples" / "pendulum.yaml")
+    config = on_fleet(PPOConfig(), job, redis_url)
+    assert config.model_config["free_log_std"] is True
+    runner = config.env_runner_cls(config=config)
+    try:
+        with torch.no_grad():
+            runner.module.pi.log_std.fill_(-0.7)  # not the initial 0: the parameter itself travels
+        runner.publish()
+        fetched = WeightSubscriber(redis_url, job).poll()
+        assert fetched is not None
+        workers = build_model(job)
+        workers.load_state_dict({name: torch.as_tensor(value) for name, value in fetched.weights.items()})
+        obs = np.stack([gym.make("Pendulum-v1").observation_space.sample() for _ in range(16)])
+        with torch.no_grad():
+            ours = workers(torch.as_tensor(obs))[0].numpy()  # mean, then log standard deviation
+        np.testing.assert_allclose(ours, rllib_logits(runner.module, obs), rtol=1e-5, atol=1e-6)
+        assert np.allclose(ours[:, 1], -0.7)
+    finally:
+        runner.stop()

@@ -109,3 +109,12 @@ def test_episode_chunks_of_real_fragments_follow_the_envs_episodes() -> None:
         assert np.array_equal(batch["new_obs"][chunk][:-1], batch["obs"][chunk][1:])
     cut_at_fragment = [c for c in chunks if c.stop == len(first["t"]) or c.start == len(first["t"])]
     assert cut_at_fragment  # the message boundary cuts even where the episode goes on
+
+
+def test_a_box_action_spaces_log_std_is_a_free_parameter_on_both_sides() -> None:
+    policy = PolicySpec()
+    assert fleet_name("pi.log_std") == "log_std"
+    assert config_mismatches(policy, model_config(policy, box_actions=True), box_actions=True) == []
+    assert config_mismatches(policy, model_config(policy), box_actions=True) == [
+        "free_log_std=False (the workers' Gaussian log standard deviations are parameters of their own: True)"
+    ]

@@ -43,7 +43,7 @@ from ray.rllib.utils.metrics import (
     EPISODE_RETURN_MIN,
 )
 
-from rolloutfleet.data.batch import ACTION_DIST_INPUTS, ACTION_LOGP
+from rolloutfleet.data.batch import ACTION_DIST_INPUTS, ACTION_LOGP, WEIGHTS_SEQ_NO
 from rolloutfleet.integrations.rllib_layout import (
     ModuleRefused,
     config_mismatches,
@@ -58,7 +58,7 @@ from rolloutfleet.transport.entries import Message, concat_messages
 from rolloutfleet.transport.learner_args import entries_needed
 from rolloutfleet.transport.weights import WeightPublisher
 
-__all__ = ["FleetEnvRunner", "ModuleRefused", "on_fleet"]
+__all__ = ["FleetEnvRunner", "ModuleRefused", "job_model_config", "on_fleet"]
 
 log = logging.getLogger(__name__)
 WAITING_SAY_S = 10.0
@@ -82,12 +82,21 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
             raise ValueError(f"FleetEnvRunner runs in the algorithm's process: num_env_runners must be 0 (the fleet's spec.replicas={job.spec.replicas} workers sample)")  # fmt: skip
         if config.in_evaluation:
             raise ValueError("FleetEnvRunner does not evaluate (its rows are the fleet's training rows): give evaluation_config its own env_runner_cls")  # fmt: skip
-        if mismatches := config_mismatches(job.spec.policy, dict(config.model_config)):
-            raise ModuleRefused(f"RLlib's model config is not job {job.name!r}'s network: " + "; ".join(mismatches))
         from rolloutfleet.sampling.envs import env_spaces
         from rolloutfleet.sampling.runners import build_model
 
         obs_space, action_space = env_spaces(job.spec.env, 0, job.spec.replicas)
+        q_values = hasattr(config, "dueling")  # DQN: the module's outputs are Q-values, the workers' logits
+        mismatches = config_mismatches(
+            job.spec.policy,
+            dict(config.model_config),
+            value_function=not q_values,
+            box_actions=isinstance(action_space, gym.spaces.Box),
+        )
+        if q_values:
+            mismatches += _q_learning_mismatches(config, job)
+        if mismatches:
+            raise ModuleRefused(f"RLlib's model config is not job {job.name!r}'s network: " + "; ".join(mismatches))
         num_envs = job.spec.env.num_envs
         kwargs["spaces"] = {
             INPUT_ENV_SPACES: (
@@ -103,10 +112,12 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         self._value_side = {name: t.detach().numpy() for name, t in workers.state_dict().items()}
         super().__init__(config=config, **kwargs)
         fleet_weights(self.module.state_dict(), self._signature, self._value_side)  # refused here, before any training
-        self.consumer = BatchConsumer(self.redis_url, job.name, namespace=job.namespace, group=self.group, max_policy_lag=self.max_policy_lag)  # fmt: skip
+        # max_policy_lag is applied here, not by the consumer: the episodes' returns count every row
+        self.consumer = BatchConsumer(self.redis_url, job.name, namespace=job.namespace, group=self.group)
         self.publisher = WeightPublisher(self.redis_url, job.name, namespace=job.namespace)
         self.published: int | None = None
         self._held: list[Message] = []
+        self._stale_rows = 0
         self._entry_rows = 0  # rows per entry, last seen: reads take the entries a sample needs, not more
         self._running: dict[int, tuple[float, int]] = {}
         log.info("RLlib samples from job %s/%s at %s (group %r)", job.namespace, job.name, redacted_url(self.redis_url), self.group)  # fmt: skip
@@ -137,21 +148,26 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
             )
             raise ValueError(f"FleetEnvRunner.sample({asked}): the fleet samples fragments with its workers' policy (spec.policy.explore)")  # fmt: skip
         self.consumer.ack(self._held)
-        messages = self._gather(num_timesteps or 1)
+        messages, done = self._gather(num_timesteps or 1)
         self._held = messages
-        batch = concat_messages(messages)
-        starts = np.cumsum([0] + [len(m.batch) for m in messages[:-1]]).tolist()
+        everything = concat_messages(messages)
+        keep = [self._fresh(m) for m in messages]
+        batch = {name: column[np.concatenate(keep)] for name, column in everything.items()}
+        starts = np.cumsum([0] + [int(k.sum()) for k in keep[:-1]]).tolist()
         episodes = self.to_episodes(batch, starts)
-        steps = len(batch["rewards"])
-        done = self._log_episodes(batch)
+        stale = self._stale_rows + len(everything["rewards"]) - len(batch["rewards"])
+        steps = len(batch["rewards"]) + stale  # what the fleet sampled, trained on or not
         self._increase_sampled_metrics(steps, done)
         self.num_env_steps_sampled_lifetime += steps
+        self.metrics.log_value("rolloutfleet/stale_rows", stale, reduce="sum")
+        self.metrics.log_value("rolloutfleet/weights_seq_no", max(m.metadata.weights_seq_no for m in messages), reduce="max", window=1)  # fmt: skip
         lag = self.consumer.lag()
         self.metrics.log_value("rolloutfleet/pending_entries", lag.pending, window=1)
         if lag.undelivered is not None:
             self.metrics.log_value("rolloutfleet/undelivered_entries", lag.undelivered, window=1)
-        if lag.policy_lag is not None:
-            self.metrics.log_value("rolloutfleet/policy_lag", lag.policy_lag, window=1)
+        if self.published is not None:
+            oldest = min(int(_versions(m).min()) for m in messages)
+            self.metrics.log_value("rolloutfleet/policy_lag", self.published - oldest, window=1)
         return episodes
 
     def to_episodes(self, batch: dict[str, np.ndarray], starts: Sequence[int] = ()) -> list[SingleAgentEpisode]:
@@ -204,20 +220,41 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _gather(self, rows: int) -> list[Message]:
+    def _gather(self, rows: int) -> tuple[list[Message], int]:
+        """Whole messages until ``rows`` fresh rows (at least one) are held, and the episodes
+        that ended in them. A message with no fresh row is counted and acknowledged at once: a
+        ``block`` fleet's room would otherwise wait on it while the learner waits on the fleet."""
         messages: list[Message] = []
+        fresh = held = done = stale = 0
         began = said = time.monotonic()
-        while (held := sum(len(m.batch) for m in messages)) < rows or not messages:
+        while fresh < rows or not fresh:
             entry_rows = held // len(messages) if messages else self._entry_rows
-            messages += self.consumer.read(
-                entries_needed(rows - held, entry_rows, self.consumer.read_count), timeout=1.0
-            )
-            if time.monotonic() - said >= WAITING_SAY_S and held < rows:
+            read = self.consumer.read(entries_needed(rows - fresh, entry_rows, self.consumer.read_count), timeout=1.0)
+            if read:
+                done += self._log_episodes(concat_messages(read))  # every row the fleet sampled counts
+            for message in read:
+                count = int(self._fresh(message).sum())
+                if count:
+                    messages.append(message)
+                    fresh, held = fresh + count, held + len(message.batch)
+                else:
+                    stale += len(message.batch)
+                    self.consumer.ack([message])
+            if time.monotonic() - said >= WAITING_SAY_S and fresh < rows:
                 said = time.monotonic()
-                log.warning("RLlib waits for the fleet's batches: %d of %d rows in %.0f s from %s; are its workers running?",
-                            held, rows, said - began, self.consumer.keys.batches)  # fmt: skip
-        self._entry_rows = sum(len(m.batch) for m in messages) // len(messages)
-        return messages
+                log.warning("RLlib waits for the fleet's batches: %d of %d rows in %.0f s (%d more older than max_policy_lag) from %s; are its workers running?",
+                            fresh, rows, said - began, stale, self.consumer.keys.batches)  # fmt: skip
+        self._entry_rows = held // len(messages)
+        self._stale_rows = stale
+        return messages, done
+
+    def _fresh(self, message: Message) -> np.ndarray:
+        """Which rows of ``message`` are recent enough to train on: sampled with weights no more
+        than ``max_policy_lag`` versions older than the last this runner published."""
+        versions = _versions(message)
+        if self.max_policy_lag is None or self.published is None:
+            return np.ones(len(versions), np.bool_)
+        return np.asarray(versions >= self.published - self.max_policy_lag)
 
     def _log_episodes(self, batch: dict[str, np.ndarray]) -> int:
         """Log each episode that ended in ``batch`` with its return and length across fragments;
@@ -248,6 +285,42 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         return done
 
 
+def _versions(message: Message) -> np.ndarray:
+    """The weights version of each row (a batch built by hand has one: its metadata's)."""
+    column = message.batch.get(WEIGHTS_SEQ_NO)
+    return np.asarray(column) if column is not None else np.full(len(message.batch), message.metadata.weights_seq_no)
+
+
+def job_model_config(job: RolloutJob) -> dict[str, Any]:
+    """RLlib's model config for the workers' network of ``job`` (builds one sub-environment to
+    learn its action space: a Box's log standard deviations are free parameters)."""
+    from rolloutfleet.sampling.envs import env_spaces
+
+    action_space = env_spaces(job.spec.env, 0, job.spec.replicas)[1]
+    return model_config(job.spec.policy, box_actions=isinstance(action_space, gym.spaces.Box))
+
+
+def _q_learning_mismatches(config: AlgorithmConfig, job: RolloutJob) -> list[str]:
+    """What keeps a DQN config from the workers' network and their greedy acting; RLlib's
+    epsilon schedule is not theirs to follow (said once, as a warning)."""
+    found = [
+        f"{key}={getattr(config, key)!r} (the workers' network has {what})"
+        for key, off, what in (
+            ("dueling", False, "one Q head"),
+            ("num_atoms", 1, "one Q-value per action"),
+            ("noisy", False, "no noisy layers"),
+        )
+        if getattr(config, key, off) != off
+    ]
+    exploration = job.spec.policy.exploration
+    if exploration.type != "epsilonGreedy":
+        found.append(f"spec.policy.exploration.type is {exploration.type!r}: Q-values are acted on by epsilonGreedy")
+    else:
+        log.warning("DQN: RLlib's epsilon schedule %s is not applied; the workers explore by spec.policy.exploration (%s)",
+                    getattr(config, "epsilon", None), exploration.model_dump(exclude_defaults=True))  # fmt: skip
+    return found
+
+
 def on_fleet(
     config: AlgorithmConfig,
     job: RolloutJob | str | Path,
@@ -276,7 +349,12 @@ def on_fleet(
     runner = type(f"FleetEnvRunner_{job.name}", (FleetEnvRunner,), {"job": job, "redis_url": url, "group": group, "max_policy_lag": max_policy_lag})  # fmt: skip
     return (
         config.environment(spec.env.id, env_config=dict(spec.env.config))
-        .env_runners(env_runner_cls=runner, num_env_runners=0, num_envs_per_env_runner=spec.env.num_envs)
+        .env_runners(
+            env_runner_cls=runner,
+            num_env_runners=0,
+            num_envs_per_env_runner=spec.env.num_envs,
+            rollout_fragment_length=spec.sampling.rollout_fragment_length,  # a message: one fragment of a worker
+        )
         # a model of the user's own is checked when the runner starts
-        .rl_module(model_config=config._model_config or model_config(spec.policy))
+        .rl_module(model_config=config._model_config or job_model_config(job))
     )

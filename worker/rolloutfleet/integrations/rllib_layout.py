@@ -3,7 +3,9 @@ builds the workers' network in RLlib, the check that an RLlib module is that net
 shape and dtype), and where a batch's rows split into RLlib's episode chunks.
 :mod:`rolloutfleet.integrations.rllib` (which needs ``rolloutfleet[rllib]``) applies them.
 
-RLlib's default MLP module for PPO (``DefaultPPOTorchRLModule``) and the workers' default model
+RLlib's default MLP modules for PPO (``DefaultPPOTorchRLModule``) and for DQN without dueling
+(``DefaultDQNTorchRLModule``: Q-values the workers act on greedily, as their logits under
+``policy.exploration: epsilonGreedy``) and the workers' default model
 (:class:`~rolloutfleet.inference.models.DefaultModel`) are the same network under other names:
 
 ============================================  ==========================
@@ -14,6 +16,9 @@ RLlib (new API stack)                          the workers
 ``encoder.critic_encoder.net.mlp.<2i>``       ``critic_trunk.<2i+1>``
 ``pi.net.mlp.0``                              ``pi``
 ``vf.net.mlp.0``                              ``vf``
+``encoder.net.mlp.<2i>`` (DQN)                ``actor_trunk.<2i+1>``
+``af.net.mlp.0`` (DQN's Q-values)             ``pi`` (the workers' logits)
+``pi.log_std`` (``free_log_std``, Box actions)  ``log_std``
 ============================================  ==========================
 
 (each ``.weight`` and ``.bias``). ``*.log_std_clip_param_const`` is a constant of RLlib's heads
@@ -32,10 +37,10 @@ import numpy as np
 from rolloutfleet.spec.policy_spec import PolicySpec
 
 _RENAMES = (
-    (re.compile(r"^encoder\.(?:encoder|actor_encoder)\.net\.mlp\.(\d+)\.(weight|bias)$"), "actor_trunk"),
+    (re.compile(r"^encoder\.(?:encoder\.|actor_encoder\.)?net\.mlp\.(\d+)\.(weight|bias)$"), "actor_trunk"),
     (re.compile(r"^encoder\.critic_encoder\.net\.mlp\.(\d+)\.(weight|bias)$"), "critic_trunk"),
 )
-_HEADS = {"pi.net.mlp.0": "pi", "vf.net.mlp.0": "vf"}
+_HEADS = {"pi.net.mlp.0": "pi", "vf.net.mlp.0": "vf", "af.net.mlp.0": "pi"}
 _CONSTANTS = re.compile(r"\.log_std_clip_param_const$")
 VALUE_SIDE = ("critic_trunk.", "vf.")
 """The workers' parameters RLlib leaves out of an inference-only state (the value function)."""
@@ -45,9 +50,11 @@ class ModuleRefused(ValueError):
     """An RLlib module or config that is not the workers' network: the message says what differs."""
 
 
-def model_config(policy: PolicySpec) -> dict[str, Any]:
+def model_config(policy: PolicySpec, box_actions: bool = False) -> dict[str, Any]:
     """The keyword arguments of RLlib's ``DefaultModelConfig`` that build the workers' network
-    for ``policy`` (``spec.policy``).
+    for ``policy`` (``spec.policy``). ``box_actions``: a Box action space, whose Gaussian's log
+    standard deviations the workers' network holds as parameters of their own (RLlib's
+    ``free_log_std``), not as outputs of the head.
 
     >>> model_config(PolicySpec(hidden=[64, 64], vf_share_layers=False))["fcnet_hiddens"]
     [64, 64]
@@ -57,12 +64,17 @@ def model_config(policy: PolicySpec) -> dict[str, Any]:
         "fcnet_activation": policy.activation,
         "vf_share_layers": policy.vf_share_layers,
         "head_fcnet_hiddens": [],
+        "free_log_std": box_actions,
     }
 
 
-def config_mismatches(policy: PolicySpec, rllib_model_config: Mapping[str, Any]) -> list[str]:
+def config_mismatches(
+    policy: PolicySpec, rllib_model_config: Mapping[str, Any], value_function: bool = True, box_actions: bool = False
+) -> list[str]:
     """Where RLlib's model config (``config.model_config``, a dict) builds another network than
-    the workers run for ``policy``; empty when it is the same network.
+    the workers run for ``policy``; empty when it is the same network. ``value_function=False``
+    (DQN): RLlib's module has none, so ``vf_share_layers`` does not matter. ``box_actions``: as
+    for :func:`model_config`.
 
     >>> config_mismatches(PolicySpec(hidden=[64, 64]), {"fcnet_hiddens": [256, 256], "vf_share_layers": True})
     ["fcnet_hiddens=[256, 256] (the workers' spec.policy.hidden is [64, 64])"]
@@ -74,29 +86,34 @@ def config_mismatches(policy: PolicySpec, rllib_model_config: Mapping[str, Any])
             else "a recurrent model (spec.policy.recurrent)"
         )
         return [f"the workers run {kind}; the RLlib adapter maps RLlib's default MLP only"]
-    wanted = model_config(policy)
+    wanted = model_config(policy, box_actions)
     spec_names = {"fcnet_hiddens": "hidden", "fcnet_activation": "activation", "vf_share_layers": "vfShareLayers"}
     found = []
     for key, value in wanted.items():
+        if key == "vf_share_layers" and not value_function:
+            continue
         theirs = rllib_model_config.get(key, _RLLIB_DEFAULTS[key])
         if (list(theirs) if isinstance(theirs, list | tuple) else theirs) != value:
             where = (
-                f"spec.policy.{spec_names[key]} is {value!r}"
-                if key in spec_names
-                else f"heads are one layer: {value!r}"
+                f"spec.policy.{spec_names[key]} is {value!r}" if key in spec_names else _OTHERWISE[key].format(value)
             )
             found.append(f"{key}={theirs!r} (the workers' {where})")
-    for key, off in (("use_lstm", False), ("fcnet_use_layernorm", False), ("free_log_std", False)):
+    for key, off in (("use_lstm", False), ("fcnet_use_layernorm", False)):
         if rllib_model_config.get(key, off) != off:
             found.append(f"{key}={rllib_model_config[key]!r} (the workers' network has none)")
     return found
 
 
+_OTHERWISE = {
+    "head_fcnet_hiddens": "heads are one layer: {!r}",
+    "free_log_std": "Gaussian log standard deviations are parameters of their own: {!r}",
+}
 _RLLIB_DEFAULTS: dict[str, Any] = {
     "fcnet_hiddens": [256, 256],
     "fcnet_activation": "tanh",
     "vf_share_layers": True,
     "head_fcnet_hiddens": [],
+    "free_log_std": False,
 }
 """RLlib 2.60's ``DefaultModelConfig`` for the keys :func:`model_config` sets."""
 
@@ -113,6 +130,8 @@ def fleet_name(rllib_name: str) -> str | None:
     for pattern, trunk in _RENAMES:
         if match := pattern.match(rllib_name):
             return f"{trunk}.{int(match.group(1)) + 1}.{match.group(2)}"
+    if rllib_name == "pi.log_std":
+        return "log_std"
     head, _, leaf = rllib_name.rpartition(".")
     if head in _HEADS and leaf in ("weight", "bias"):
         return f"{_HEADS[head]}.{leaf}"
