@@ -63,6 +63,9 @@ __all__ = ["FleetEnvRunner", "ModuleRefused", "job_model_config", "on_fleet"]
 log = logging.getLogger(__name__)
 WAITING_SAY_S = 10.0
 """A ``sample()`` that waits for batches says so this often."""
+MAX_RUNNING_EPISODES = 100_000
+"""Episodes whose return is being added up; past this the oldest are forgotten (a worker that
+died mid-episode never sends its end)."""
 
 
 class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
@@ -274,6 +277,8 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
             total, length = total + reward, length + 1
             if not end:
                 self._running[eps] = (total, length)
+                if len(self._running) > MAX_RUNNING_EPISODES:  # episodes whose worker died mid-way
+                    del self._running[next(iter(self._running))]
                 continue
             done += 1
             for key, value, reduce in ((EPISODE_RETURN_MEAN, total, "mean"), (EPISODE_LEN_MEAN, length, "mean"),
