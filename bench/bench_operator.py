@@ -37,7 +37,7 @@ from bench import apiserver_metrics, children, create_ceiling, operator_results,
 from bench.operator_table import Row, render
 from bench.sim_kubelet import SimKubelet
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
-from rolloutfleet_operator.api_calls import API_CONCURRENCY
+from rolloutfleet_operator.loop.api_calls import API_CONCURRENCY
 
 REPO = Path(__file__).resolve().parents[1]
 API = ("rolloutfleet.io", "v1alpha1")

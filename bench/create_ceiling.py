@@ -1,5 +1,5 @@
 """The API server's ceiling for pod creates, measured in the bench's own run: a bare client
-posts the operator's own pod bodies (built by :func:`rolloutfleet_operator.pods.build_pod`,
+posts the operator's own pod bodies (built by :func:`rolloutfleet_operator.children.pods.build_pod`,
 serialized once, before the clock starts) as fast as the server answers, ``concurrency``
 at a time over pooled connections, with no rate limit and no parsing of the answers.
 
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet_operator.children.pods import build_pdb, build_pod, template_hash
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.pods import build_pdb, build_pod, template_hash
 
 
 def pod_bodies(job_body: Mapping[str, Any], uid: str, count: int, env: Mapping[str, str]) -> list[bytes]:

@@ -1,5 +1,5 @@
 """Print, as YAML, what the operator writes for a job: its worker pod (built by
-``rolloutfleet_operator.pods.build_pod``) and its NetworkPolicy, for checkov (make lint).
+``rolloutfleet_operator.children.pods.build_pod``) and its NetworkPolicy, for checkov (make lint).
 
     python hack/checkov/worker_pod.py charts/rolloutfleet/examples/cartpole.yaml
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import yaml
 
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet_operator.children.network import build_network_policy
+from rolloutfleet_operator.children.pods import build_pod, job_labels, owner_reference
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.network import build_network_policy
-from rolloutfleet_operator.pods import build_pod, job_labels, owner_reference
 
 
 def operator_config(rendered: Path | None) -> OperatorConfig:

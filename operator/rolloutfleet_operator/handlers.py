@@ -27,17 +27,17 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from rolloutfleet_operator import metrics
-from rolloutfleet_operator.api_calls import API_CONCURRENCY, JOBS, PDBS, Api
-from rolloutfleet_operator.autoscale_tick import autoscale
-from rolloutfleet_operator.coalescing import run_coalesced
+from rolloutfleet_operator.children.evaluators import evaluator_view
+from rolloutfleet_operator.children.pods import JOB_LABEL, MANAGED_BY, PodView
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.evaluators import evaluator_view
-from rolloutfleet_operator.kueue import WORKLOADS
-from rolloutfleet_operator.pods import JOB_LABEL, MANAGED_BY, PodView
-from rolloutfleet_operator.progress import read_progress
-from rolloutfleet_operator.reconcile import JobIndex, PdbIndex, PodIndex, WorkloadIndex, reconcile
-from rolloutfleet_operator.runtime import Key, Runtime
-from rolloutfleet_operator.stream_metrics import read_stream_metrics
+from rolloutfleet_operator.kueue.admission import WORKLOADS
+from rolloutfleet_operator.loop.api_calls import API_CONCURRENCY, JOBS, PDBS, Api
+from rolloutfleet_operator.loop.coalescing import run_coalesced
+from rolloutfleet_operator.loop.progress import read_progress
+from rolloutfleet_operator.loop.reconcile import JobIndex, PdbIndex, PodIndex, WorkloadIndex, reconcile
+from rolloutfleet_operator.loop.runtime import Key, Runtime
+from rolloutfleet_operator.redis.stream_metrics import read_stream_metrics
+from rolloutfleet_operator.scaling.autoscale_tick import autoscale
 
 POD_FILTER: dict[str, Any] = {
     "app.kubernetes.io/managed-by": MANAGED_BY,

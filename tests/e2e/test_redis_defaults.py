@@ -1,4 +1,4 @@
-"""The minimal manifest on a real API server and the test kubelet (:mod:`rolloutfleet_operator.redis_defaults`):
+"""The minimal manifest on a real API server and the test kubelet (:mod:`rolloutfleet_operator.redis.defaults`):
 a RolloutJob whose spec names no Redis gets the one the operator was installed with
 (``ROLLOUTFLEET_DEFAULT_REDIS_URL``): its workers publish there as the job's own minted user,
 and the status says what was filled in. For a ``rediss://`` default the operator's CA is

@@ -1,4 +1,4 @@
-"""Per-job Redis users on a real API server and the test kubelet (:mod:`rolloutfleet_operator.redis_users`):
+"""Per-job Redis users on a real API server and the test kubelet (:mod:`rolloutfleet_operator.redis.users`):
 the operator, holding the admin password of one Redis, mints ``<job>-redis-worker`` and
 ``<job>-redis-learner`` owned by the job; the worker pods take the user and password by
 ``secretKeyRef`` and publish as that user; a job on a Redis the operator cannot administer

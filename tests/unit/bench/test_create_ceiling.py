@@ -7,8 +7,8 @@ import json
 from bench.bench_operator import job
 from bench.create_ceiling import pdb_body, pod_bodies
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet_operator.children.pods import build_pdb, build_pod
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.pods import build_pdb, build_pod
 
 ENV = {"ROLLOUTFLEET_WORKER_PORT_PER_INDEX": "1"}
 

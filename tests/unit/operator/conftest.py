@@ -18,7 +18,7 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from rolloutfleet_operator.api_calls import Api
+from rolloutfleet_operator.loop.api_calls import Api
 
 
 def _api_error(status: int, message: str | None = None, reason: str = "") -> ApiException:

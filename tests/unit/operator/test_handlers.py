@@ -24,8 +24,8 @@ import kubernetes.config.kube_config
 import pytest
 
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet_operator.children.pods import build_pod, template_hash
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.pods import build_pod, template_hash
 
 NS = "team-a"
 JOBS_URL = f"/apis/rolloutfleet.io/v1alpha1/namespaces/{NS}/rolloutjobs"
@@ -413,7 +413,7 @@ async def test_the_job_handler_returns_before_the_rounds_and_a_failed_round_is_l
     from types import SimpleNamespace
 
     from rolloutfleet_operator import handlers
-    from rolloutfleet_operator.runtime import Runtime
+    from rolloutfleet_operator.loop.runtime import Runtime
 
     release, started = asyncio.Event(), asyncio.Event()
 

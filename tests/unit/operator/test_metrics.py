@@ -10,8 +10,8 @@ from prometheus_client import REGISTRY
 
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.handlers import request_reconcile
-from rolloutfleet_operator.runtime import Runtime
-from tests.unit.operator.test_reconcile import KEY, indexed_job, observed, run
+from rolloutfleet_operator.loop.runtime import Runtime
+from tests.unit.operator.loop.test_reconcile import KEY, indexed_job, observed, run
 
 LABELS = {"namespace": "team", "job_name": "cp"}
 

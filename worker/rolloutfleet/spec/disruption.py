@@ -20,7 +20,7 @@ from rolloutfleet.spec.model_base import SpecModel
 
 RESERVED_PREFIX = "rolloutfleet.io/"
 RESERVED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/managed-by")
-"""Labels the operator sets on every worker pod (``rolloutfleet_operator.pods.WORKER_LABELS``)."""
+"""Labels the operator sets on every worker pod (``rolloutfleet_operator.children.pods.WORKER_LABELS``)."""
 MAX_NODE_LOSS_SECONDS = 3600
 MAX_LABELS = 64
 MAX_ANNOTATIONS = 64

@@ -16,7 +16,7 @@ from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.redis.acl import job_users, password_hash
-from rolloutfleet_operator.redis_admin import Admin, apply_users
+from rolloutfleet_operator.redis.admin import Admin, apply_users
 from tests.integration.redis_cluster import LocalCluster
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,8 @@ from rolloutfleet.transport.redis.stream_backlog import (
     stream_keys,
 )
 from rolloutfleet_operator.config import OperatorConfig
-from rolloutfleet_operator.runtime import Runtime
-from rolloutfleet_operator.stream_metrics import read_stream_metrics
+from rolloutfleet_operator.loop.runtime import Runtime
+from rolloutfleet_operator.redis.stream_metrics import read_stream_metrics
 
 pytestmark = pytest.mark.integration
 KEY = ("team", "cp")

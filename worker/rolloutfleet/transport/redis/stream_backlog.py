@@ -2,7 +2,7 @@
 stream of the job (one per trained policy) its length, and per consumer group the entries
 not yet delivered (XINFO GROUPS ``lag``) and delivered but not acknowledged (``pending``),
 each summed over the stream's shards. The operator exports them as gauges
-(``rolloutfleet_operator.stream_metrics``); ``rolloutfleet streams`` prints the same numbers
+(``rolloutfleet_operator.redis.stream_metrics``); ``rolloutfleet streams`` prints the same numbers
 per shard (:mod:`.stream_status`, which parses groups with :func:`group_backlog`).
 
 Round trips per job, whatever its number of workers: one for the shard counts, then one per

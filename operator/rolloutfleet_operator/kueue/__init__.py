@@ -1,0 +1,1 @@
+"""Kueue admission: the Workload a job is admitted through, and the API calls around it."""

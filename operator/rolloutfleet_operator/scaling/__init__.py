@@ -1,0 +1,1 @@
+"""The worker count: the /scale subresource, the autoscaler's tick and its custom metrics."""
