@@ -32,7 +32,7 @@ from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.examples.team_tag import TeamTag
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
 from rolloutfleet.sampling.heap import keep_freed_memory
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 
 MANIFEST = Path(__file__).resolve().parents[1] / "examples" / "multiagent.yaml"
 

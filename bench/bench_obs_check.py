@@ -1,7 +1,7 @@
 """What the observation check costs where it is new: ``vector`` and ``envpool`` vector envs
 (one check of the whole batch per reset/step, in :class:`~rolloutfleet.sampling.envs.ResetGuard`)
 and multi-agent envs (one per agent per reset/step, in
-:class:`~rolloutfleet.sampling.multiagent_env.MultiAgentEnvAdapter`).
+:class:`~rolloutfleet.sampling.multiagent.pettingzoo_env.MultiAgentEnvAdapter`).
 
 For each env: the median over ``--repeats`` runs of ``--steps`` steps of the wrapped env with
 the check and without it, in turns (random actions, legal ones where a mask says), and the
@@ -87,7 +87,7 @@ def _vector(vectorization: str, env_id: str, num_envs: int, steps: int, repeats:
 
 
 def _multiagent(env_spec: dict[str, Any], steps: int, repeats: int) -> str:
-    from rolloutfleet.sampling.multiagent_env import multiagent_env_creator
+    from rolloutfleet.sampling.multiagent.pettingzoo_env import multiagent_env_creator
 
     spec = RolloutJob.from_dict(
         {"metadata": {"name": "b"}, "spec": {"env": env_spec, "multiAgent": MULTI}}

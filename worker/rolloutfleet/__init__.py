@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rolloutfleet.sampling.env_creators import EnvContext, env_creator
     from rolloutfleet.sampling.env_runner import EnvRunner
     from rolloutfleet.sampling.envs import env_spaces
-    from rolloutfleet.sampling.policy_mapping import EpisodeInfo
+    from rolloutfleet.sampling.multiagent.policy_mapping import EpisodeInfo
     from rolloutfleet.sampling.runners import build_model, build_policy_models
     from rolloutfleet.spec.redis_url import redacted_url
     from rolloutfleet.transport.consumer import BatchConsumer
@@ -62,7 +62,7 @@ _LAZY = {
     "EnvContext": "rolloutfleet.sampling.env_creators",
     "env_creator": "rolloutfleet.sampling.env_creators",
     "env_spaces": "rolloutfleet.sampling.envs",
-    "EpisodeInfo": "rolloutfleet.sampling.policy_mapping",
+    "EpisodeInfo": "rolloutfleet.sampling.multiagent.policy_mapping",
     # The job's models, as the workers build them (a learner trains the same ones).
     "build_model": "rolloutfleet.sampling.runners",
     "build_policy_models": "rolloutfleet.sampling.runners",

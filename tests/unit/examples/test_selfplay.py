@@ -18,7 +18,7 @@ from rolloutfleet.examples.ppo import PPO
 from rolloutfleet.examples.seats import alternate_seats
 from rolloutfleet.examples.selfplay import env_maker, evaluate, in_episode_order, play_games, random_player
 from rolloutfleet.inference.obs_spaces import obs_parts
-from rolloutfleet.sampling.policy_mapping import EpisodeInfo
+from rolloutfleet.sampling.multiagent.policy_mapping import EpisodeInfo
 from rolloutfleet.sampling.runners import build_policy_models, make_env_runner
 
 ROOT = Path(__file__).resolve().parents[3]

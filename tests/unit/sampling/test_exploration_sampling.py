@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rolloutfleet.sampling.env_runner import EnvRunner
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.spec.job import RolloutJob
 
 

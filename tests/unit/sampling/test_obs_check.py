@@ -171,7 +171,7 @@ MA_BOX = "Box(-1000.0, 1000.0, (3,), float32)"
 
 
 def test_a_multi_agent_reset_that_returns_no_observation_names_the_agent() -> None:
-    from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+    from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 
     with pytest.raises(EnvFailed) as failed:
         MultiAgentEnvRunner(multiagent_job("reset")).sample()
@@ -181,7 +181,7 @@ def test_a_multi_agent_reset_that_returns_no_observation_names_the_agent() -> No
 
 
 def test_a_multi_agent_step_that_returns_no_observation_is_a_sub_env_failure() -> None:
-    from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+    from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 
     with pytest.raises(EnvFailed) as failed:
         MultiAgentEnvRunner(multiagent_job("step")).sample()

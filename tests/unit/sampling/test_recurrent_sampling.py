@@ -17,7 +17,7 @@ from rolloutfleet import RolloutJob, SpecError
 from rolloutfleet.data.batch import SampleBatch, state_columns
 from rolloutfleet.inference.recurrent_model import RecurrentModel
 from rolloutfleet.sampling.env_runner import EnvRunner
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 
 
 def cartpole_job(vectorization: str = "vector", **policy: Any) -> RolloutJob:

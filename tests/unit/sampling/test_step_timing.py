@@ -70,8 +70,8 @@ def test_env_wait_holds_the_time_the_sub_envs_took() -> None:
 
 
 def test_the_multiagent_runner_reports_no_step_timing() -> None:
-    from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
-    from tests.unit.sampling.test_multiagent_env_runner import job as ma_job
+    from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
+    from tests.unit.sampling.multiagent.test_env_runner import job as ma_job
 
     runner = MultiAgentEnvRunner(ma_job())
     runner.sample()

@@ -75,7 +75,7 @@ class EnvRunner(Runner[SampleBatch]):
         spec = job.spec
         if spec.multi_agent is not None:
             raise SpecError(
-                "spec.multiAgent: a multi-agent job samples with rolloutfleet.sampling.multiagent_env_runner.MultiAgentEnvRunner "
+                "spec.multiAgent: a multi-agent job samples with rolloutfleet.sampling.multiagent.env_runner.MultiAgentEnvRunner "
                 "(rolloutfleet.sampling.runners.make_env_runner picks the right runner for a job)"
             )
         super().__init__(job, worker_index, num_workers, callbacks)

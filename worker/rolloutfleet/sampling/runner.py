@@ -11,7 +11,7 @@ which runner it has::
 
 ``sample()`` calls the hooks a runner fills in (``_begin_sample``, ``_step``, ``_steps_missing``,
 ``_cut_truncated``, ``_cut_episodes``): :class:`~rolloutfleet.sampling.env_runner.EnvRunner` steps
-a vector env into a grid (a :class:`SampleBatch`), :class:`~rolloutfleet.sampling.multiagent_env_runner.
+a vector env into a grid (a :class:`SampleBatch`), :class:`~rolloutfleet.sampling.multiagent.env_runner.
 MultiAgentEnvRunner` multi-agent sub-envs into per-policy rows (a :class:`MultiAgentBatch`).
 """
 

@@ -19,8 +19,8 @@ from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_creators import derive_seed
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.envs import env_spaces
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
-from rolloutfleet.sampling.policy_mapping import multi_agent_spec
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent.policy_mapping import multi_agent_spec
 from rolloutfleet.sampling.runner import AnyRunner
 from rolloutfleet.spec.job import RolloutJob
 

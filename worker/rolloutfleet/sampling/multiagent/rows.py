@@ -15,7 +15,7 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.obs_spaces import MASK_KEY, check_masks, leaf_values
 from rolloutfleet.inference.policy import Policy, RecurrentActFn
-from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
+from rolloutfleet.sampling.multiagent.pettingzoo_env import MultiAgentEnvAdapter
 from rolloutfleet.spec.job import SpecError
 
 COMPLETE = "_complete"

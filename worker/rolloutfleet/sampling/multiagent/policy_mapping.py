@@ -31,7 +31,7 @@ from rolloutfleet.spec.job import MultiAgentSpec, PolicySpec, RolloutJob, SpecEr
 if TYPE_CHECKING:
     from gymnasium import spaces
 
-    from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter
+    from rolloutfleet.sampling.multiagent.pettingzoo_env import MultiAgentEnvAdapter
 
 RULES_FIELD = "spec.multiAgent.policyMapping.rules"
 ENTRY_POINT_FIELD = "spec.multiAgent.policyMapping.entryPoint"

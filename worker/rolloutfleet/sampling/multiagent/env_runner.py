@@ -3,7 +3,7 @@
 Per vector step every agent with an observation is mapped to its policy
 (``spec.multiAgent.policyMapping``, once per agent and episode), each policy acts for all of its
 agents of all sub-envs in one batched call, then every sub-env steps with its dict of actions.
-Transitions are per agent (:mod:`rolloutfleet.sampling.multiagent_rows`): a row opens when its
+Transitions are per agent (:mod:`rolloutfleet.sampling.multiagent.rows`): a row opens when its
 agent acts and closes when that agent next gets an observation (its ``new_obs``; the rewards
 in between summed), so turn-based agents keep rows open across steps. When the episode ends
 (``__all__``, no PettingZoo agent left, or ``maxEpisodeSteps``: truncated) open rows close with
@@ -30,10 +30,9 @@ from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_calls import ENV_CALL
 from rolloutfleet.sampling.env_creators import derive_seed, episode_id_base
-from rolloutfleet.sampling.multiagent_acting import PolicyActing
-from rolloutfleet.sampling.multiagent_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
-from rolloutfleet.sampling.multiagent_rows import Arrivals, PolicyRows, SubEnv
-from rolloutfleet.sampling.policy_mapping import (
+from rolloutfleet.sampling.multiagent.acting import PolicyActing
+from rolloutfleet.sampling.multiagent.pettingzoo_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
+from rolloutfleet.sampling.multiagent.policy_mapping import (
     EpisodeInfo,
     PolicyMapper,
     multi_agent_spec,
@@ -41,6 +40,7 @@ from rolloutfleet.sampling.policy_mapping import (
     policy_spaces,
     policy_specs,
 )
+from rolloutfleet.sampling.multiagent.rows import Arrivals, PolicyRows, SubEnv
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.job import RolloutJob, SpecError
 

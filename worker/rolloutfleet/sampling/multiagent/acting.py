@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.policy import ActFn, Policy, RecurrentActFn
-from rolloutfleet.sampling.multiagent_rows import Outputs, PolicyRows, SubEnv
+from rolloutfleet.sampling.multiagent.rows import Outputs, PolicyRows, SubEnv
 
 
 class PolicyActing:

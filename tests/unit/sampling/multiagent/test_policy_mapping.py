@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolloutfleet.sampling.policy_mapping import EpisodeInfo, PolicyMapper
+from rolloutfleet.sampling.multiagent.policy_mapping import EpisodeInfo, PolicyMapper
 from rolloutfleet.spec.job import MultiAgentSpec, SpecError
 
 EPISODE = EpisodeInfo(env_index=0, eps_id=7, worker_index=0)

@@ -11,7 +11,7 @@ from rolloutfleet import Callbacks, RolloutJob, SpecError
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.examples.team_tag import MOVES
 from rolloutfleet.sampling.env_runner import EnvRunner
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.runners import build_policy_models
 
 EVEN_ODD = {

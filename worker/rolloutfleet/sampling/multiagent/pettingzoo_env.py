@@ -3,7 +3,7 @@
 PettingZoo's Parallel API ends an episode when ``env.agents`` is empty; RLlib's
 ``MultiAgentEnv`` convention when ``terminateds``/``truncateds`` carry ``"__all__"``. Either
 way only the agents in an observation dict act next, so agents can appear, leave and take
-turns. AEC (turn-based) envs are :mod:`rolloutfleet.sampling.aec_env`'s. PettingZoo is
+turns. AEC (turn-based) envs are :mod:`rolloutfleet.sampling.multiagent.aec_env`'s. PettingZoo is
 imported only when an env needs it, so single-agent workers run without it. Which factory
 ``spec.env.id`` or ``spec.env.entryPoint`` names: docs/guides/multi-agent.md.
 
@@ -22,10 +22,10 @@ from typing import Any, NamedTuple
 
 from gymnasium import spaces
 
-from rolloutfleet.sampling.aec_env import AECDriver, is_aec
 from rolloutfleet.sampling.env_calls import watched_creator
 from rolloutfleet.sampling.env_creators import EnvContext
 from rolloutfleet.sampling.env_failures import EnvFailed, reset_or_fail
+from rolloutfleet.sampling.multiagent.aec_env import AECDriver, is_aec
 from rolloutfleet.sampling.obs_check import AgentsObsCheck
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError

@@ -20,8 +20,8 @@ import pytest
 from rolloutfleet import RolloutJob, SpecError
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-from rolloutfleet.sampling.aec_env import AECDriver
-from rolloutfleet.sampling.multiagent_env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent.aec_env import AECDriver
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 
 GAMES = ["pettingzoo.classic.tictactoe_v3", "pettingzoo.classic.connect_four_v3"]
 
@@ -269,7 +269,9 @@ def no_legal_moves(ctx: Any) -> Any:
 
 def test_an_all_zero_action_mask_is_one_error_naming_the_agent() -> None:
     job = game_job(GAMES[0])
-    env = job.spec.env.model_copy(update={"id": None, "entry_point": "tests.unit.sampling.test_aec_env:no_legal_moves"})
+    env = job.spec.env.model_copy(
+        update={"id": None, "entry_point": "tests.unit.sampling.multiagent.test_aec_env:no_legal_moves"}
+    )
     job = job.model_copy(update={"spec": job.spec.model_copy(update={"env": env})})
     with (
         MultiAgentEnvRunner(job) as runner,
