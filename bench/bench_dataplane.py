@@ -48,8 +48,8 @@ from rolloutfleet.data.weights_check import check_weights
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.worker import HEARTBEAT_EVERY_S
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats
 from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted

@@ -33,8 +33,8 @@ import redis
 
 from bench.results import OUT, Table, machine, write
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.redis.keys import job_keys
 
 ROOT = Path(__file__).resolve().parents[1]

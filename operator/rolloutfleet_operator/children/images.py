@@ -3,7 +3,7 @@
 The slim image (``worker:<version>-slim``, 0.35 GB) has everything a policy acting in numpy
 needs and no torch, CUDA or OpenCV; the full one (``worker:<version>``, 6.1 GB) has PyPI's CUDA
 torch. A job gets the slim image when none of its policies loads torch and its pods get no GPU:
-the rule that also sizes their memory (:func:`rolloutfleet.spec.footprint.job_needs_torch`).
+the rule that also sizes their memory (:func:`rolloutfleet.rules.footprint.job_needs_torch`).
 ``spec.image`` always wins; an operator told ``ROLLOUTFLEET_WORKER_SLIM_IMAGE=none`` runs the
 full image for every job. ``status.image`` (``kubectl get rj -o wide``) says which one.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from rolloutfleet.spec.footprint import job_needs_torch
+from rolloutfleet.rules.footprint import job_needs_torch
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet_operator.config import OperatorConfig
 

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rolloutfleet.spec.footprint import job_needs_torch, pod_cpu, pod_cpus
+from rolloutfleet.rules.footprint import job_needs_torch, pod_cpu, pod_cpus
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import API_VERSION, KIND, RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.children.images import worker_image
 from rolloutfleet_operator.children.network import ca_mount
 from rolloutfleet_operator.config import OperatorConfig
@@ -132,7 +132,7 @@ def _resources(job: RolloutJob, config: OperatorConfig) -> dict[str, Any]:
     """Requests equal to limits; the GPU as a limit only (Kubernetes sets an extended
     resource's request to its limit). Memory the job leaves out is the operator's default:
     a torch worker's when a policy loads torch, else the smaller numpy worker's. CPU: the
-    job's, or one per async env process (:func:`rolloutfleet.spec.footprint.pod_cpu`)."""
+    job's, or one per async env process (:func:`rolloutfleet.rules.footprint.pod_cpu`)."""
     wanted = job.spec.resources
     quantities: dict[str, str] = {}
     cpu = pod_cpu(job)

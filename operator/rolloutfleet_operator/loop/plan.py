@@ -7,7 +7,7 @@ stopped: a failed pod is counted once (its uid is recorded), a backoff is a
 wall-clock deadline, and pod names are deterministic (``<job>-worker-<index>``), so a
 second create of the same worker is refused by the API server instead of duplicating it.
 
-Restart rules are :mod:`rolloutfleet.spec.restarts`, shared with ``rolloutfleet run``.
+Restart rules are :mod:`rolloutfleet.rules.restarts`, shared with ``rolloutfleet run``.
 Disruptions (evictions, preemptions, lost nodes, a ``kubectl delete``) are not failures:
 :mod:`.disruptions` says which is which; they are counted apart and replaced at once.
 """
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from rolloutfleet.rules.missing_modules import stays_down
+from rolloutfleet.rules.restarts import RestartTracker, WorkerRestarts
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.missing_modules import stays_down
-from rolloutfleet.spec.restarts import RestartTracker, WorkerRestarts
 from rolloutfleet_operator.children.disruptions import describe, kind_of, needs_force_delete
 from rolloutfleet_operator.children.pods import PodView, pod_name
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from rolloutfleet.spec.missing_modules import stays_down
-from rolloutfleet.spec.refusals import refused_line, refused_versions
+from rolloutfleet.rules.missing_modules import stays_down
+from rolloutfleet.rules.refusals import refused_line, refused_versions
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet_operator.children.disruptions import KINDS
 from rolloutfleet_operator.children.pods import PodView, selector

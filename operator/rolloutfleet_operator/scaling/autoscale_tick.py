@@ -1,5 +1,5 @@
 """The autoscaler on the operator's timer: read the job's signals from Redis (best effort,
-as :mod:`.progress` reads heartbeats), let the rule decide (:mod:`rolloutfleet.spec.autoscale`),
+as :mod:`.progress` reads heartbeats), let the rule decide (:mod:`rolloutfleet.rules.autoscaler`),
 and say each change once: an Event ``Scaled`` with the reason in words, one log line, and
 the signals as Prometheus gauges (:mod:`.metrics`). The reconcile that follows carries the
 size out (:mod:`.reconcile`); a Redis that cannot be read holds the size and says why.

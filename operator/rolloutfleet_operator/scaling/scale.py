@@ -2,7 +2,7 @@
 job's status. Pure: the signals are read and the Events posted by :mod:`.autoscale_tick`.
 
 With ``spec.autoscaling`` the operator keeps ``status.desiredReplicas`` workers: the
-autoscaler's size (:mod:`rolloutfleet.spec.autoscale`). It starts from the status a previous
+autoscaler's size (:mod:`rolloutfleet.rules.autoscaler`). It starts from the status a previous
 operator wrote (``desiredReplicas``, ``autoscaling.lastActiveReplicas``), else from
 ``spec.replicas``; a later change of ``spec.replicas`` (``kubectl scale``, an HPA) is a
 one-off nudge it starts again from (clamped to the bounds).
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rolloutfleet.spec.autoscale import Autoscaler, Decision
+from rolloutfleet.rules.autoscaler import Autoscaler, Decision
 from rolloutfleet.spec.job import RolloutJob
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
-from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.rules.worker_config import WorkerConfig
 from tests.integration.fleet_helpers import small_job
 from tests.integration.redis_server import RedisServer
 

@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from tests.integration.fleet_helpers import small_job
 from tests.integration.redis_server import RedisServer

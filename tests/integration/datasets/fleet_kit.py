@@ -13,8 +13,8 @@ import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 
 
 def cartpole_job(name: str, max_len: int = 16) -> RolloutJob:

@@ -17,8 +17,8 @@ import redis
 
 from rolloutfleet.evaluation.confidence import summarize
 from rolloutfleet.inference.policy import Policy
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.evaluation_results import read_results, results_key
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher

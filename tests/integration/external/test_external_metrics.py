@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.client import PolicyClient, PolicyClientError
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from tests.integration.external.test_external_worker import external_job, stop
 from tests.integration.fleet_helpers import wait_until
 

@@ -19,8 +19,8 @@ import pytest
 from rolloutfleet.client import PolicyClient, PolicyClientError
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats
 from tests.integration.fleet_helpers import read_until, wait_until

@@ -22,7 +22,7 @@ import redis
 
 from rolloutfleet.data.weights_check import WeightsRefused
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats
 from rolloutfleet.transport.redis.keys import job_keys

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 from rolloutfleet.inference.device import driver_device_count, usable_cuda_devices
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher

@@ -9,8 +9,8 @@ import redis
 
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import HEARTBEAT_TTL_S, read_heartbeats, write_heartbeat
 from rolloutfleet.transport.publisher import BackpressureTimeout

@@ -15,8 +15,8 @@ import redis
 
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.filter_sync import FilterSync, read_filter
 from rolloutfleet.transport.heartbeat import read_heartbeats, write_heartbeat

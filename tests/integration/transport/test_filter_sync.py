@@ -111,7 +111,7 @@ def test_a_value_that_is_not_this_jobs_statistics_is_replaced(
 
 def test_workers_sampling_with_a_mean_std_filter_share_it(redis_url: str) -> None:
     from rolloutfleet.fleet.worker_transport import WorkerTransport
-    from rolloutfleet.spec.worker_config import WorkerConfig
+    from rolloutfleet.rules.worker_config import WorkerConfig
 
     manifest = small_job("norm", replicas=2).model_dump(by_alias=True)
     manifest["spec"]["sampling"]["observationFilter"] = "meanStd"
@@ -207,7 +207,7 @@ def test_one_worker_with_nan_observations_leaves_the_other_workers_clean(redis_u
     make almost every row of every worker NaN, and of any later fleet on the same Redis."""
     from rolloutfleet.data.batch import nonfinite_rows
     from rolloutfleet.fleet.worker_transport import WorkerTransport
-    from rolloutfleet.spec.worker_config import WorkerConfig
+    from rolloutfleet.rules.worker_config import WorkerConfig
 
     def manifest(nan_every: int) -> RolloutJob:
         return RolloutJob.from_dict(

@@ -9,9 +9,9 @@ import redis
 
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.global_step import GlobalStepPublisher, parse_global_step
 from rolloutfleet.transport.redis.keys import job_keys
 

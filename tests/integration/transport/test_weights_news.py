@@ -17,8 +17,8 @@ import redis
 
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.redis.acl import job_users, password_hash
 from rolloutfleet.transport.redis.clients import worker_connections
 from rolloutfleet.transport.redis.keys import job_keys

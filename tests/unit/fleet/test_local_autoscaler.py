@@ -13,7 +13,7 @@ import pytest
 from rolloutfleet.fleet import local_autoscaler
 from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.supervisor import LocalFleet
-from rolloutfleet.spec.appetite import Signals
+from rolloutfleet.rules.autoscale_signals import Signals
 from rolloutfleet.spec.job import RolloutJob
 
 STAND_IN = (

@@ -284,7 +284,7 @@ def _watch(
 def _all_down(fleet: LocalFleet, console: Console) -> int:
     """Every worker is down for good: why, in one line, and the exit code (3: this Python lacks
     a module, as the workers said; 1: the restart budget is spent)."""
-    from rolloutfleet.spec.missing_modules import stays_down
+    from rolloutfleet.rules.missing_modules import stays_down
 
     lacking = [w for w in fleet.workers.values() if stays_down(w.exit_code, w.last_error)]
     if lacking:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rolloutfleet.evaluation.report import evaluation_lines
-from rolloutfleet.spec.refusals import refused_line, refused_versions
+from rolloutfleet.rules.refusals import refused_line, refused_versions
 from rolloutfleet.transport.heartbeat import parse_heartbeats
 from rolloutfleet.transport.redis.connection import connect, explain, where_url
 from rolloutfleet.transport.redis.errors import BackendError, Client

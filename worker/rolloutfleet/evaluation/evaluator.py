@@ -29,8 +29,8 @@ from rolloutfleet.evaluation.episodes import EpisodePlayer
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.fleet.probes import Probes, serve
 from rolloutfleet.fleet.termination import EXIT_BAD_SPEC, EXIT_REDIS, report_fatal
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import SpecError
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.evaluation_results import EvaluationBoard
 from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.redis.connection import connect

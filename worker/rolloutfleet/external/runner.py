@@ -30,6 +30,7 @@ from rolloutfleet.external.book import EpisodeBook, Row, Step
 from rolloutfleet.external.local import local_policy, parse_shipped
 from rolloutfleet.external.server import ActionServer, LocalHooks, ServerThread
 from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
+from rolloutfleet.rules.worker_config import listen_host
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_creators import episode_id_base
 from rolloutfleet.sampling.env_failures import EnvInterrupted, stop_requested
@@ -37,7 +38,6 @@ from rolloutfleet.sampling.envs import env_spaces
 from rolloutfleet.sampling.runner import Runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
-from rolloutfleet.spec.worker_config import listen_host
 
 log = logging.getLogger("rolloutfleet.external.runner")
 

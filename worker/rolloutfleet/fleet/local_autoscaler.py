@@ -1,5 +1,5 @@
 """``spec.autoscaling`` for ``rolloutfleet run``: the same rule as the operator's
-(:mod:`rolloutfleet.spec.autoscale`), fed from the same Redis signals
+(:mod:`rolloutfleet.rules.autoscaler`), fed from the same Redis signals
 (:func:`rolloutfleet.transport.appetite.read_signals`), carried out by
 :meth:`LocalFleet.resize <rolloutfleet.fleet.supervisor.LocalFleet.resize>` (removed workers
 get SIGTERM and publish the fragment in hand). One line per decision worth saying: each
@@ -12,7 +12,7 @@ import re
 import time
 
 from rolloutfleet.fleet.supervisor import LocalFleet
-from rolloutfleet.spec.autoscale import Autoscaler, Decision
+from rolloutfleet.rules.autoscaler import Autoscaler, Decision
 from rolloutfleet.transport.appetite import read_signals
 
 LOOK_S = 2.0

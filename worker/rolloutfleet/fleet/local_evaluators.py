@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rolloutfleet.fleet.parent_watch import PARENT_PID_ENV
 from rolloutfleet.fleet.supervisor import LocalFleet, exit_line
-from rolloutfleet.spec.worker_config import WorkerConfig
+from rolloutfleet.rules.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
 RETRY_S = 30.0

@@ -2,9 +2,9 @@
 
 Each worker is the same ``rolloutfleet worker`` process a pod runs, with the same
 environment variables. A worker that exits unexpectedly is restarted after its backoff,
-against the job's restart budget (:mod:`rolloutfleet.spec.restarts`); once the budget is spent
+against the job's restart budget (:mod:`rolloutfleet.rules.restarts`); once the budget is spent
 the fleet says so and leaves it down. A worker that ends because this Python lacks a module
-(:mod:`rolloutfleet.spec.missing_modules`, read from its termination message as the operator
+(:mod:`rolloutfleet.rules.missing_modules`, read from its termination message as the operator
 reads a pod's) stays down at once, with its one line, and counts no restart. ``stop()`` sends SIGTERM, waits for the grace
 period, then SIGKILLs what is left: nothing outlives the fleet. Should this process die
 without calling ``stop()`` (SIGKILL), the workers and the embedded redis-server stop by
@@ -32,13 +32,13 @@ from rolloutfleet.fleet import local_forkserver
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.fleet.local_forkserver import ForkedWorker, WorkerHandle
 from rolloutfleet.fleet.parent_watch import PARENT_PID_ENV
+from rolloutfleet.rules.footprint import local_cpus
+from rolloutfleet.rules.missing_modules import LOCAL_PROFILE, PROFILE_VARIABLE, stays_down
+from rolloutfleet.rules.restarts import RestartTracker
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE, usable_cpus
 from rolloutfleet.spec.external import PORT_VARIABLE, local_port
-from rolloutfleet.spec.footprint import local_cpus
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.missing_modules import LOCAL_PROFILE, PROFILE_VARIABLE, stays_down
-from rolloutfleet.spec.restarts import RestartTracker
-from rolloutfleet.spec.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from rolloutfleet.rules.missing_modules import PROFILE_VARIABLE, missing_module, missing_module_line
 from rolloutfleet.spec.job import SpecError
-from rolloutfleet.spec.missing_modules import PROFILE_VARIABLE, missing_module, missing_module_line
 
 EXIT_BAD_SPEC = 3
 EXIT_REDIS = 4

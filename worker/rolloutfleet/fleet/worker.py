@@ -40,8 +40,8 @@ from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
 from rolloutfleet.fleet.termination import EXIT_REDIS, report_fatal, report_unbuildable
 from rolloutfleet.fleet.worker_metrics import WorkerMetrics
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import SpecError
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterrupted, RedisFull
 from rolloutfleet.transport.redis.connection import address
 from rolloutfleet.transport.redis.outage import OutageLoop

@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+    from rolloutfleet.rules.worker_config import WorkerConfig
     from rolloutfleet.sampling.runner import AnyRunner
-    from rolloutfleet.spec.worker_config import WorkerConfig
 
 
 class WorkerTransport:

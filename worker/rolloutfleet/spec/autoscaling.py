@@ -1,7 +1,7 @@
 """``spec.autoscaling``: the fleet follows the learner's appetite within bounds, down to zero.
 
 With it set, the operator (and ``rolloutfleet run``) own the number of workers: the rule is
-:mod:`rolloutfleet.spec.autoscale`, the signals :mod:`rolloutfleet.transport.appetite`.
+:mod:`rolloutfleet.rules.autoscaler`, the signals :mod:`rolloutfleet.transport.appetite`.
 ``spec.replicas`` is then the size to start from (clamped to the bounds); a later change
 of it (``kubectl scale``, an HPA) is a one-off nudge the autoscaler starts again from, not a
 fixed size (docs/autoscaling.md). ``minReplicas: 0`` lets a fleet with no learner reading go

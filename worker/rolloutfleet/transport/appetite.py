@@ -1,4 +1,4 @@
-"""The autoscaler's signals in Redis (:mod:`rolloutfleet.spec.appetite`): a learner writes its
+"""The autoscaler's signals in Redis (:mod:`rolloutfleet.rules.autoscale_signals`): a learner writes its
 appetite, the operator and ``rolloutfleet run`` read everything in one look.
 
 :func:`read_signals` never raises for Redis: an unreachable or failing Redis comes back as
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from rolloutfleet.spec.appetite import (
+from rolloutfleet.rules.autoscale_signals import (
     APPETITE_SCRIPT,
     AppetiteMeter,
     Signals,

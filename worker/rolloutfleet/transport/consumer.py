@@ -116,7 +116,7 @@ class BatchConsumer(JobClient):
         self._dead_letters = DeadLetters(self.client, self._call, group, self.consumer, max_deliveries, self.stats)
         self._reading = self.client.register_script(READING_SCRIPT)
         self.appetite = AppetiteWriter(self.client, self._job_keys, group, self.consumer)
-        """Starved time and rows, written with the read stamps: the autoscaler's signal (:mod:`rolloutfleet.spec.appetite`)."""
+        """Starved time and rows, written with the read stamps: the autoscaler's signal (:mod:`rolloutfleet.rules.autoscale_signals`)."""
         self._seen = SeenBatches()
         self._in_flight: set[tuple[int, str]] = set()
         self._carry: list[Message] = []

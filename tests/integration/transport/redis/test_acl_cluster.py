@@ -12,8 +12,8 @@ import pytest
 
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.redis.acl import job_users, password_hash
 from rolloutfleet_operator.redis.admin import Admin, apply_users

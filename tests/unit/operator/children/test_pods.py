@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.worker_config import WorkerConfig
 from rolloutfleet_operator.children.pods import (
     HASH_ANNOTATION,
     WORKER_LABELS,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rolloutfleet.rules.missing_modules import missing_module_line
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.missing_modules import missing_module_line
 from rolloutfleet_operator.children.pods import PodView
 from rolloutfleet_operator.loop.plan import WorkerRecord, creation_batches, plan, records_from_status
 

@@ -219,7 +219,7 @@ async def test_a_refused_pdb_is_reported_once_and_the_workers_still_run(kube: An
 async def test_an_autoscaled_job_keeps_the_autoscaler_s_size_says_each_change_once_and_removes_gracefully(
     kube: Any, posted: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rolloutfleet.spec.appetite import Signals
+    from rolloutfleet.rules.autoscale_signals import Signals
     from rolloutfleet_operator.scaling import autoscale_tick
 
     looks = iter([Signals(now=0.0), Signals(now=400.0)])  # no learner: idle after idleSeconds

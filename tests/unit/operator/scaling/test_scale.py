@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolloutfleet.spec.appetite import Signals
+from rolloutfleet.rules.autoscale_signals import Signals
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet_operator.scaling.scale import scaling_status, sync_scaling
 

@@ -128,7 +128,7 @@ class JobKeys:
     @property
     def appetite(self) -> str:
         """Hash: ``<group>/<consumer>`` -> Redis time (ms) and JSON of the consumer's starved
-        time and rows (:mod:`rolloutfleet.spec.appetite`): what the autoscaler sizes the fleet by."""
+        time and rows (:mod:`rolloutfleet.rules.autoscale_signals`): what the autoscaler sizes the fleet by."""
         return f"{self.tag}:appetite" if self.policy is None else f"{self.tag}:appetite:{self.policy}"
 
     @property

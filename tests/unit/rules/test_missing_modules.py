@@ -6,9 +6,9 @@ import importlib
 
 import pytest
 
+from rolloutfleet.rules.missing_modules import PREFIX, is_missing_module, missing_module, missing_module_line
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import SpecError
-from rolloutfleet.spec.missing_modules import PREFIX, is_missing_module, missing_module, missing_module_line
 
 
 def test_the_missing_module_is_found_behind_the_one_line_errors_of_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,8 +56,8 @@ def test_spaces_the_policy_cannot_take_stay_down_with_the_policys_own_words() ->
     from gymnasium import spaces
 
     from rolloutfleet.inference.policy import Policy
+    from rolloutfleet.rules.missing_modules import stays_down
     from rolloutfleet.spec.job import PolicySpec
-    from rolloutfleet.spec.missing_modules import stays_down
 
     for observation, action in [(spaces.Text(8), spaces.Discrete(2)), (spaces.Box(-1, 1, (3,)), spaces.Text(8))]:
         with pytest.raises(SpecError) as refused:

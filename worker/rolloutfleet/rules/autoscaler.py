@@ -1,5 +1,5 @@
 """The autoscaling rule, pure and in one place: the operator and ``rolloutfleet run`` both
-feed it :class:`~rolloutfleet.spec.appetite.Signals` and carry out its :class:`Decision`.
+feed it :class:`~rolloutfleet.rules.autoscale_signals.Signals` and carry out its :class:`Decision`.
 
 * **Idle**: no learner group has read for ``idleSeconds``: ``minReplicas``. A learner reading
   again brings back at once the largest size recommended while a learner last read.
@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from rolloutfleet.spec.appetite import LearnerSample, Signals, WorkerSample
+from rolloutfleet.rules.autoscale_signals import LearnerSample, Signals, WorkerSample
 from rolloutfleet.spec.autoscaling import AutoscalingSpec
 
 HEARTBEAT_FRESH_S = 30.0

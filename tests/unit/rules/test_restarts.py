@@ -1,7 +1,7 @@
 from __future__ import annotations
 
+from rolloutfleet.rules.restarts import RestartTracker, backoff_delay
 from rolloutfleet.spec.job import RestartPolicySpec
-from rolloutfleet.spec.restarts import RestartTracker, backoff_delay
 
 
 def test_backoff_doubles_up_to_the_limit() -> None:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob, SpecError
-from rolloutfleet.spec.worker_config import WorkerConfig
 
 SPEC = {"replicas": 3, "env": {"id": "CartPole-v1", "numEnvs": 2}, "redis": {"url": "redis://redis:6379/0"}}
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rolloutfleet.spec.footprint import env_gives_images, job_needs_torch, local_cpus, pod_cpu, pod_cpus
+from rolloutfleet.rules.footprint import env_gives_images, job_needs_torch, local_cpus, pod_cpu, pod_cpus
 from rolloutfleet.spec.job import RolloutJob
 
 

@@ -1,4 +1,4 @@
-"""The autoscaler's signals, as Redis holds them and as the rule (:mod:`rolloutfleet.spec.autoscale`) reads them. Pure.
+"""The autoscaler's signals, as Redis holds them and as the rule (:mod:`rolloutfleet.rules.autoscaler`) reads them. Pure.
 
 * **The learner's appetite**: every :class:`~rolloutfleet.transport.consumer.BatchConsumer`
   counts how long its ``get()``/``read()`` wait for rows (:class:`AppetiteMeter`: a read that

@@ -2,7 +2,7 @@
 
 The slim worker image (``<version>-slim``, built with ``PROFILE=worker-slim``) holds no torch,
 CUDA or OpenCV: the operator gives it to jobs whose policies all act in numpy
-(:func:`rolloutfleet.spec.footprint.job_needs_torch`). A job that needs more than the rule can
+(:func:`rolloutfleet.rules.footprint.job_needs_torch`). A job that needs more than the rule can
 see (a custom ``entryPoint`` importing torch, an env package missing) ends at start-up with
 exit 3 and :func:`missing_module_line`; the operator recognises the line
 (:func:`is_missing_module`) and leaves the worker down until the spec changes, since the same

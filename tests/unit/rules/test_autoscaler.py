@@ -12,8 +12,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rolloutfleet.spec.appetite import LearnerSample, Signals, WorkerSample
-from rolloutfleet.spec.autoscale import Autoscaler
+from rolloutfleet.rules.autoscale_signals import LearnerSample, Signals, WorkerSample
+from rolloutfleet.rules.autoscaler import Autoscaler
 from rolloutfleet.spec.autoscaling import AutoscalingSpec
 
 PER_WORKER = 1000.0
