@@ -21,7 +21,7 @@ from ray.rllib.core.columns import Columns
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.integrations.rllib import ModuleRefused, on_fleet
 from rolloutfleet.integrations.rllib_layout import model_config
-from rolloutfleet.sampling.runners import build_model
+from rolloutfleet.sampling.runner_factory import build_model
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.weights import WeightSubscriber
 

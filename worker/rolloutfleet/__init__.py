@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rolloutfleet.client import PolicyClient
     from rolloutfleet.data import codec
     from rolloutfleet.data.batch import SampleBatch, state_columns
-    from rolloutfleet.data.episodes import EpisodeReturns
+    from rolloutfleet.data.episode_returns import EpisodeReturns
     from rolloutfleet.datasets.writer import DatasetWriter
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
     from rolloutfleet.inference.recurrent_model import is_stateful
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rolloutfleet.sampling.env_runner import EnvRunner
     from rolloutfleet.sampling.envs import env_spaces
     from rolloutfleet.sampling.multiagent.policy_mapping import EpisodeInfo
-    from rolloutfleet.sampling.runners import build_model, build_policy_models
+    from rolloutfleet.sampling.runner_factory import build_model, build_policy_models
     from rolloutfleet.spec.redis_url import redacted_url
     from rolloutfleet.transport.consumer import BatchConsumer
     from rolloutfleet.transport.global_step import GlobalStepPublisher
@@ -55,7 +55,7 @@ _LAZY = {
     "DatasetWriter": "rolloutfleet.datasets.writer",
     "SampleBatch": "rolloutfleet.data.batch",
     "state_columns": "rolloutfleet.data.batch",
-    "EpisodeReturns": "rolloutfleet.data.episodes",
+    "EpisodeReturns": "rolloutfleet.data.episode_returns",
     # Sampling, and what custom envs and callbacks are handed.
     "EnvRunner": "rolloutfleet.sampling.env_runner",
     "Callbacks": "rolloutfleet.sampling.callbacks",
@@ -64,8 +64,8 @@ _LAZY = {
     "env_spaces": "rolloutfleet.sampling.envs",
     "EpisodeInfo": "rolloutfleet.sampling.multiagent.policy_mapping",
     # The job's models, as the workers build them (a learner trains the same ones).
-    "build_model": "rolloutfleet.sampling.runners",
-    "build_policy_models": "rolloutfleet.sampling.runners",
+    "build_model": "rolloutfleet.sampling.runner_factory",
+    "build_policy_models": "rolloutfleet.sampling.runner_factory",
     "is_stateful": "rolloutfleet.inference.recurrent_model",
     "MASK_KEY": "rolloutfleet.inference.obs_spaces",
     "ObsParts": "rolloutfleet.inference.obs_spaces",

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from rolloutfleet.spec.network import CA_FILE_ENV
+from rolloutfleet.spec.network_spec import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
 from rolloutfleet.transport.redis.acl import AclUser
 

@@ -19,7 +19,7 @@ from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.external.server import ActionServer
 from rolloutfleet.external.spaces import ExternalError
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.sampling.runners import make_env_runner
+from rolloutfleet.sampling.runner_factory import make_env_runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
 

@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from rolloutfleet.inference.exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, make_exploration
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.spec.exploration import ExplorationSpec, ScheduleSpec
+from rolloutfleet.spec.exploration_spec import ExplorationSpec, ScheduleSpec
 from rolloutfleet.spec.job import PolicySpec, SpecError
 
 ROWS = 40_000

@@ -19,7 +19,7 @@ from rolloutfleet.inference.device import driver_device_count, usable_cuda_devic
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.models import DefaultModel
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.sampling.runners import build_model
+from rolloutfleet.sampling.runner_factory import build_model
 from rolloutfleet.spec.job import PolicySpec, RolloutJob, SpecError
 
 ROOT = Path(__file__).resolve().parents[3]

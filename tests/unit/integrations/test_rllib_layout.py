@@ -16,7 +16,7 @@ from rolloutfleet.integrations.rllib_layout import (
     fleet_weights,
     model_config,
 )
-from rolloutfleet.sampling.runners import build_model
+from rolloutfleet.sampling.runner_factory import build_model
 from rolloutfleet.spec.policy_spec import PolicySpec
 
 

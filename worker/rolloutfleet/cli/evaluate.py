@@ -36,7 +36,7 @@ def add_evaluate_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from rolloutfleet.evaluation.local import NothingToEvaluate, evaluate_current
+    from rolloutfleet.evaluation.evaluate_command import NothingToEvaluate, evaluate_current
     from rolloutfleet.spec.job import RolloutJob
 
     if args.episodes is not None and args.episodes < 1:

@@ -44,7 +44,7 @@ def _sample(args: argparse.Namespace) -> int:
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.inference.cpu_threads import limit_cpu_threads
     from rolloutfleet.sampling.heap import keep_freed_memory
-    from rolloutfleet.sampling.runners import make_env_runner
+    from rolloutfleet.sampling.runner_factory import make_env_runner
 
     limit_cpu_threads(job.spec.policy.num_threads)  # as a worker does
     keep_freed_memory()

@@ -4,7 +4,7 @@ It steps nothing: it serves actions to the clients that call it
 (:mod:`rolloutfleet.external.server`) and its :meth:`~ExternalRunner.sample` returns the next
 ``rolloutFragmentLength`` rows they completed (``complete_episodes``: their whole episodes),
 in the batch columns every runner gives. Weights, filters, exploration, metrics and state are
-the :class:`~rolloutfleet.sampling.runner.Runner`'s, so the worker loop drives it unchanged::
+the :class:`~rolloutfleet.sampling.runner_base.Runner`'s, so the worker loop drives it unchanged::
 
     with ExternalRunner(job) as runner:      # listens on spec.env.external.port
         batch = runner.sample()              # waits for the clients' rows
@@ -27,7 +27,7 @@ from gymnasium import spaces
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.book import EpisodeBook, Row, Step
-from rolloutfleet.external.local import local_policy, parse_shipped
+from rolloutfleet.external.local_inference import local_policy, parse_shipped
 from rolloutfleet.external.server import ActionServer, LocalHooks, ServerThread
 from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.rules.worker_config import listen_host
@@ -35,7 +35,7 @@ from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env_creators import episode_id_base
 from rolloutfleet.sampling.env_failures import EnvInterrupted, stop_requested
 from rolloutfleet.sampling.envs import env_spaces
-from rolloutfleet.sampling.runner import Runner
+from rolloutfleet.sampling.runner_base import Runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
 

@@ -53,9 +53,9 @@ class LocalHooks(NamedTuple):
     """What ``inference="local"`` clients are served by (called under the server's lock)."""
 
     policy: Callable[[], dict[str, Any]]
-    """The weights to act with (:func:`rolloutfleet.external.local.local_policy`)."""
+    """The weights to act with (:func:`rolloutfleet.external.local_inference.local_policy`)."""
     parse: Callable[[dict[str, Any]], tuple[list[tuple[Step, float, np.ndarray]], str | None]]
-    """Shipped rows checked (:func:`rolloutfleet.external.local.parse_shipped`)."""
+    """Shipped rows checked (:func:`rolloutfleet.external.local_inference.parse_shipped`)."""
     newest: Callable[[], int]
     """The weights version the worker acts with now."""
 

@@ -41,7 +41,7 @@ PRELOAD = (
     "rolloutfleet.sampling.envs",
     "rolloutfleet.sampling.vector.processes",
     "rolloutfleet.sampling.heap",
-    "rolloutfleet.sampling.runners",
+    "rolloutfleet.sampling.runner_factory",
     "rolloutfleet.sampling.sizes",
     "rolloutfleet.external.spaces",
     "encodings.idna",

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
-    from rolloutfleet.sampling.runner import AnyRunner
+    from rolloutfleet.sampling.runner_base import AnyRunner
     from rolloutfleet.transport.redis.stream_load import StreamLoad
 
 from rolloutfleet.fleet.env_watchdog import EnvWatchdog, Verdict, leave
@@ -117,7 +117,7 @@ class Worker:
         from rolloutfleet.inference.cpu_threads import limit_cpu_threads
         from rolloutfleet.sampling.envs import interrupt_failing_envs
         from rolloutfleet.sampling.heap import keep_freed_memory
-        from rolloutfleet.sampling.runners import make_env_runner
+        from rolloutfleet.sampling.runner_factory import make_env_runner
         from rolloutfleet.sampling.sizes import check_sizes
 
         config = self.config

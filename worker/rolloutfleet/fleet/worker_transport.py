@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.rules.worker_config import WorkerConfig
-    from rolloutfleet.sampling.runner import AnyRunner
+    from rolloutfleet.sampling.runner_base import AnyRunner
 
 
 class WorkerTransport:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rolloutfleet.spec.exploration import (
+from rolloutfleet.spec.exploration_spec import (
     DEFAULT_THETA,
     NOISE_TYPES,
     ExplorationSpec,

@@ -86,7 +86,7 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         if config.in_evaluation:
             raise ValueError("FleetEnvRunner does not evaluate (its rows are the fleet's training rows): give evaluation_config its own env_runner_cls")  # fmt: skip
         from rolloutfleet.sampling.envs import env_spaces
-        from rolloutfleet.sampling.runners import build_model
+        from rolloutfleet.sampling.runner_factory import build_model
 
         obs_space, action_space = env_spaces(job.spec.env, 0, job.spec.replicas)
         q_values = hasattr(config, "dueling")  # DQN: the module's outputs are Q-values, the workers' logits

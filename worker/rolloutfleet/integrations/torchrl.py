@@ -37,7 +37,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from rolloutfleet.data.episodes import EpisodeReturns
+from rolloutfleet.data.episode_returns import EpisodeReturns
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message, concat_messages
@@ -197,7 +197,7 @@ def fleet_policy(job: RolloutJob, network: nn.Module | None = None) -> FleetPoli
 
     from rolloutfleet.external.spaces import external_spaces
     from rolloutfleet.sampling.envs import env_spaces
-    from rolloutfleet.sampling.runners import build_model
+    from rolloutfleet.sampling.runner_factory import build_model
 
     network = network if network is not None else build_model(job)
     action_space = (external_spaces(job.spec.env) or env_spaces(job.spec.env, 0, job.spec.replicas))[1]
@@ -228,7 +228,7 @@ class _NormalParams(nn.Module):
 def network_of(module: nn.Module, job: RolloutJob) -> nn.Module:
     """The sub-module of a TorchRL ``module`` that is the workers' network for ``job``: the same
     parameter names, shapes and dtypes as ``build_model(job)``. ``ValueError`` when none is."""
-    from rolloutfleet.sampling.runners import build_model
+    from rolloutfleet.sampling.runner_factory import build_model
 
     want = _signature(build_model(job))
     for candidate in module.modules():

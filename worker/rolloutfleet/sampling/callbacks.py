@@ -22,7 +22,7 @@ from rolloutfleet.spec.job import SpecError
 if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
-    from rolloutfleet.sampling.runner import AnyRunner
+    from rolloutfleet.sampling.runner_base import AnyRunner
 
 
 class Callbacks:

@@ -7,7 +7,7 @@ steps and writes what the env returned into preallocated ``(steps, num_envs)`` c
 are transitions, episode ids, ``t``, returns and lengths are computed for a chunk of steps at
 once (:mod:`rolloutfleet.sampling.episode_clock`), so no row pairs the last observation of one
 episode with the first of the next under either gymnasium autoreset mode. ``sample()``
-(:class:`~rolloutfleet.sampling.runner.Runner`) cuts its batch, env-major, from the valid rows.
+(:class:`~rolloutfleet.sampling.runner_base.Runner`) cuts its batch, env-major, from the valid rows.
 
 >>> job = RolloutJob.from_dict({"metadata": {"name": "cp"}, "spec": {"env": {"id": "CartPole-v1", "numEnvs": 4}}})
 >>> len(EnvRunner(job).sample())    # numEnvs x rolloutFragmentLength
@@ -36,7 +36,7 @@ from rolloutfleet.sampling.episode_clock import EpisodeClock
 from rolloutfleet.sampling.grid import RAW_REWARDS, SEQ_NO, VALID, Grid, batch_columns, grid_columns
 from rolloutfleet.sampling.info_columns import InfoColumns
 from rolloutfleet.sampling.row_callbacks import RowCallbacks
-from rolloutfleet.sampling.runner import Runner
+from rolloutfleet.sampling.runner_base import Runner
 from rolloutfleet.sampling.vector.choice import VectorChoice, plan_vectorization
 from rolloutfleet.sampling.vector.sync import FAILED
 from rolloutfleet.sampling.vector_policy import VectorPolicy
@@ -76,7 +76,7 @@ class EnvRunner(Runner[SampleBatch]):
         if spec.multi_agent is not None:
             raise SpecError(
                 "spec.multiAgent: a multi-agent job samples with rolloutfleet.sampling.multiagent.env_runner.MultiAgentEnvRunner "
-                "(rolloutfleet.sampling.runners.make_env_runner picks the right runner for a job)"
+                "(rolloutfleet.sampling.runner_factory.make_env_runner picks the right runner for a job)"
             )
         super().__init__(job, worker_index, num_workers, callbacks)
         # auto times a throwaway sub-env here; a rebuilt vector env keeps the choice

@@ -36,7 +36,7 @@ from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 from rolloutfleet.spec.model_base import plain_json
 from rolloutfleet.spec.multi_agent import DEFAULT_MAX_EPISODE_STEPS, MappingRule, MultiAgentSpec, PolicyMappingSpec
-from rolloutfleet.spec.network import NetworkSpec
+from rolloutfleet.spec.network_spec import NetworkSpec
 from rolloutfleet.spec.placement import check_env_vars, check_tolerations
 from rolloutfleet.spec.policy_spec import MAX_STATE_SIZE, PolicyOverrides, PolicySpec, RecurrentSpec, check_recurrent
 from rolloutfleet.spec.redis_spec import PasswordSecretRef, RedisSpec
@@ -117,7 +117,7 @@ class RolloutJobSpec(_Model):
     disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
     """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.disruption`)."""
     network: NetworkSpec = Field(default_factory=NetworkSpec)
-    """``egress``: what the workers may reach beyond Redis and DNS (:mod:`rolloutfleet.spec.network`)."""
+    """``egress``: what the workers may reach beyond Redis and DNS (:mod:`rolloutfleet.spec.network_spec`)."""
     autoscaling: AutoscalingSpec | None = None
     """``{minReplicas, maxReplicas, ...}``: the number of workers follows the learner's appetite
     (:mod:`rolloutfleet.spec.autoscaling`); ``replicas`` is then only the size to start from."""

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rolloutfleet.spec.exploration import ExplorationSpec
+from rolloutfleet.spec.exploration_spec import ExplorationSpec
 from rolloutfleet.spec.fields import check_device, check_entry_point, check_layers
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
@@ -64,7 +64,7 @@ class PolicySpec(_PolicyFields):
     """Explore as ``exploration`` says (True) or take the most likely action (False)."""
     exploration: ExplorationSpec = Field(default_factory=ExplorationSpec)
     """``stochastic`` (sample the distribution), ``epsilonGreedy``, ``gaussian`` or ``ornsteinUhlenbeck``
-    (:mod:`rolloutfleet.spec.exploration`)."""
+    (:mod:`rolloutfleet.spec.exploration_spec`)."""
     inference: Literal["auto", "torch"] = "auto"
     """``auto`` runs the default MLP's forward pass through a numpy mirror of its weights on the
     CPU (several times faster for per-step batches); ``torch`` always calls the module."""

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rolloutfleet.spec.model_base import SpecModel as _Model
-from rolloutfleet.spec.network import RedisTLSSpec
+from rolloutfleet.spec.network_spec import RedisTLSSpec
 from rolloutfleet.spec.redis_url import parse_redis_url
 
 MAX_SHARDS = 64

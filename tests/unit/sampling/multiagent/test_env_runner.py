@@ -12,7 +12,7 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.examples.team_tag import MOVES
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
-from rolloutfleet.sampling.runners import build_policy_models
+from rolloutfleet.sampling.runner_factory import build_policy_models
 
 EVEN_ODD = {
     "policies": {"even": {}, "odd": {"hidden": [16]}},

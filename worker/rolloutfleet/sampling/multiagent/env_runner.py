@@ -8,7 +8,7 @@ agent acts and closes when that agent next gets an observation (its ``new_obs``;
 in between summed), so turn-based agents keep rows open across steps. When the episode ends
 (``__all__``, no PettingZoo agent left, or ``maxEpisodeSteps``: truncated) open rows close with
 the agent's last observation. Agents may join and leave mid-episode; no row pairs one
-episode's observation with the next's. ``sample()`` (:class:`~rolloutfleet.sampling.runner.Runner`)
+episode's observation with the next's. ``sample()`` (:class:`~rolloutfleet.sampling.runner_base.Runner`)
 counts steps per ``countStepsBy`` and cuts completed rows.
 
 >>> batch = MultiAgentEnvRunner(RolloutJob.from_file("examples/multiagent.yaml")).sample()  # doctest: +SKIP
@@ -41,7 +41,7 @@ from rolloutfleet.sampling.multiagent.policy_mapping import (
     policy_specs,
 )
 from rolloutfleet.sampling.multiagent.rows import Arrivals, PolicyRows, SubEnv
-from rolloutfleet.sampling.runner import Runner
+from rolloutfleet.sampling.runner_base import Runner
 from rolloutfleet.spec.job import RolloutJob, SpecError
 
 log = logging.getLogger(__name__)

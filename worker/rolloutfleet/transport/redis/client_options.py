@@ -11,7 +11,7 @@ from typing import Any
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from rolloutfleet.spec.network import CA_FILE_ENV
+from rolloutfleet.spec.network_spec import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import RedisURL
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"

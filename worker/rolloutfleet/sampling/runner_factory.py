@@ -1,6 +1,6 @@
 """Pick the runner a job needs: :class:`EnvRunner` (single-agent) or
 :class:`MultiAgentEnvRunner` (``spec.multiAgent``), both kept to one contract
-(:class:`~rolloutfleet.sampling.runner.Runner`); their batches are :class:`SampleBatch` and
+(:class:`~rolloutfleet.sampling.runner_base.Runner`); their batches are :class:`SampleBatch` and
 :class:`MultiAgentBatch`::
 
     with make_env_runner(job, worker_index=0) as runner:
@@ -21,7 +21,7 @@ from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.envs import env_spaces
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.multiagent.policy_mapping import multi_agent_spec
-from rolloutfleet.sampling.runner import AnyRunner
+from rolloutfleet.sampling.runner_base import AnyRunner
 from rolloutfleet.spec.job import RolloutJob
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rolloutfleet.spec.exploration import (
+from rolloutfleet.spec.exploration_spec import (
     ExplorationSpec,
     PerWorkerEpsilonSpec,
     ScheduleSpec,
