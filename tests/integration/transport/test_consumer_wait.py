@@ -11,8 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from rolloutfleet.transport import consumer_wait
 from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.consuming import wait as consumer_wait
 from rolloutfleet.transport.publisher import BatchPublisher
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def test_a_get_that_asks_for_more_than_maxlen_entries_hold_says_why_it_cannot_en
         publisher.publish(BATCH)
         waiting = threading.Thread(target=publisher.publish, args=(BATCH,))  # waits for room
         waiting.start()
-        with caplog.at_level(logging.WARNING, logger="rolloutfleet.transport.consumer_wait"):
+        with caplog.at_level(logging.WARNING, logger="rolloutfleet.transport.consuming.wait"):
             assert consumer.get(min_steps=300, timeout=4) is None  # 200 rows can be had, never 300
         lines = [r.getMessage() for r in caplog.records if "no more can come" in r.getMessage()]
         assert len(lines) == 1, caplog.text
@@ -50,7 +50,7 @@ def test_a_get_that_waits_for_workers_that_are_merely_slow_says_nothing(
     monkeypatch.setattr(consumer_wait, "SAY_AFTER_S", 1.0)
     with (
         BatchConsumer(redis_url, "slow", group="ppo", block_s=0.2) as consumer,
-        caplog.at_level(logging.WARNING, logger="rolloutfleet.transport.consumer_wait"),
+        caplog.at_level(logging.WARNING, logger="rolloutfleet.transport.consuming.wait"),
     ):
         assert consumer.get(min_steps=300, timeout=2.5) is None
     assert "no more can come" not in caplog.text

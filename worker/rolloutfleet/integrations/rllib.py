@@ -54,8 +54,8 @@ from rolloutfleet.integrations.rllib_layout import (
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.redis_url import redacted_url
 from rolloutfleet.transport.consumer import BatchConsumer
+from rolloutfleet.transport.consuming.args import entries_needed
 from rolloutfleet.transport.entries import Message, concat_messages
-from rolloutfleet.transport.learner_args import entries_needed
 from rolloutfleet.transport.weights import WeightPublisher
 
 __all__ = ["FleetEnvRunner", "ModuleRefused", "job_model_config", "on_fleet"]

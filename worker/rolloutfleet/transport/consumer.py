@@ -7,10 +7,10 @@
     batch = consumer.get(min_steps=4096, timeout=10.0)   # or one batch   # doctest: +SKIP
 
 :class:`BatchConsumer` composes the pieces: the streams, group and reclaiming
-(:mod:`~rolloutfleet.transport.consumer_streams`), second copies (:mod:`~rolloutfleet.transport.duplicates`),
-``max_policy_lag`` (:mod:`~rolloutfleet.transport.policy_lag`), dead letters
-(:mod:`~rolloutfleet.transport.dead_letters`), the batch's columns
-(:mod:`~rolloutfleet.transport.declared_columns`), torch output (:mod:`~rolloutfleet.transport.batch_tensors`).
+(:mod:`~rolloutfleet.transport.consuming.group`), second copies (:mod:`~rolloutfleet.transport.duplicates`),
+``max_policy_lag`` (:mod:`~rolloutfleet.transport.consuming.policy_lag`), dead letters
+(:mod:`~rolloutfleet.transport.consuming.dead_letters`), the batch's columns
+(:mod:`~rolloutfleet.transport.declared_columns`), torch output (:mod:`~rolloutfleet.transport.consuming.batch_tensors`).
 Acks, reclaiming, poison entries, shards, a Redis that is away: docs/transport.md ("Consuming").
 """
 
@@ -27,16 +27,21 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.codec import DecodeError
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.appetite import AppetiteWriter
-from rolloutfleet.transport.batch_tensors import as_tensors
-from rolloutfleet.transport.consumer_stats import ConsumerLag, ConsumerStats, group_lag
-from rolloutfleet.transport.consumer_streams import ConsumerStreams, Entry, Shard
-from rolloutfleet.transport.consumer_wait import StarvedWait
-from rolloutfleet.transport.dead_letters import DEAD_LETTER_MAX_LEN, DeadLetters, RedisRefusedFull, refusing_oom
+from rolloutfleet.transport.consuming.args import consumer_args, count_arg, entries_needed, seconds_arg
+from rolloutfleet.transport.consuming.batch_tensors import as_tensors
+from rolloutfleet.transport.consuming.dead_letters import (
+    DEAD_LETTER_MAX_LEN,
+    DeadLetters,
+    RedisRefusedFull,
+    refusing_oom,
+)
+from rolloutfleet.transport.consuming.group import ConsumerStreams, Entry, Shard
+from rolloutfleet.transport.consuming.policy_lag import PolicyLag
+from rolloutfleet.transport.consuming.stats import ConsumerLag, ConsumerStats, group_lag
+from rolloutfleet.transport.consuming.wait import StarvedWait
 from rolloutfleet.transport.declared_columns import SchemaReference, read_declared
 from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, check_versions, concat_messages, decode_entry, schema_of, take_rows
-from rolloutfleet.transport.learner_args import consumer_args, count_arg, entries_needed, seconds_arg
-from rolloutfleet.transport.policy_lag import PolicyLag
 from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT, signal_room
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.redis.keys import DEFAULT_GROUP, JobKeys, job_keys

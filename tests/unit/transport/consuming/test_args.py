@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from rolloutfleet.transport.learner_args import consumer_args, count_arg, seconds_arg
+from rolloutfleet.transport.consuming.args import consumer_args, count_arg, seconds_arg
 
 
 def test_counts() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rolloutfleet.transport.consumer_stats import ConsumerLag, group_lag
+from rolloutfleet.transport.consuming.stats import ConsumerLag, group_lag
 from rolloutfleet.transport.redis.stream_status import GroupStatus, StreamStatus
 
 

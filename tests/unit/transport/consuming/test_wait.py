@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from rolloutfleet.transport.consumer_wait import SAY_AFTER_S, SAY_EVERY_S, StarvedWait
+from rolloutfleet.transport.consuming.wait import SAY_AFTER_S, SAY_EVERY_S, StarvedWait
 from rolloutfleet.transport.redis.stream_status import Hold
 
 FULL = Hold("ppo", since=0.0, held_s=9.0, unconsumed=4, max_len=4, ignored=(), learner_idle_s=30.0)

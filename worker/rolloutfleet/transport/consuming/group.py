@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from rolloutfleet.transport.consumer_stats import ConsumerStats
+from rolloutfleet.transport.consuming.stats import ConsumerStats
 from rolloutfleet.transport.redis.backpressure import signal_room
 from rolloutfleet.transport.redis.connection import RetryLoop
 from rolloutfleet.transport.redis.errors import Client, CommandRefused, OutOfMemory

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from rolloutfleet.data.batch import SampleBatch
-from rolloutfleet.transport.consumer_stats import ConsumerStats
+from rolloutfleet.transport.consuming.policy_lag import PolicyLag
+from rolloutfleet.transport.consuming.stats import ConsumerStats
 from rolloutfleet.transport.entries import BatchMetadata
-from rolloutfleet.transport.policy_lag import PolicyLag
 
 
 def batch(*versions: int) -> tuple[SampleBatch, BatchMetadata]:

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from rolloutfleet.transport.consumer_stats import ConsumerStats
-from rolloutfleet.transport.consumer_streams import Call
+from rolloutfleet.transport.consuming.group import Call
+from rolloutfleet.transport.consuming.stats import ConsumerStats
 from rolloutfleet.transport.redis.backpressure import signal_room
 from rolloutfleet.transport.redis.errors import Client, OutOfMemory, TransactionAborted
 from rolloutfleet.transport.redis.keys import JobKeys

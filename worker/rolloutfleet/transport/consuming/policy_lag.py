@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 
 from rolloutfleet.data.batch import WEIGHTS_SEQ_NO, SampleBatch
-from rolloutfleet.transport.consumer_stats import ConsumerStats
+from rolloutfleet.transport.consuming.stats import ConsumerStats
 from rolloutfleet.transport.entries import BatchMetadata, fresh_rows
 
 log = logging.getLogger(__name__)

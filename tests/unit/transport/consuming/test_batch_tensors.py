@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rolloutfleet.transport.batch_tensors import as_tensors
+from rolloutfleet.transport.consuming.batch_tensors import as_tensors
 
 
 def test_numeric_columns_become_tensors_of_the_same_values_and_text_is_left_out() -> None:

@@ -1,0 +1,1 @@
+"""The parts of BatchConsumer (rolloutfleet.transport.consumer, the learner's side): its group on the job's shards and reclaiming (group), its counters (stats), waits (wait), dead letters, max_policy_lag row by row (policy_lag), torch output (batch_tensors) and its arguments checked (args)."""
