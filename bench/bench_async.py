@@ -36,8 +36,8 @@ from bench.heavy_env import make
 from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.inference.cpu_threads import limit_cpu_threads
-from rolloutfleet.sampling.envs import EnvContext
 from rolloutfleet.sampling.heap import keep_freed_memory
+from rolloutfleet.sampling.vector.make import EnvContext
 
 FRAGMENT = 10
 

@@ -35,7 +35,7 @@ import yaml
 from bench.bench_sampling import rate
 from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
-from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
+from rolloutfleet.sampling.env.wrappers import apply_wrappers, register_namespace
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pong.yaml"
 FRAGMENT = 16

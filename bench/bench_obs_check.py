@@ -1,5 +1,5 @@
 """What the observation check costs where it is new: ``vector`` and ``envpool`` vector envs
-(one check of the whole batch per reset/step, in :class:`~rolloutfleet.sampling.envs.ResetGuard`)
+(one check of the whole batch per reset/step, in :class:`~rolloutfleet.sampling.vector.make.ResetGuard`)
 and multi-agent envs (one per agent per reset/step, in
 :class:`~rolloutfleet.sampling.multiagent.pettingzoo_env.MultiAgentEnvAdapter`).
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.sampling.obs_check import agents_obs_problem, obs_problem
+from rolloutfleet.sampling.env.obs_check import agents_obs_problem, obs_problem
 from rolloutfleet.spec.job import RolloutJob
 
 MULTI = {"policies": {"p": {}}, "policyMapping": {"rules": [{"regex": ".*", "policy": "p"}]}}
@@ -57,7 +57,7 @@ def _times(call: Callable[[], object], steps: int) -> Callable[[], None]:
 
 
 def _vector(vectorization: str, env_id: str, num_envs: int, steps: int, repeats: int) -> str:
-    from rolloutfleet.sampling.envs import ResetGuard, make_vector_env
+    from rolloutfleet.sampling.vector.make import ResetGuard, make_vector_env
 
     spec = RolloutJob.from_dict(
         {

@@ -28,11 +28,11 @@ if TYPE_CHECKING:
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
     from rolloutfleet.inference.recurrent_model import is_stateful
     from rolloutfleet.sampling.callbacks import Callbacks
-    from rolloutfleet.sampling.env_creators import EnvContext, env_creator
+    from rolloutfleet.sampling.env.creators import EnvContext, env_creator
     from rolloutfleet.sampling.env_runner import EnvRunner
-    from rolloutfleet.sampling.envs import env_spaces
     from rolloutfleet.sampling.multiagent.policy_mapping import EpisodeInfo
     from rolloutfleet.sampling.runner_factory import build_model, build_policy_models
+    from rolloutfleet.sampling.vector.make import env_spaces
     from rolloutfleet.spec.redis_url import redacted_url
     from rolloutfleet.transport.consumer import BatchConsumer
     from rolloutfleet.transport.global_step import GlobalStepPublisher
@@ -59,9 +59,9 @@ _LAZY = {
     # Sampling, and what custom envs and callbacks are handed.
     "EnvRunner": "rolloutfleet.sampling.env_runner",
     "Callbacks": "rolloutfleet.sampling.callbacks",
-    "EnvContext": "rolloutfleet.sampling.env_creators",
-    "env_creator": "rolloutfleet.sampling.env_creators",
-    "env_spaces": "rolloutfleet.sampling.envs",
+    "EnvContext": "rolloutfleet.sampling.env.creators",
+    "env_creator": "rolloutfleet.sampling.env.creators",
+    "env_spaces": "rolloutfleet.sampling.vector.make",
     "EpisodeInfo": "rolloutfleet.sampling.multiagent.policy_mapping",
     # The job's models, as the workers build them (a learner trains the same ones).
     "build_model": "rolloutfleet.sampling.runner_factory",

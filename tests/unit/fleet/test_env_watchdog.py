@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from rolloutfleet.fleet.env_watchdog import EnvWatchdog
-from rolloutfleet.sampling.env_calls import CallStamp
+from rolloutfleet.sampling.env.calls import CallStamp
 
 ENV = "spec.env.id 'Slow-v0'"
 

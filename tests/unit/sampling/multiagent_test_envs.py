@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rolloutfleet.sampling.envs import EnvContext
+from rolloutfleet.sampling.vector.make import EnvContext
 
 OBS_SPACE = spaces.Box(-1000.0, 1000.0, (3,), np.float32)
 ACT_SPACE = spaces.Discrete(3)

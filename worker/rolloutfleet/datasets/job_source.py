@@ -20,7 +20,7 @@ def load_job(job: str) -> RolloutJob | None:
 
 def job_spaces(job: RolloutJob) -> tuple[Any, Any]:
     """One sub-env's observation and action spaces, built as a worker builds them."""
-    from rolloutfleet.sampling.envs import env_spaces
+    from rolloutfleet.sampling.vector.make import env_spaces
 
     return env_spaces(job.spec.env, 0, 1)
 

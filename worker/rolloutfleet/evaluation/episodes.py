@@ -21,7 +21,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.sampling.envs import env_build_errors, env_creator, env_name, reset_or_fail
+from rolloutfleet.sampling.vector.make import env_build_errors, env_creator, env_name, reset_or_fail
 from rolloutfleet.sampling.vector_policy import VectorPolicy
 from rolloutfleet.spec.evaluation import EvaluationSpec
 from rolloutfleet.spec.job import RolloutJob, SpecError

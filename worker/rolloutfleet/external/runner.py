@@ -32,10 +32,10 @@ from rolloutfleet.external.server import ActionServer, LocalHooks, ServerThread
 from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.rules.worker_config import listen_host
 from rolloutfleet.sampling.callbacks import Callbacks
-from rolloutfleet.sampling.env_creators import episode_id_base
-from rolloutfleet.sampling.env_failures import EnvInterrupted, stop_requested
-from rolloutfleet.sampling.envs import env_spaces
+from rolloutfleet.sampling.env.creators import episode_id_base
+from rolloutfleet.sampling.env.failures import EnvInterrupted, stop_requested
 from rolloutfleet.sampling.runner_base import Runner
+from rolloutfleet.sampling.vector.make import env_spaces
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
 

@@ -1,6 +1,6 @@
 """The worker's watchdog over env calls: a constructor, ``reset`` or ``step`` that hangs.
 
-A thread reads the sampling loop's stamp (:data:`rolloutfleet.sampling.env_calls.ENV_CALL`)
+A thread reads the sampling loop's stamp (:data:`rolloutfleet.sampling.env.calls.ENV_CALL`)
 once a second. A call still running after ``spec.env.callTimeoutSeconds`` is said once
 (a log line naming the sub-env and the call), counted (``rolloutfleet_env_call_timeouts``),
 made ``/healthz`` unhealthy and put in a last heartbeat; then the worker ends with exit 3 and
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rolloutfleet.sampling.env_calls import ENV_CALL, CallStamp, overdue, stuck
+from rolloutfleet.sampling.env.calls import ENV_CALL, CallStamp, overdue, stuck
 
 if TYPE_CHECKING:
     from rolloutfleet.spec.env_spec import EnvSpec
@@ -146,7 +146,7 @@ def watch_command(command: str, spec: EnvSpec) -> EnvWatchdog:
     (``validate``, ``sample``, ``evaluate``), as a worker's: an env call past
     ``spec.env.callTimeoutSeconds`` ends the command with exit 3 and one line naming the
     sub-env and the call (``rolloutfleet <command>: ...``), instead of a hang. Close it after."""
-    from rolloutfleet.sampling.env_failures import env_name
+    from rolloutfleet.sampling.env.failures import env_name
     from rolloutfleet.sampling.vector.processes import kill_env_processes
 
     watchdog = EnvWatchdog(env_name(spec), spec.call_timeout_seconds)

@@ -38,7 +38,7 @@ PRELOAD = (
     "rolloutfleet.fleet.worker_transport",
     "rolloutfleet.evaluation.evaluator",
     "rolloutfleet.inference.cpu_threads",
-    "rolloutfleet.sampling.envs",
+    "rolloutfleet.sampling.vector.make",
     "rolloutfleet.sampling.vector.processes",
     "rolloutfleet.sampling.heap",
     "rolloutfleet.sampling.runner_factory",

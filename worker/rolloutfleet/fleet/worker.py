@@ -115,10 +115,10 @@ class Worker:
         from rolloutfleet.fleet.probes import serve
         from rolloutfleet.fleet.worker_transport import WorkerTransport
         from rolloutfleet.inference.cpu_threads import limit_cpu_threads
-        from rolloutfleet.sampling.envs import interrupt_failing_envs
         from rolloutfleet.sampling.heap import keep_freed_memory
         from rolloutfleet.sampling.runner_factory import make_env_runner
         from rolloutfleet.sampling.sizes import check_sizes
+        from rolloutfleet.sampling.vector.make import interrupt_failing_envs
 
         config = self.config
         try:
@@ -168,7 +168,7 @@ class Worker:
     def _sample_and_publish(self, runner: AnyRunner, transport: WorkerTransport, outage: OutageLoop) -> int:
         """Sample and publish fragments until stopped (the fragment in hand published first,
         unless Redis stays away); the exit code. Redis errors are ridden out with a backoff."""
-        from rolloutfleet.sampling.envs import EnvInterrupted
+        from rolloutfleet.sampling.vector.make import EnvInterrupted
 
         loop = _Loop()
         last_sample = runner.holds_made_rows  # rows clients made, still in the runner at a stop
@@ -261,7 +261,7 @@ class Worker:
 
     def _watch_env_calls(self) -> EnvWatchdog:
         """Start the env-call watchdog (:mod:`rolloutfleet.fleet.env_watchdog`)."""
-        from rolloutfleet.sampling.envs import env_name
+        from rolloutfleet.sampling.vector.make import env_name
 
         spec = self.config.job.spec.env
         watchdog = self.watchdog = EnvWatchdog(env_name(spec), spec.call_timeout_seconds)

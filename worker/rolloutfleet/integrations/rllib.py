@@ -85,8 +85,8 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
             raise ValueError(f"FleetEnvRunner runs in the algorithm's process: num_env_runners must be 0 (the fleet's spec.replicas={job.spec.replicas} workers sample)")  # fmt: skip
         if config.in_evaluation:
             raise ValueError("FleetEnvRunner does not evaluate (its rows are the fleet's training rows): give evaluation_config its own env_runner_cls")  # fmt: skip
-        from rolloutfleet.sampling.envs import env_spaces
         from rolloutfleet.sampling.runner_factory import build_model
+        from rolloutfleet.sampling.vector.make import env_spaces
 
         obs_space, action_space = env_spaces(job.spec.env, 0, job.spec.replicas)
         q_values = hasattr(config, "dueling")  # DQN: the module's outputs are Q-values, the workers' logits
@@ -299,7 +299,7 @@ def _versions(message: Message) -> np.ndarray:
 def job_model_config(job: RolloutJob) -> dict[str, Any]:
     """RLlib's model config for the workers' network of ``job`` (builds one sub-environment to
     learn its action space: a Box's log standard deviations are free parameters)."""
-    from rolloutfleet.sampling.envs import env_spaces
+    from rolloutfleet.sampling.vector.make import env_spaces
 
     action_space = env_spaces(job.spec.env, 0, job.spec.replicas)[1]
     return model_config(job.spec.policy, box_actions=isinstance(action_space, gym.spaces.Box))

@@ -196,8 +196,8 @@ def fleet_policy(job: RolloutJob, network: nn.Module | None = None) -> FleetPoli
     from torchrl.modules import IndependentNormal, ProbabilisticActor, ValueOperator
 
     from rolloutfleet.external.spaces import external_spaces
-    from rolloutfleet.sampling.envs import env_spaces
     from rolloutfleet.sampling.runner_factory import build_model
+    from rolloutfleet.sampling.vector.make import env_spaces
 
     network = network if network is not None else build_model(job)
     action_space = (external_spaces(job.spec.env) or env_spaces(job.spec.env, 0, job.spec.replicas))[1]

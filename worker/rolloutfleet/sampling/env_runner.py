@@ -30,14 +30,14 @@ from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.obs_spaces import ObsParts
 from rolloutfleet.sampling.callbacks import Callbacks
-from rolloutfleet.sampling.env_creators import derive_seed, episode_id_base
-from rolloutfleet.sampling.envs import make_vector_env
+from rolloutfleet.sampling.env.creators import derive_seed, episode_id_base
 from rolloutfleet.sampling.episode_clock import EpisodeClock
 from rolloutfleet.sampling.grid import RAW_REWARDS, SEQ_NO, VALID, Grid, batch_columns, grid_columns
 from rolloutfleet.sampling.info_columns import InfoColumns
 from rolloutfleet.sampling.row_callbacks import RowCallbacks
 from rolloutfleet.sampling.runner_base import Runner
 from rolloutfleet.sampling.vector.choice import VectorChoice, plan_vectorization
+from rolloutfleet.sampling.vector.make import make_vector_env
 from rolloutfleet.sampling.vector.sync import FAILED
 from rolloutfleet.sampling.vector_policy import VectorPolicy
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -60,7 +60,7 @@ class EnvRunner(Runner[SampleBatch]):
     """Samples experience for one worker of a RolloutJob.
 
     ``worker_index`` (0-based) and ``num_workers`` (default ``spec.replicas``) go into
-    every sub-env's :class:`~rolloutfleet.sampling.env_creators.EnvContext` and into the derived seeds.
+    every sub-env's :class:`~rolloutfleet.sampling.env.creators.EnvContext` and into the derived seeds.
     """
 
     vector_choice: VectorChoice

@@ -29,8 +29,8 @@ from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.inference.policy import INIT_SEED_PATH, POLICY_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks, load_callbacks, overrides
-from rolloutfleet.sampling.env_creators import derive_seed
-from rolloutfleet.sampling.env_failures import FailureBudget, env_name
+from rolloutfleet.sampling.env.creators import derive_seed
+from rolloutfleet.sampling.env.failures import FailureBudget, env_name
 from rolloutfleet.sampling.episode_stats import EpisodeStats
 from rolloutfleet.sampling.step_timing import StepTiming
 from rolloutfleet.sampling.vector.choice import VectorChoice
@@ -43,7 +43,7 @@ class Runner(Generic[BatchT]):
     """Samples a RolloutJob for one worker; weights, filters, state and metrics keyed by policy id.
 
     ``worker_index`` (0-based) and ``num_workers`` (default ``spec.replicas``) go into every
-    sub-env's :class:`~rolloutfleet.sampling.env_creators.EnvContext` and into the derived seeds.
+    sub-env's :class:`~rolloutfleet.sampling.env.creators.EnvContext` and into the derived seeds.
     """
 
     job: RolloutJob

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from rolloutfleet.inference.policy import INIT_SEED_PATH, Policy
 from rolloutfleet.sampling.callbacks import Callbacks
-from rolloutfleet.sampling.env_creators import derive_seed
+from rolloutfleet.sampling.env.creators import derive_seed
 from rolloutfleet.sampling.env_runner import EnvRunner
-from rolloutfleet.sampling.envs import env_spaces
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.multiagent.policy_mapping import multi_agent_spec
 from rolloutfleet.sampling.runner_base import AnyRunner
+from rolloutfleet.sampling.vector.make import env_spaces
 from rolloutfleet.spec.job import RolloutJob
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from gymnasium import spaces
 from rolloutfleet.inference.default_mlp import MLPLayout, is_image_space
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.obs_spaces import obs_parts
-from rolloutfleet.sampling.env_creators import env_build_errors
-from rolloutfleet.sampling.envs import env_spaces
+from rolloutfleet.sampling.env.creators import env_build_errors
+from rolloutfleet.sampling.vector.make import env_spaces
 from rolloutfleet.spec.job import RolloutJob, SpecError, parse_quantity
 
 PAYLOAD_CAP_BYTES = 32 << 20

@@ -23,7 +23,7 @@ class EnvSpec(_Model):
     id: str | None = None
     """A registered gymnasium id, e.g. ``CartPole-v1``; ``config`` is passed as keyword arguments."""
     entry_point: str | None = None
-    """``pkg.module:make_env``: a callable taking an :class:`~rolloutfleet.sampling.envs.EnvContext`."""
+    """``pkg.module:make_env``: a callable taking an :class:`~rolloutfleet.sampling.vector.make.EnvContext`."""
     config: dict[str, Any] = Field(default_factory=dict)
     """Handed to the env creator (with worker_index / vector_index / num_workers for entry points)."""
     num_envs: int = Field(default=1, ge=1, le=MAX_NUM_ENVS)

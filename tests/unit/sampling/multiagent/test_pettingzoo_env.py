@@ -8,8 +8,8 @@ import pytest
 from gymnasium import spaces
 
 from rolloutfleet.examples.team_tag import TeamTag, TeamTagDict
-from rolloutfleet.sampling.envs import EnvContext
 from rolloutfleet.sampling.multiagent.pettingzoo_env import MultiAgentEnvAdapter, make_multiagent_envs
+from rolloutfleet.sampling.vector.make import EnvContext
 from rolloutfleet.spec.job import EnvSpec, SpecError
 from tests.unit.sampling.multiagent_test_envs import OBS_SPACE, WalkEnv
 

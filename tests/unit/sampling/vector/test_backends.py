@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
-from rolloutfleet.sampling.envs import EnvFailed, ResetGuard, make_vector_env
 from rolloutfleet.sampling.vector import backends
 from rolloutfleet.sampling.vector.backends import BACKENDS, Backend, Build, backend
 from rolloutfleet.sampling.vector.choice import VectorChoice
+from rolloutfleet.sampling.vector.make import EnvFailed, ResetGuard, make_vector_env
 from rolloutfleet.sampling.vector.processes import ProcessVectorEnv
 from rolloutfleet.sampling.vector.sync import ResilientSyncVectorEnv
 from rolloutfleet.spec.job import EnvSpec, SpecError

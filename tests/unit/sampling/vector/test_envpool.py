@@ -98,8 +98,8 @@ def test_what_envpool_cannot_do_is_one_line(env: dict[str, Any], says: str) -> N
 def test_envpool_outputs_pass_the_observation_check_and_a_wrong_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """EnvPool's real outputs pass the check (the tests above sample through it); a step whose
     observations lost a column (as a mismatched EnvPool build might) is a vector env failure."""
-    from rolloutfleet.sampling.envs import EnvFailed
     from rolloutfleet.sampling.vector.envpool import EnvPoolVectorEnv
+    from rolloutfleet.sampling.vector.make import EnvFailed
 
     step = EnvPoolVectorEnv.step
 

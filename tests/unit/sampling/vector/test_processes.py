@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rolloutfleet import EnvRunner, RolloutJob
-from rolloutfleet.sampling.envs import EnvFailed
+from rolloutfleet.sampling.vector.make import EnvFailed
 from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE, group_bounds, usable_cpus
 from rolloutfleet.spec.job import SpecError
 

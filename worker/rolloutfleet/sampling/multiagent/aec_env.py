@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rolloutfleet.sampling.env_failures import reset_or_fail
+from rolloutfleet.sampling.env.failures import reset_or_fail
 from rolloutfleet.spec.job import SpecError
 
 AECStep = tuple[dict[Any, Any], dict[Any, float], dict[Any, bool], dict[Any, bool], bool, bool]

@@ -28,8 +28,8 @@ from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
 from rolloutfleet.sampling.callbacks import Callbacks
-from rolloutfleet.sampling.env_calls import ENV_CALL
-from rolloutfleet.sampling.env_creators import derive_seed, episode_id_base
+from rolloutfleet.sampling.env.calls import ENV_CALL
+from rolloutfleet.sampling.env.creators import derive_seed, episode_id_base
 from rolloutfleet.sampling.multiagent.acting import PolicyActing
 from rolloutfleet.sampling.multiagent.pettingzoo_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
 from rolloutfleet.sampling.multiagent.policy_mapping import (

@@ -22,11 +22,11 @@ from typing import Any, NamedTuple
 
 from gymnasium import spaces
 
-from rolloutfleet.sampling.env_calls import watched_creator
-from rolloutfleet.sampling.env_creators import EnvContext
-from rolloutfleet.sampling.env_failures import EnvFailed, reset_or_fail
+from rolloutfleet.sampling.env.calls import watched_creator
+from rolloutfleet.sampling.env.creators import EnvContext
+from rolloutfleet.sampling.env.failures import EnvFailed, reset_or_fail
+from rolloutfleet.sampling.env.obs_check import AgentsObsCheck
 from rolloutfleet.sampling.multiagent.aec_env import AECDriver, is_aec
-from rolloutfleet.sampling.obs_check import AgentsObsCheck
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
 

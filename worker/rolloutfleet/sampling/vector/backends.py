@@ -1,5 +1,5 @@
 """The registry of vector env backends: ``spec.env.vectorization``'s value -> how a worker's
-vector env of that kind is built. :func:`rolloutfleet.sampling.envs.make_vector_env` builds
+vector env of that kind is built. :func:`rolloutfleet.sampling.vector.make.make_vector_env` builds
 through it, after :mod:`.choice` resolved ``auto``.
 
 A backend is a :class:`Backend`: its ``build`` gets the :class:`Build` (the spec, the
@@ -21,7 +21,7 @@ from typing import Any
 from gymnasium import Env
 from gymnasium.vector import VectorEnv
 
-from rolloutfleet.sampling.env_failures import FailureBudget, env_name
+from rolloutfleet.sampling.env.failures import FailureBudget, env_name
 from rolloutfleet.sampling.vector.choice import VectorChoice
 from rolloutfleet.spec.job import EnvSpec, SpecError
 

@@ -20,11 +20,11 @@ import numpy as np
 from gymnasium import spaces
 
 from rolloutfleet.inference.obs_spaces import MASK_KEY
-from rolloutfleet.sampling.env_calls import ENV_CALL
-from rolloutfleet.sampling.env_creators import env_creator
-from rolloutfleet.sampling.env_failures import describe
+from rolloutfleet.sampling.env.calls import ENV_CALL
+from rolloutfleet.sampling.env.creators import env_creator
+from rolloutfleet.sampling.env.failures import describe
+from rolloutfleet.sampling.env.wrappers import register_namespace
 from rolloutfleet.sampling.vector.processes import usable_cpus
-from rolloutfleet.sampling.wrappers import register_namespace
 from rolloutfleet.spec.job import EnvSpec, SpecError, parse_quantity
 
 log = logging.getLogger(__name__)

@@ -37,8 +37,8 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
-from rolloutfleet.sampling.env_calls import ENV_CALL
-from rolloutfleet.sampling.obs_check import obs_problem
+from rolloutfleet.sampling.env.calls import ENV_CALL
+from rolloutfleet.sampling.env.obs_check import obs_problem
 from rolloutfleet.spec.job import SpecError
 
 CPUS_VARIABLE = "ROLLOUTFLEET_CPUS"

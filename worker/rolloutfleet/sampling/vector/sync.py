@@ -13,10 +13,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from rolloutfleet.sampling.env_calls import ENV_CALL
-from rolloutfleet.sampling.env_failures import EnvFailed, FailureBudget, describe, reset_or_fail
+from rolloutfleet.sampling.env.calls import ENV_CALL
+from rolloutfleet.sampling.env.failures import EnvFailed, FailureBudget, describe, reset_or_fail
+from rolloutfleet.sampling.env.obs_check import obs_problem
 from rolloutfleet.sampling.info_columns import stack_infos
-from rolloutfleet.sampling.obs_check import obs_problem
 from rolloutfleet.spec.job import SpecError
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ from gymnasium import spaces
 
 import tests.unit.sampling.poison_envs  # noqa: F401  # registers RolloutFleetNotObsVec-v0
 from rolloutfleet import EnvRunner, RolloutJob
-from rolloutfleet.sampling.envs import EnvFailed
-from rolloutfleet.sampling.obs_check import AgentsObsCheck, obs_problem
+from rolloutfleet.sampling.env.obs_check import AgentsObsCheck, obs_problem
 from rolloutfleet.sampling.sizes import check_sizes
+from rolloutfleet.sampling.vector.make import EnvFailed
 from rolloutfleet.spec.job import SpecError
 
 BAD = "tests.unit.sampling.poison_envs:make_not_an_observation_env"

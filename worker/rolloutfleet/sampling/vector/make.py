@@ -2,9 +2,9 @@
 (``spec.env.vectorization``: ``vector``, the env's own batched implementation; ``sync``,
 :mod:`~rolloutfleet.sampling.vector.sync`; ``async``, env processes,
 :mod:`~rolloutfleet.sampling.vector.processes`; ``envpool``, :mod:`~rolloutfleet.sampling.vector.envpool`),
-and a sub-env's spaces. The parts: one sub-env (:mod:`~rolloutfleet.sampling.env_creators`),
+and a sub-env's spaces. The parts: one sub-env (:mod:`~rolloutfleet.sampling.env.creators`),
 the choice (:mod:`~rolloutfleet.sampling.vector.choice`), failures
-(:mod:`~rolloutfleet.sampling.env_failures`); their public names are importable from here too.
+(:mod:`~rolloutfleet.sampling.env.failures`); their public names are importable from here too.
 Each mode, failing envs and autoreset: docs/guides/heavy-envs.md ("The four vectorizations").
 """
 
@@ -17,15 +17,15 @@ from gymnasium import spaces
 from gymnasium.vector import VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from rolloutfleet.sampling.env_calls import ENV_CALL
-from rolloutfleet.sampling.env_creators import (
+from rolloutfleet.sampling.env.calls import ENV_CALL
+from rolloutfleet.sampling.env.creators import (
     EnvContext,
     derive_seed,
     env_build_errors,
     env_creator,
     episode_id_base,
 )
-from rolloutfleet.sampling.env_failures import (
+from rolloutfleet.sampling.env.failures import (
     EnvFailed,
     EnvInterrupted,
     FailureBudget,
@@ -35,7 +35,7 @@ from rolloutfleet.sampling.env_failures import (
     reset_or_fail,
     stop_requested,
 )
-from rolloutfleet.sampling.obs_check import obs_problem
+from rolloutfleet.sampling.env.obs_check import obs_problem
 from rolloutfleet.sampling.vector.backends import Build, backend
 from rolloutfleet.sampling.vector.choice import (
     AUTO_ASYNC_STEP_S,

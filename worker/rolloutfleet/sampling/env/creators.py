@@ -12,8 +12,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rolloutfleet.sampling.env_calls import watched_creator
-from rolloutfleet.sampling.wrappers import apply_wrappers, register_namespace
+from rolloutfleet.sampling.env.calls import watched_creator
+from rolloutfleet.sampling.env.wrappers import apply_wrappers, register_namespace
 from rolloutfleet.spec.entry_points import load_entry_point
 from rolloutfleet.spec.job import EnvSpec, SpecError
 

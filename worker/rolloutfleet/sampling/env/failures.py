@@ -52,7 +52,7 @@ class FailureBudget:
     >>> budget.failed(0, RuntimeError("boom"))
     Traceback (most recent call last):
     ...
-    rolloutfleet.sampling.env_failures.EnvFailed: spec.env.id 'X-v0': sub-env 0 failed 2 times in a row without a successful step; last error: RuntimeError: boom
+    rolloutfleet.sampling.env.failures.EnvFailed: spec.env.id 'X-v0': sub-env 0 failed 2 times in a row without a successful step; last error: RuntimeError: boom
     """
 
     def __init__(self, limit: int, name: str, restart: bool = True) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from rolloutfleet import EnvRunner, RolloutJob
-from rolloutfleet.sampling import env_failures
-from rolloutfleet.sampling.envs import EnvFailed, EnvInterrupted, FailureBudget
+from rolloutfleet.sampling.env import failures as env_failures
+from rolloutfleet.sampling.vector.make import EnvFailed, EnvInterrupted, FailureBudget
 from rolloutfleet.spec.job import SpecError
 
 FAILING = "tests.unit.sampling.poison_envs:make_failing_env"

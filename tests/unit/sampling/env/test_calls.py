@@ -9,8 +9,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rolloutfleet.sampling.env_calls import ENV_CALL, CallStamp, overdue, watched_creator
-from rolloutfleet.sampling.envs import ResilientSyncVectorEnv
+from rolloutfleet.sampling.env.calls import ENV_CALL, CallStamp, overdue, watched_creator
+from rolloutfleet.sampling.vector.make import ResilientSyncVectorEnv
 
 
 class StampReader(gym.Env[np.ndarray, np.int64]):

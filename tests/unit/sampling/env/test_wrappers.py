@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from rolloutfleet import EnvRunner, RolloutJob, SampleBatch
-from rolloutfleet.sampling.envs import choose_vectorization
+from rolloutfleet.sampling.vector.make import choose_vectorization
 
 
 def job(env: dict[str, Any], fragment: int = 50) -> RolloutJob:

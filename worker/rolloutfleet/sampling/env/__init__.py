@@ -1,0 +1,1 @@
+"""One sub-environment: how it is created (creators: a gymnasium id, an entry point, spec.env.wrappers), how its calls are timed and guarded (calls), how its failures are told apart and budgeted (failures), and whether an observation fits its space (obs_check). The vector env over them is rolloutfleet.sampling.vector."""
