@@ -32,8 +32,8 @@ import numpy as np
 from bench.results import OUT, Table, machine, write
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.fleet.runner_factory import build_model
 from rolloutfleet.fleet.supervisor import LocalFleet
-from rolloutfleet.sampling.runner_factory import build_model
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message
 from rolloutfleet.transport.weights import WeightPublisher

@@ -26,7 +26,7 @@ import torch
 
 from rolloutfleet import BatchConsumer, RolloutJob, SampleBatch, WeightPublisher
 from rolloutfleet.examples.ppo import PPO, _action_space
-from rolloutfleet.sampling.runner_factory import build_model
+from rolloutfleet.fleet.runner_factory import build_model
 
 
 def write_stats(path: Path, stats: dict[str, object]) -> None:

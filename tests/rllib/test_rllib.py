@@ -19,9 +19,9 @@ from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core.columns import Columns
 
 from rolloutfleet import EnvRunner, RolloutJob
+from rolloutfleet.fleet.runner_factory import build_model
 from rolloutfleet.integrations.rllib import ModuleRefused, on_fleet
 from rolloutfleet.integrations.rllib_layout import model_config
-from rolloutfleet.sampling.runner_factory import build_model
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.weights import WeightSubscriber
 

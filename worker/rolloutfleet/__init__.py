@@ -25,13 +25,13 @@ if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch, state_columns
     from rolloutfleet.data.episode_returns import EpisodeReturns
     from rolloutfleet.datasets.writer import DatasetWriter
+    from rolloutfleet.fleet.runner_factory import build_model, build_policy_models
     from rolloutfleet.inference.obs_spaces import MASK_KEY, ObsParts, obs_parts
     from rolloutfleet.inference.recurrent_model import is_stateful
     from rolloutfleet.sampling.callbacks import Callbacks
     from rolloutfleet.sampling.env.creators import EnvContext, env_creator
     from rolloutfleet.sampling.env_runner import EnvRunner
     from rolloutfleet.sampling.multiagent.policy_mapping import EpisodeInfo
-    from rolloutfleet.sampling.runner_factory import build_model, build_policy_models
     from rolloutfleet.sampling.vector.make import env_spaces
     from rolloutfleet.spec.redis_url import redacted_url
     from rolloutfleet.transport.consumer import BatchConsumer
@@ -64,8 +64,8 @@ _LAZY = {
     "env_spaces": "rolloutfleet.sampling.vector.make",
     "EpisodeInfo": "rolloutfleet.sampling.multiagent.policy_mapping",
     # The job's models, as the workers build them (a learner trains the same ones).
-    "build_model": "rolloutfleet.sampling.runner_factory",
-    "build_policy_models": "rolloutfleet.sampling.runner_factory",
+    "build_model": "rolloutfleet.fleet.runner_factory",
+    "build_policy_models": "rolloutfleet.fleet.runner_factory",
     "is_stateful": "rolloutfleet.inference.recurrent_model",
     "MASK_KEY": "rolloutfleet.inference.obs_spaces",
     "ObsParts": "rolloutfleet.inference.obs_spaces",

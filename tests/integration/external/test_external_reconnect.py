@@ -19,7 +19,7 @@ from rolloutfleet.client import PolicyClient, PolicyClientError
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.sampling.runner_factory import make_env_runner
+from rolloutfleet.fleet.runner_factory import make_env_runner
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats

@@ -35,7 +35,7 @@ JOB = "badweights"
 
 
 def good_weights() -> dict[str, np.ndarray]:
-    from rolloutfleet.sampling.runner_factory import build_model
+    from rolloutfleet.fleet.runner_factory import build_model
 
     return {k: np.zeros_like(v.numpy()) for k, v in build_model(small_job(JOB, replicas=1)).state_dict().items()}
 

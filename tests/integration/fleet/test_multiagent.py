@@ -15,10 +15,10 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.fleet.runner_factory import build_policy_models
 from rolloutfleet.fleet.worker_transport import WorkerTransport
 from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
-from rolloutfleet.sampling.runner_factory import build_policy_models
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.declared_columns import read_declared

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.sampling.runner_factory import build_model
+from rolloutfleet.fleet.runner_factory import build_model
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.entries import Message
 from rolloutfleet.transport.heartbeat import parse_heartbeats

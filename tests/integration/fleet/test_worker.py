@@ -102,7 +102,7 @@ def test_worker_publishes_loads_weights_and_drains_on_sigterm(redis_url: str, tm
         assert where == [("default", "auto", "cuda", "torch") if gpu else ("default", "auto", "cpu", "numpy")], metrics
         assert gpu != ("no CUDA device is usable here: the policy runs on the CPU" in log.read_text())
         # New weights (every parameter zero: both actions equally likely) reach the worker.
-        from rolloutfleet.sampling.runner_factory import build_model
+        from rolloutfleet.fleet.runner_factory import build_model
 
         zeros = {k: np.zeros_like(v.numpy()) for k, v in build_model(small_job("w", replicas=1)).state_dict().items()}
         seq_no = WeightPublisher(redis_url, "w").publish(zeros)

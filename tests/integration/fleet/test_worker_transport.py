@@ -51,8 +51,8 @@ def test_publish_poll_weights_and_heartbeat(redis_url: str) -> None:
 
 
 def test_rows_sampled_before_a_weights_update_reach_the_learner_judged_row_by_row(redis_url: str) -> None:
+    from rolloutfleet.fleet.runner_factory import build_model
     from rolloutfleet.sampling.env_runner import EnvRunner
-    from rolloutfleet.sampling.runner_factory import build_model
     from tests.integration.fleet_helpers import small_job
 
     job = small_job("mixed", replicas=1)

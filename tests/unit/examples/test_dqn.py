@@ -22,7 +22,7 @@ from rolloutfleet.examples.dqn import (
     nstep_transitions,
     q_values,
 )
-from rolloutfleet.sampling.runner_factory import build_model
+from rolloutfleet.fleet.runner_factory import build_model
 from rolloutfleet.transport.weights import to_numpy_state
 
 MANIFEST = Path(__file__).resolve().parents[3] / "examples" / "dqn.yaml"

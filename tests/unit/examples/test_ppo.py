@@ -9,7 +9,7 @@ import torch
 
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.examples.ppo import PPO, EpisodeReturns, PPOConfig
-from rolloutfleet.sampling.runner_factory import build_model
+from rolloutfleet.fleet.runner_factory import build_model
 
 
 def test_ppo_improves_cartpole_within_a_step_budget() -> None:

@@ -11,7 +11,7 @@ from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.examples.ppo import PPO, make_ppo
 from rolloutfleet.examples.ppo_recurrent import RecurrentPPO, sequences
-from rolloutfleet.sampling.runner_factory import build_model
+from rolloutfleet.fleet.runner_factory import build_model
 
 
 def masked_job() -> RolloutJob:

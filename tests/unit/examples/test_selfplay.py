@@ -17,9 +17,9 @@ from rolloutfleet import RolloutJob, SampleBatch
 from rolloutfleet.examples.ppo import PPO
 from rolloutfleet.examples.seats import alternate_seats
 from rolloutfleet.examples.selfplay import env_maker, evaluate, in_episode_order, play_games, random_player
+from rolloutfleet.fleet.runner_factory import build_policy_models, make_env_runner
 from rolloutfleet.inference.obs_spaces import obs_parts
 from rolloutfleet.sampling.multiagent.policy_mapping import EpisodeInfo
-from rolloutfleet.sampling.runner_factory import build_policy_models, make_env_runner
 
 ROOT = Path(__file__).resolve().parents[3]
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]

@@ -7,7 +7,7 @@ import pytest
 
 from rolloutfleet.external import book as book_module
 from rolloutfleet.external.book import EPISODES_PER_CLIENT, EpisodeBook, Step
-from rolloutfleet.external.spaces import BadInput, EpisodeElsewhere, EpisodeEnded, Refused, UnknownEpisode
+from rolloutfleet.sampling.env.external_spaces import BadInput, EpisodeElsewhere, EpisodeEnded, Refused, UnknownEpisode
 
 
 def step(action: int, obs: np.ndarray) -> Step:

@@ -17,9 +17,9 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.book import EpisodeBook, Step
 from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.external.server import ActionServer
-from rolloutfleet.external.spaces import ExternalError
+from rolloutfleet.fleet.runner_factory import make_env_runner
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.sampling.runner_factory import make_env_runner
+from rolloutfleet.sampling.env.external_spaces import ExternalError
 from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
 

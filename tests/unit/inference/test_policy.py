@@ -14,12 +14,12 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from rolloutfleet.fleet.runner_factory import build_model
 from rolloutfleet.inference.default_mlp import MLPLayout, initial_weights
 from rolloutfleet.inference.device import driver_device_count, usable_cuda_devices
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.models import DefaultModel
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.sampling.runner_factory import build_model
 from rolloutfleet.spec.job import PolicySpec, RolloutJob, SpecError
 
 ROOT = Path(__file__).resolve().parents[3]

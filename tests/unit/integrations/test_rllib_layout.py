@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rolloutfleet import EnvRunner, RolloutJob
+from rolloutfleet.fleet.runner_factory import build_model
 from rolloutfleet.integrations.rllib_layout import (
     ModuleRefused,
     config_mismatches,
@@ -16,7 +17,6 @@ from rolloutfleet.integrations.rllib_layout import (
     fleet_weights,
     model_config,
 )
-from rolloutfleet.sampling.runner_factory import build_model
 from rolloutfleet.spec.policy_spec import PolicySpec
 
 

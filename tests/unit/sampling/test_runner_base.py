@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from rolloutfleet import Callbacks, RolloutJob
+from rolloutfleet.fleet.runner_factory import make_env_runner
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.runner_base import Runner
-from rolloutfleet.sampling.runner_factory import make_env_runner
 from tests.unit.sampling.sampler_test_envs import CounterEnv
 
 

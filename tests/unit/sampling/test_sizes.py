@@ -9,7 +9,7 @@ import pytest
 
 from rolloutfleet import EnvRunner, RolloutJob
 from rolloutfleet.data.codec import encode
-from rolloutfleet.sampling.runner_factory import build_model
+from rolloutfleet.fleet.runner_factory import build_model
 from rolloutfleet.sampling.sizes import PAYLOAD_CAP_BYTES, check_sizes
 from rolloutfleet.spec.job import SpecError
 

@@ -149,7 +149,7 @@ def test_a_learner_model_reads_the_leaves_as_the_worker_did() -> None:
     """build_model's torch module, fed batch_input(batch), gives the logits the numpy worker acted on."""
     import torch
 
-    from rolloutfleet.sampling.runner_factory import build_model
+    from rolloutfleet.fleet.runner_factory import build_model
 
     the_job = job(
         {"id": "Blackjack-v1", "numEnvs": 2}, {"rolloutFragmentLength": 10}, {"hidden": [16], "device": "cpu"}
@@ -212,8 +212,8 @@ def test_an_image_leaf_goes_through_a_cnn_beside_the_other_leaves_and_learners_b
     import torch
     from torch import nn
 
+    from rolloutfleet.fleet.runner_factory import build_model
     from rolloutfleet.inference.models import ImageLeaves
-    from rolloutfleet.sampling.runner_factory import build_model
 
     the_job = job({"entryPoint": CAMERA, "numEnvs": 3}, {"rolloutFragmentLength": 10}, {"hidden": [16], **policy})
     with EnvRunner(the_job) as runner:

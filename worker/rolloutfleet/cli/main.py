@@ -42,9 +42,9 @@ def _sample(args: argparse.Namespace) -> int:
 
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+    from rolloutfleet.fleet.runner_factory import make_env_runner
     from rolloutfleet.inference.cpu_threads import limit_cpu_threads
     from rolloutfleet.sampling.heap import keep_freed_memory
-    from rolloutfleet.sampling.runner_factory import make_env_runner
 
     limit_cpu_threads(job.spec.policy.num_threads)  # as a worker does
     keep_freed_memory()

@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.external.spaces import BadInput, EpisodeElsewhere, EpisodeEnded, Refused, Stopping, UnknownEpisode
+from rolloutfleet.sampling.env.external_spaces import (
+    BadInput,
+    EpisodeElsewhere,
+    EpisodeEnded,
+    Refused,
+    Stopping,
+    UnknownEpisode,
+)
 
 ENDED_REMEMBERED = 100_000
 """Ended episode ids kept to tell "ended" from "unknown" in errors."""

@@ -16,8 +16,8 @@ import numpy as np
 from gymnasium import spaces
 
 from rolloutfleet.external.book import Step
-from rolloutfleet.external.spaces import BadInput, ExternalError, parse_obs, parse_reward
 from rolloutfleet.inference.policy import Policy
+from rolloutfleet.sampling.env.external_spaces import BadInput, ExternalError, parse_obs, parse_reward
 
 MAX_SHIPPED_ROWS = 10_000
 ENDS = (None, "terminated", "truncated")

@@ -29,10 +29,10 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.book import EpisodeBook, Row, Step
 from rolloutfleet.external.local_inference import local_policy, parse_shipped
 from rolloutfleet.external.server import ActionServer, LocalHooks, ServerThread
-from rolloutfleet.external.spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.rules.worker_config import listen_host
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env.creators import episode_id_base
+from rolloutfleet.sampling.env.external_spaces import action_to_json, check_served_spaces, external_spaces
 from rolloutfleet.sampling.env.failures import EnvInterrupted, stop_requested
 from rolloutfleet.sampling.runner_base import Runner
 from rolloutfleet.sampling.vector.make import env_spaces

@@ -31,7 +31,7 @@ from aiohttp import web
 from gymnasium.spaces import Space
 
 from rolloutfleet.external.book import Episode, EpisodeBook, Step
-from rolloutfleet.external.spaces import (
+from rolloutfleet.sampling.env.external_spaces import (
     BadInput,
     ExternalError,
     Refused,

@@ -41,9 +41,9 @@ PRELOAD = (
     "rolloutfleet.sampling.vector.make",
     "rolloutfleet.sampling.vector.processes",
     "rolloutfleet.sampling.heap",
-    "rolloutfleet.sampling.runner_factory",
+    "rolloutfleet.fleet.runner_factory",
     "rolloutfleet.sampling.sizes",
-    "rolloutfleet.external.spaces",
+    "rolloutfleet.sampling.env.external_spaces",
     "encodings.idna",
 )
 """What every worker imports before it builds its env and policy (none of them imports torch)."""

@@ -113,10 +113,10 @@ class Worker:
         """Probes and metrics, the env-call watchdog, the runner, then Redis: what :meth:`run`
         samples with (and how it rides out Redis's outages), or the exit code, all closed."""
         from rolloutfleet.fleet.probes import serve
+        from rolloutfleet.fleet.runner_factory import make_env_runner
         from rolloutfleet.fleet.worker_transport import WorkerTransport
         from rolloutfleet.inference.cpu_threads import limit_cpu_threads
         from rolloutfleet.sampling.heap import keep_freed_memory
-        from rolloutfleet.sampling.runner_factory import make_env_runner
         from rolloutfleet.sampling.sizes import check_sizes
         from rolloutfleet.sampling.vector.make import interrupt_failing_envs
 

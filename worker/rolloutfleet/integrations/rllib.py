@@ -85,7 +85,7 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
             raise ValueError(f"FleetEnvRunner runs in the algorithm's process: num_env_runners must be 0 (the fleet's spec.replicas={job.spec.replicas} workers sample)")  # fmt: skip
         if config.in_evaluation:
             raise ValueError("FleetEnvRunner does not evaluate (its rows are the fleet's training rows): give evaluation_config its own env_runner_cls")  # fmt: skip
-        from rolloutfleet.sampling.runner_factory import build_model
+        from rolloutfleet.fleet.runner_factory import build_model
         from rolloutfleet.sampling.vector.make import env_spaces
 
         obs_space, action_space = env_spaces(job.spec.env, 0, job.spec.replicas)

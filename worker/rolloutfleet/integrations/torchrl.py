@@ -195,8 +195,8 @@ def fleet_policy(job: RolloutJob, network: nn.Module | None = None) -> FleetPoli
     from gymnasium import spaces
     from torchrl.modules import IndependentNormal, ProbabilisticActor, ValueOperator
 
-    from rolloutfleet.external.spaces import external_spaces
-    from rolloutfleet.sampling.runner_factory import build_model
+    from rolloutfleet.fleet.runner_factory import build_model
+    from rolloutfleet.sampling.env.external_spaces import external_spaces
     from rolloutfleet.sampling.vector.make import env_spaces
 
     network = network if network is not None else build_model(job)
@@ -228,7 +228,7 @@ class _NormalParams(nn.Module):
 def network_of(module: nn.Module, job: RolloutJob) -> nn.Module:
     """The sub-module of a TorchRL ``module`` that is the workers' network for ``job``: the same
     parameter names, shapes and dtypes as ``build_model(job)``. ``ValueError`` when none is."""
-    from rolloutfleet.sampling.runner_factory import build_model
+    from rolloutfleet.fleet.runner_factory import build_model
 
     want = _signature(build_model(job))
     for candidate in module.modules():

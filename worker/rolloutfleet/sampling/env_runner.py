@@ -76,7 +76,7 @@ class EnvRunner(Runner[SampleBatch]):
         if spec.multi_agent is not None:
             raise SpecError(
                 "spec.multiAgent: a multi-agent job samples with rolloutfleet.sampling.multiagent.env_runner.MultiAgentEnvRunner "
-                "(rolloutfleet.sampling.runner_factory.make_env_runner picks the right runner for a job)"
+                "(rolloutfleet.fleet.runner_factory.make_env_runner picks the right runner for a job)"
             )
         super().__init__(job, worker_index, num_workers, callbacks)
         # auto times a throwaway sub-env here; a rebuilt vector env keeps the choice

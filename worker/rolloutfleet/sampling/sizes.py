@@ -157,7 +157,7 @@ def problems(job: RolloutJob, size: SizeEstimate) -> list[str]:
 
 def _spaces(job: RolloutJob) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
     """A sub-env's spaces; a failure is a SpecError naming the field (as the runner says it)."""
-    from rolloutfleet.external.spaces import external_spaces
+    from rolloutfleet.sampling.env.external_spaces import external_spaces
 
     declared = external_spaces(job.spec.env)
     if declared is not None:

@@ -64,7 +64,7 @@ def test_atari_ids_without_wrappers_use_ale_s_vector_env() -> None:
 def test_a_learner_s_model_for_ale_s_vector_env_fits_the_workers() -> None:
     """build_model reads the spaces the workers sample (ale-py's vector env preprocesses and
     stacks frames), so the learner's state dict is one the workers load."""
-    from rolloutfleet.sampling.runner_factory import build_model
+    from rolloutfleet.fleet.runner_factory import build_model
 
     pong = job({"id": "ALE/Pong-v5", "numEnvs": 2}, fragment=20)
     runner = EnvRunner(pong)

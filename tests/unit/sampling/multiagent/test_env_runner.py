@@ -10,9 +10,9 @@ import pytest
 from rolloutfleet import Callbacks, RolloutJob, SpecError
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.examples.team_tag import MOVES
+from rolloutfleet.fleet.runner_factory import build_policy_models
 from rolloutfleet.sampling.env_runner import EnvRunner
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
-from rolloutfleet.sampling.runner_factory import build_policy_models
 
 EVEN_ODD = {
     "policies": {"even": {}, "odd": {"hidden": [16]}},

@@ -51,7 +51,7 @@ def build_model(job: RolloutJob) -> nn.Module:
 
     >>> model = build_model(RolloutJob.from_file("examples/cartpole.yaml"))  # doctest: +SKIP
     """
-    from rolloutfleet.external.spaces import external_spaces
+    from rolloutfleet.sampling.env.external_spaces import external_spaces
 
     spec_env = job.spec.env
     observation_space, action_space = external_spaces(spec_env) or env_spaces(spec_env, 0, job.spec.replicas)
