@@ -40,17 +40,28 @@ def rllib_logits(module: Any, obs: np.ndarray) -> np.ndarray:
     return out[Columns.ACTION_DIST_INPUTS].numpy()
 
 
+def workers_network(runner: Any, redis_url: str, job: RolloutJob) -> torch.nn.Module:
+    """What the runner publishes (as RLlib's weight sync does), loaded as a worker loads it."""
+    version = runner.publish()
+    fetched = WeightSubscriber(redis_url, job).poll()
+    assert fetched is not None and fetched.seq_no == version
+    workers = build_model(job)
+    workers.load_state_dict({name: torch.as_tensor(value) for name, value in fetched.weights.items()})
+    return workers
+
+
+def observations(env_id: str, count: int) -> np.ndarray:
+    space = gym.make(env_id).observation_space
+    return np.stack([space.sample() for _ in range(count)])
+
+
 def test_rllibs_module_and_the_workers_network_compute_the_same_logits(job: RolloutJob, redis_url: str) -> None:
     config = on_fleet(PPOConfig(), job, redis_url)
     runner = config.env_runner_cls(config=config)
     try:
         assert runner.published is None
-        version = runner.publish()  # what RLlib's weight sync does after each update
-        fetched = WeightSubscriber(redis_url, job).poll()
-        assert fetched is not None and fetched.seq_no == version
-        workers = build_model(job)
-        workers.load_state_dict({name: torch.as_tensor(value) for name, value in fetched.weights.items()})
-        obs = np.stack([gym.make("CartPole-v1").observation_space.sample() for _ in range(16)])
+        workers = workers_network(runner, redis_url, job)
+        obs = observations("CartPole-v1", 16)
         with torch.no_grad():
             ours = workers(torch.as_tensor(obs))[0].numpy()
         np.testing.assert_allclose(ours, rllib_logits(runner.module, obs), rtol=1e-5, atol=1e-6)
@@ -160,12 +171,8 @@ def test_dqns_q_network_is_what_the_workers_act_greedily_on(tmp_path: Path, redi
     config = on_fleet(DQNConfig().training(dueling=False), job, redis_url)
     runner = config.env_runner_cls(config=config)
     try:
-        runner.publish()
-        fetched = WeightSubscriber(redis_url, job).poll()
-        assert fetched is not None
-        workers = build_model(job)
-        workers.load_state_dict({name: torch.as_tensor(value) for name, value in fetched.weights.items()})
-        obs = np.stack([gym.make("CartPole-v1").observation_space.sample() for _ in range(64)])
+        workers = workers_network(runner, redis_url, job)
+        obs = observations("CartPole-v1", 64)
         with torch.no_grad():
             ours = workers(torch.as_tensor(obs))[0].numpy().argmax(-1)
             theirs = runner.module.forward_inference({Columns.OBS: torch.as_tensor(obs)})[Columns.ACTIONS]
@@ -200,12 +207,8 @@ def test_a_box_action_spaces_gaussian_is_the_same_on_both_sides(redis_url: str) 
     try:
         with torch.no_grad():
             runner.module.pi.log_std.fill_(-0.7)  # not the initial 0: the parameter itself travels
-        runner.publish()
-        fetched = WeightSubscriber(redis_url, job).poll()
-        assert fetched is not None
-        workers = build_model(job)
-        workers.load_state_dict({name: torch.as_tensor(value) for name, value in fetched.weights.items()})
-        obs = np.stack([gym.make("Pendulum-v1").observation_space.sample() for _ in range(16)])
+        workers = workers_network(runner, redis_url, job)
+        obs = observations("Pendulum-v1", 16)
         with torch.no_grad():
             ours = workers(torch.as_tensor(obs))[0].numpy()  # mean, then log standard deviation
         np.testing.assert_allclose(ours, rllib_logits(runner.module, obs), rtol=1e-5, atol=1e-6)
