@@ -243,16 +243,21 @@ def build_pdb(job: RolloutJob, uid: str) -> dict[str, Any]:
     the job's ``replicas`` through its scale subresource. A worker that is not ready may
     always be evicted (``AlwaysAllow``): it samples nothing, and blocking a drain on it
     would hold the node for no gain."""
+    return _owned(job, uid, "policy/v1", "PodDisruptionBudget", pdb_name(job.name), pdb_spec(job))
+
+
+def _owned(job: RolloutJob, uid: str, api_version: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A child object of the job: in its namespace, with its labels, owned by it."""
     return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
+        "apiVersion": api_version,
+        "kind": kind,
         "metadata": {
-            "name": pdb_name(job.name),
+            "name": name,
             "namespace": job.namespace,
             "labels": job_labels(job.name),
             "ownerReferences": [owner_reference(job, uid)],
         },
-        "spec": pdb_spec(job),
+        "spec": spec,
     }
 
 
@@ -267,17 +272,7 @@ def build_service(job: RolloutJob, uid: str) -> dict[str, Any] | None:
     for a job whose workers step their own envs."""
     if job.spec.env.external is None:
         return None
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": service_name(job.name),
-            "namespace": job.namespace,
-            "labels": job_labels(job.name),
-            "ownerReferences": [owner_reference(job, uid)],
-        },
-        "spec": service_spec(job),
-    }
+    return _owned(job, uid, "v1", "Service", service_name(job.name), service_spec(job))
 
 
 def service_name(job_name: str) -> str:
