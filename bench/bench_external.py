@@ -32,7 +32,7 @@ import numpy as np
 from bench.results import OUT, Table, Value, machine, write
 from rolloutfleet import EnvRunner, PolicyClient, RolloutJob
 from rolloutfleet.external.runner import ExternalRunner
-from rolloutfleet.spec.external import PORT_VARIABLE
+from rolloutfleet.spec.sections.external import PORT_VARIABLE
 
 MAX_PROCESSES = 8
 

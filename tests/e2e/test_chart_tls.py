@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 from rolloutfleet.transport.redis.connection import RedisUnavailable, check_reachable
 from tests.e2e.cluster_kit import Cluster
 from tests.e2e.test_chart import CHART, helm, render

@@ -17,7 +17,7 @@ import redis
 from kubernetes import client
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 from rolloutfleet.transport.redis.acl import job_users
 from rolloutfleet.transport.redis.keys import job_keys
 from tests.e2e.cluster_kit import OperatorFactory, wait_for

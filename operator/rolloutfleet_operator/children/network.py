@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.network_spec import CA_FILE_ENV, CA_MOUNT_DIR
 from rolloutfleet.spec.redis_url import parse_redis_url
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV, CA_MOUNT_DIR
 from rolloutfleet_operator.config import OperatorConfig
 
 CA_VOLUME = "redis-ca"

@@ -11,8 +11,8 @@ from typing import Any
 
 import redis
 
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 from rolloutfleet.transport.redis.acl import AclUser
 
 TIMEOUT_S = 5.0

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.spec.network_spec import CASecretRef, RedisTLSSpec
+from rolloutfleet.spec.sections.network_spec import CASecretRef, RedisTLSSpec
 from rolloutfleet_operator.config import OperatorConfig
 
 CA_KEY = "ca.crt"

@@ -20,7 +20,7 @@ from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.fleet.runner_factory import make_env_runner
-from rolloutfleet.spec.external import PORT_VARIABLE
+from rolloutfleet.spec.sections.external import PORT_VARIABLE
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.heartbeat import read_heartbeats
 from tests.integration.external.switchboard import Switchboard

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.redis.connection import RedisUnavailable, check_reachable

@@ -20,8 +20,8 @@ from rolloutfleet.external.server import ActionServer
 from rolloutfleet.fleet.runner_factory import make_env_runner
 from rolloutfleet.inference.policy import Policy
 from rolloutfleet.sampling.env.external_spaces import ExternalError
-from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.sections.external import PORT_VARIABLE
 
 
 def external_job(fragment: int = 25, **external: Any) -> RolloutJob:

@@ -16,7 +16,7 @@ from rolloutfleet.client import PolicyClient, PolicyClientError
 from rolloutfleet.external.runner import ExternalRunner
 from rolloutfleet.external.server import CLIENT_HEADER, MAX_BODY_BYTES
 from rolloutfleet.fleet.runner_factory import make_env_runner
-from rolloutfleet.spec.external import PORT_VARIABLE
+from rolloutfleet.spec.sections.external import PORT_VARIABLE
 from tests.unit.external.test_runner import external_job
 
 

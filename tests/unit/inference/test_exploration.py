@@ -12,8 +12,8 @@ from gymnasium import spaces
 
 from rolloutfleet.inference.exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, make_exploration
 from rolloutfleet.inference.policy import Policy
-from rolloutfleet.spec.exploration_spec import ExplorationSpec, ScheduleSpec
 from rolloutfleet.spec.job import PolicySpec, SpecError
+from rolloutfleet.spec.sections.exploration_spec import ExplorationSpec, ScheduleSpec
 
 ROWS = 40_000
 

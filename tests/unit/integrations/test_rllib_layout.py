@@ -17,7 +17,7 @@ from rolloutfleet.integrations.rllib_layout import (
     fleet_weights,
     model_config,
 )
-from rolloutfleet.spec.policy_spec import PolicySpec
+from rolloutfleet.spec.sections.policy_spec import PolicySpec
 
 
 def rllib_names(shared: bool, inference_only: bool) -> list[str]:

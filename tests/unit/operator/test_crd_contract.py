@@ -213,7 +213,7 @@ def test_the_crd_knows_the_wrappers_the_model_knows() -> None:
     """Names and count in the CRD; the arguments are free-form values (ints, floats, bools,
     strings) that a structural schema cannot type, so CEL cannot see them: the model checks
     them (the operator reports its one line in the job's status)."""
-    from rolloutfleet.spec.wrappers_spec import MAX_WRAPPERS, WRAPPERS
+    from rolloutfleet.spec.sections.wrappers_spec import MAX_WRAPPERS, WRAPPERS
 
     wrappers = _section("env")[1]["properties"]["wrappers"]
     assert wrappers["maxItems"] == MAX_WRAPPERS

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from rolloutfleet.rules.autoscale_signals import LearnerSample, Signals, WorkerSample
 from rolloutfleet.rules.autoscaler import Autoscaler
-from rolloutfleet.spec.autoscaling import AutoscalingSpec
+from rolloutfleet.spec.sections.autoscaling import AutoscalingSpec
 
 PER_WORKER = 1000.0
 

@@ -33,7 +33,7 @@ def taken_port(job: RolloutJob, host: str) -> str | None:
     may have: ``autoscaling.maxReplicas``) that something on ``host`` already holds, in one line
     naming it; None when all are free. Bound as the server binds (``SO_REUSEADDR``: a socket
     in TIME_WAIT is no conflict), then released at once."""
-    from rolloutfleet.spec.external import local_port
+    from rolloutfleet.spec.sections.external import local_port
 
     external = job.spec.env.external
     if external is None:

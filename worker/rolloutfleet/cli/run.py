@@ -35,8 +35,8 @@ from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.local_evaluators import LocalEvaluators
 from rolloutfleet.fleet.parent_watch import die_with_parent
 from rolloutfleet.fleet.supervisor import LocalFleet
-from rolloutfleet.spec.external import local_port
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.sections.external import local_port
 
 log = logging.getLogger(__name__)
 WAITING_FRESH_S = 30.0

@@ -23,8 +23,8 @@ from rolloutfleet.data.filters import MeanStdFilter
 from rolloutfleet.inference.policy import Policy
 from rolloutfleet.sampling.vector.make import env_build_errors, env_creator, env_name, reset_or_fail
 from rolloutfleet.sampling.vector_policy import VectorPolicy
-from rolloutfleet.spec.evaluation import EvaluationSpec
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.sections.evaluation import EvaluationSpec
 
 ALIVE_EVERY = 256
 

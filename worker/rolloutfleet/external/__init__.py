@@ -1,6 +1,6 @@
 """External envs: workers that serve actions to simulators running on their own.
 
-A job with ``spec.env.external`` (:mod:`rolloutfleet.spec.external`) gets an
+A job with ``spec.env.external`` (:mod:`rolloutfleet.spec.sections.external`) gets an
 :class:`~rolloutfleet.external.runner.ExternalRunner` from the runner factory: it listens on
 the job's port (:mod:`rolloutfleet.external.server`), batches inference over its clients'
 waiting observations, keeps their episodes (:mod:`rolloutfleet.external.book`) and hands the

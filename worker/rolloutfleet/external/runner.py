@@ -36,8 +36,8 @@ from rolloutfleet.sampling.env.external_spaces import action_to_json, check_serv
 from rolloutfleet.sampling.env.failures import EnvInterrupted, stop_requested
 from rolloutfleet.sampling.runner_base import Runner
 from rolloutfleet.sampling.vector.make import env_spaces
-from rolloutfleet.spec.external import PORT_VARIABLE
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.sections.external import PORT_VARIABLE
 
 log = logging.getLogger("rolloutfleet.external.runner")
 

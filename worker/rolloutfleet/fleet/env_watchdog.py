@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from rolloutfleet.sampling.env.calls import ENV_CALL, CallStamp, overdue, stuck
 
 if TYPE_CHECKING:
-    from rolloutfleet.spec.env_spec import EnvSpec
+    from rolloutfleet.spec.sections.env_spec import EnvSpec
 
 log = logging.getLogger(__name__)
 

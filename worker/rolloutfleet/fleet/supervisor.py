@@ -37,8 +37,8 @@ from rolloutfleet.rules.missing_modules import LOCAL_PROFILE, PROFILE_VARIABLE, 
 from rolloutfleet.rules.restarts import RestartTracker
 from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.sampling.vector.processes import CPUS_VARIABLE, usable_cpus
-from rolloutfleet.spec.external import PORT_VARIABLE, local_port
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.spec.sections.external import PORT_VARIABLE, local_port
 
 log = logging.getLogger(__name__)
 

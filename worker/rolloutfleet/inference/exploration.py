@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rolloutfleet.spec.exploration_spec import (
+from rolloutfleet.spec.sections.exploration_spec import (
     DEFAULT_THETA,
     NOISE_TYPES,
     ExplorationSpec,

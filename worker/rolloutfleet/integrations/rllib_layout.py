@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.spec.policy_spec import PolicySpec
+from rolloutfleet.spec.sections.policy_spec import PolicySpec
 
 _RENAMES = (
     (re.compile(r"^encoder\.(?:encoder\.|actor_encoder\.)?net\.mlp\.(\d+)\.(weight|bias)$"), "actor_trunk"),

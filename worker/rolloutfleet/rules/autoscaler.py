@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rolloutfleet.rules.autoscale_signals import LearnerSample, Signals, WorkerSample
-from rolloutfleet.spec.autoscaling import AutoscalingSpec
+from rolloutfleet.spec.sections.autoscaling import AutoscalingSpec
 
 HEARTBEAT_FRESH_S = 30.0
 """A worker's heartbeat older than this (a removed worker's) is not read."""

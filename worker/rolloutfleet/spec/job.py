@@ -25,23 +25,34 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from rolloutfleet.spec.autoscaling import AutoscalingSpec, check_autoscaling
-from rolloutfleet.spec.disruption import DisruptionSpec, PodTemplateSpec
-from rolloutfleet.spec.env_spec import MAX_NUM_ENVS, EnvSpec, check_external
 from rolloutfleet.spec.error_lines import describe_errors
-from rolloutfleet.spec.evaluation import EvaluationSpec
 from rolloutfleet.spec.fields import MAX_LAYER_WIDTH, MAX_LAYERS
 from rolloutfleet.spec.manifest_yaml import load_documents, yaml_problem
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
 from rolloutfleet.spec.model_base import plain_json
-from rolloutfleet.spec.multi_agent import DEFAULT_MAX_EPISODE_STEPS, MappingRule, MultiAgentSpec, PolicyMappingSpec
-from rolloutfleet.spec.network_spec import NetworkSpec
-from rolloutfleet.spec.placement import check_env_vars, check_tolerations
-from rolloutfleet.spec.policy_spec import MAX_STATE_SIZE, PolicyOverrides, PolicySpec, RecurrentSpec, check_recurrent
-from rolloutfleet.spec.redis_spec import PasswordSecretRef, RedisSpec
-from rolloutfleet.spec.resources import ResourcesSpec, parse_quantity
-from rolloutfleet.spec.sampling_spec import MAX_FRAGMENT_LENGTH, SamplingSpec
+from rolloutfleet.spec.sections.autoscaling import AutoscalingSpec, check_autoscaling
+from rolloutfleet.spec.sections.disruption import DisruptionSpec, PodTemplateSpec
+from rolloutfleet.spec.sections.env_spec import MAX_NUM_ENVS, EnvSpec, check_external
+from rolloutfleet.spec.sections.evaluation import EvaluationSpec
+from rolloutfleet.spec.sections.multi_agent import (
+    DEFAULT_MAX_EPISODE_STEPS,
+    MappingRule,
+    MultiAgentSpec,
+    PolicyMappingSpec,
+)
+from rolloutfleet.spec.sections.network_spec import NetworkSpec
+from rolloutfleet.spec.sections.placement import check_env_vars, check_tolerations
+from rolloutfleet.spec.sections.policy_spec import (
+    MAX_STATE_SIZE,
+    PolicyOverrides,
+    PolicySpec,
+    RecurrentSpec,
+    check_recurrent,
+)
+from rolloutfleet.spec.sections.redis_spec import PasswordSecretRef, RedisSpec
+from rolloutfleet.spec.sections.resources import ResourcesSpec, parse_quantity
+from rolloutfleet.spec.sections.sampling_spec import MAX_FRAGMENT_LENGTH, SamplingSpec
 
 __all__ = [
     "API_VERSION",
@@ -113,17 +124,17 @@ class RolloutJobSpec(_Model):
     service_account_name: str | None = None
     env_vars: list[dict[str, Any]] = Field(default_factory=list, alias="extraEnv")
     template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
-    """``metadata.labels`` / ``metadata.annotations`` of the worker pods (:mod:`rolloutfleet.spec.disruption`)."""
+    """``metadata.labels`` / ``metadata.annotations`` of the worker pods (:mod:`rolloutfleet.spec.sections.disruption`)."""
     disruption: DisruptionSpec = Field(default_factory=DisruptionSpec)
-    """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.disruption`)."""
+    """The PodDisruptionBudget's ``maxUnavailable`` and ``nodeLossSeconds`` (:mod:`rolloutfleet.spec.sections.disruption`)."""
     network: NetworkSpec = Field(default_factory=NetworkSpec)
-    """``egress``: what the workers may reach beyond Redis and DNS (:mod:`rolloutfleet.spec.network_spec`)."""
+    """``egress``: what the workers may reach beyond Redis and DNS (:mod:`rolloutfleet.spec.sections.network_spec`)."""
     autoscaling: AutoscalingSpec | None = None
     """``{minReplicas, maxReplicas, ...}``: the number of workers follows the learner's appetite
-    (:mod:`rolloutfleet.spec.autoscaling`); ``replicas`` is then only the size to start from."""
+    (:mod:`rolloutfleet.spec.sections.autoscaling`); ``replicas`` is then only the size to start from."""
     evaluation: EvaluationSpec | None = None
     """``{workers, episodes, explore, seed, ...}``: evaluation workers that play whole episodes of
-    each new weights version and publish its return (:mod:`rolloutfleet.spec.evaluation`)."""
+    each new weights version and publish its return (:mod:`rolloutfleet.spec.sections.evaluation`)."""
 
     @field_validator("tolerations")
     @classmethod

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
-from rolloutfleet.spec.network_spec import CA_FILE_ENV, CA_MOUNT_DIR
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV, CA_MOUNT_DIR
 from rolloutfleet_operator.children.network import build_network_policy, egress_rules
 from rolloutfleet_operator.children.pods import build_pod, job_labels, owner_reference, template_hash
 from rolloutfleet_operator.config import ConfigError, OperatorConfig

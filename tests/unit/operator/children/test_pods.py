@@ -295,7 +295,7 @@ def test_template_metadata_reaches_the_pods_and_replaces_them_when_changed() -> 
 
 
 def test_the_operator_s_own_labels_are_the_ones_the_spec_refuses() -> None:
-    from rolloutfleet.spec.disruption import RESERVED_LABELS, RESERVED_PREFIX
+    from rolloutfleet.spec.sections.disruption import RESERVED_LABELS, RESERVED_PREFIX
 
     assert tuple(WORKER_LABELS) == RESERVED_LABELS
     assert all(k.startswith(RESERVED_PREFIX) for k in build_pod(job(), "u", 0, OperatorConfig())["metadata"]["labels"]

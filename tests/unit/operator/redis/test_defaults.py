@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 from rolloutfleet_operator.children.pods import build_pod
 from rolloutfleet_operator.config import ConfigError, OperatorConfig
 from rolloutfleet_operator.redis.defaults import ca_secret_manifest, copies_ca, defaults_status, job_of

@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 
 from rolloutfleet.sampling.env.external_spaces import BadInput, action_to_json, declared_space, parse_obs, parse_reward
-from rolloutfleet.spec.external import SpaceSpec
+from rolloutfleet.spec.sections.external import SpaceSpec
 
 BOX = spaces.Box(-1.0, 1.0, (2, 2), np.float32)
 

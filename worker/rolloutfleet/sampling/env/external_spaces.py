@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rolloutfleet.spec.external import SpaceSpec
 from rolloutfleet.spec.job import EnvSpec, SpecError
+from rolloutfleet.spec.sections.external import SpaceSpec
 
 
 class ExternalError(Exception):

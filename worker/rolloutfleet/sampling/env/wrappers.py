@@ -1,4 +1,4 @@
-"""Applying ``spec.env.wrappers`` (validated by :mod:`rolloutfleet.spec.wrappers_spec`) to a sub-env,
+"""Applying ``spec.env.wrappers`` (validated by :mod:`rolloutfleet.spec.sections.wrappers_spec`) to a sub-env,
 and the env ids whose namespace a package registers on import (``ALE/...``: ale-py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium import wrappers as gym_wrappers
 
 from rolloutfleet.spec.job import SpecError
-from rolloutfleet.spec.wrappers_spec import WrapperSpec
+from rolloutfleet.spec.sections.wrappers_spec import WrapperSpec
 
 NAMESPACE_PACKAGES = {"ALE": ("ale_py", "atari")}
 """gymnasium namespace -> (the module registering its ids on import, our extra that installs it)."""

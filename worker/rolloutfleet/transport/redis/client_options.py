@@ -11,8 +11,8 @@ from typing import Any
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import RedisURL
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 
 PASSWORD_ENV = "ROLLOUTFLEET_REDIS_PASSWORD"
 USERNAME_ENV = "ROLLOUTFLEET_REDIS_USERNAME"

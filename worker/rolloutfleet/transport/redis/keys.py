@@ -21,7 +21,7 @@ import binascii
 import re
 from dataclasses import dataclass, replace
 
-from rolloutfleet.spec.redis_spec import MAX_SHARDS
+from rolloutfleet.spec.sections.redis_spec import MAX_SHARDS
 
 PREFIX = "rolloutfleet"
 DEFAULT_GROUP = "learner"

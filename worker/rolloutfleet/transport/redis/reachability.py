@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import redis
 
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
 from rolloutfleet.spec.redis_url import BadRedisURL, parse_redis_url, redacted_url
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 from rolloutfleet.transport.redis.client_options import PASSWORD_ENV, client_options
 from rolloutfleet.transport.redis.retry import (
     RETRYABLE,

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, cast
 import redis
 from redis.cluster import RedisCluster
 
-from rolloutfleet.spec.network_spec import CA_FILE_ENV
+from rolloutfleet.spec.sections.network_spec import CA_FILE_ENV
 
 RETRYABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,

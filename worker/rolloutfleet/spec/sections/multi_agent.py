@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from rolloutfleet.spec.fields import check_entry_point
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
-from rolloutfleet.spec.policy_spec import PolicyOverrides
+from rolloutfleet.spec.sections.policy_spec import PolicyOverrides
 
 # Policy ids are parts of Redis keys and .npz member names: no braces, slashes or colons.
 _POLICY_ID = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,63}$")

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rolloutfleet.spec.evaluation import DEFAULT_EVALUATION_SEED, EvaluationSpec
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.sections.evaluation import DEFAULT_EVALUATION_SEED, EvaluationSpec
 
 
 def job(**spec: Any) -> RolloutJob:

@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rolloutfleet.spec.exploration_spec import ExplorationSpec
 from rolloutfleet.spec.fields import check_device, check_entry_point, check_layers
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
+from rolloutfleet.spec.sections.exploration_spec import ExplorationSpec
 
 MAX_STATE_SIZE = 16384
 """The largest ``policy.recurrent.size`` (the CRD has the same)."""
@@ -64,7 +64,7 @@ class PolicySpec(_PolicyFields):
     """Explore as ``exploration`` says (True) or take the most likely action (False)."""
     exploration: ExplorationSpec = Field(default_factory=ExplorationSpec)
     """``stochastic`` (sample the distribution), ``epsilonGreedy``, ``gaussian`` or ``ornsteinUhlenbeck``
-    (:mod:`rolloutfleet.spec.exploration_spec`)."""
+    (:mod:`rolloutfleet.spec.sections.exploration_spec`)."""
     inference: Literal["auto", "torch"] = "auto"
     """``auto`` runs the default MLP's forward pass through a numpy mirror of its weights on the
     CPU (several times faster for per-step batches); ``torch`` always calls the module."""

@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rolloutfleet.spec.model_base import SpecModel as _Model
-from rolloutfleet.spec.network_spec import RedisTLSSpec
 from rolloutfleet.spec.redis_url import parse_redis_url
+from rolloutfleet.spec.sections.network_spec import RedisTLSSpec
 
 MAX_SHARDS = 64
 """The most batch streams one job may spread over (``spec.redis.shards``)."""

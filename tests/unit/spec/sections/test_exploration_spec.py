@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from rolloutfleet.spec.exploration_spec import (
+from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.sections.exploration_spec import (
     ExplorationSpec,
     PerWorkerEpsilonSpec,
     ScheduleSpec,
     per_worker_epsilon,
     schedule_value,
 )
-from rolloutfleet.spec.job import RolloutJob, SpecError
 
 
 def manifest(exploration: Any, multi: bool = False) -> dict[str, Any]:

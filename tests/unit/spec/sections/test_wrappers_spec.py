@@ -9,7 +9,7 @@ from typing import Any, get_args
 import pytest
 
 from rolloutfleet.spec.job import RolloutJob, SpecError
-from rolloutfleet.spec.wrappers_spec import ARGS, WRAPPERS, WrapperName
+from rolloutfleet.spec.sections.wrappers_spec import ARGS, WRAPPERS, WrapperName
 
 
 def load(env: dict[str, Any]) -> RolloutJob:

@@ -7,11 +7,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rolloutfleet.spec.external import ExternalSpec
 from rolloutfleet.spec.fields import check_entry_point
 from rolloutfleet.spec.model_base import SpecModel as _Model
 from rolloutfleet.spec.model_base import SubfieldError as _SubfieldError
-from rolloutfleet.spec.wrappers_spec import MAX_WRAPPERS, WrapperSpec
+from rolloutfleet.spec.sections.external import ExternalSpec
+from rolloutfleet.spec.sections.wrappers_spec import MAX_WRAPPERS, WrapperSpec
 
 MAX_NUM_ENVS = 4096
 """A sane upper bound (the CRD has the same): a larger value is a typo, not a plan."""
@@ -35,7 +35,7 @@ class EnvSpec(_Model):
     ``auto`` picks ``vector`` when the id has one (and no wrappers are given), else ``async`` when
     a sub-env step takes 0.5 ms or more and the worker has two CPUs or more, else ``sync``."""
     wrappers: list[WrapperSpec] = Field(default_factory=list, max_length=MAX_WRAPPERS)
-    """gymnasium wrappers around each sub-env, innermost first (:mod:`rolloutfleet.spec.wrappers_spec`)."""
+    """gymnasium wrappers around each sub-env, innermost first (:mod:`rolloutfleet.spec.sections.wrappers_spec`)."""
     restart_failed_sub_envs: bool = True
     """Recreate a sub-environment that raises, dropping its episode (counted in metrics)."""
     max_consecutive_failures: int = Field(default=3, ge=1, le=1000)
@@ -46,7 +46,7 @@ class EnvSpec(_Model):
     logged once, counted, exit 3 with one line naming the sub-env and the call
     (:mod:`rolloutfleet.fleet.env_watchdog`)."""
     external: ExternalSpec | None = None
-    """The env runs outside the fleet and calls the workers for actions (:mod:`rolloutfleet.spec.external`)."""
+    """The env runs outside the fleet and calls the workers for actions (:mod:`rolloutfleet.spec.sections.external`)."""
 
     @field_validator("entry_point")
     @classmethod

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rolloutfleet.spec.external import ExternalSpec, local_port
 from rolloutfleet.spec.job import RolloutJob, SpecError
+from rolloutfleet.spec.sections.external import ExternalSpec, local_port
 
 
 def job(env: dict[str, Any], **spec: Any) -> RolloutJob:
