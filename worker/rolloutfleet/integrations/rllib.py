@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -151,10 +151,9 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
             )
             raise ValueError(f"FleetEnvRunner.sample({asked}): the fleet samples fragments with its workers' policy (spec.policy.explore)")  # fmt: skip
         self.consumer.ack(self._held)
-        messages, done = self._gather(num_timesteps or 1)
+        messages, keep, done = self._gather(num_timesteps or 1)
         self._held = messages
         everything = concat_messages(messages)
-        keep = [self._fresh(m) for m in messages]
         batch = {name: column[np.concatenate(keep)] for name, column in everything.items()}
         starts = np.cumsum([0] + [int(k.sum()) for k in keep[:-1]]).tolist()
         episodes = self.to_episodes(batch, starts)
@@ -223,33 +222,37 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _gather(self, rows: int) -> tuple[list[Message], int]:
-        """Whole messages until ``rows`` fresh rows (at least one) are held, and the episodes
-        that ended in them. A message with no fresh row is counted and acknowledged at once: a
-        ``block`` fleet's room would otherwise wait on it while the learner waits on the fleet."""
+    def _gather(self, rows: int) -> tuple[list[Message], list[np.ndarray], int]:
+        """Whole messages until ``rows`` fresh rows (at least one) are held, with each one's
+        fresh rows and the episodes that ended in all read. Messages with no fresh row are
+        counted and acknowledged at once: a ``block`` fleet's room would otherwise wait on
+        them while the learner waits on the fleet."""
         messages: list[Message] = []
+        masks: list[np.ndarray] = []
         fresh = held = done = stale = 0
         began = said = time.monotonic()
         while fresh < rows or not fresh:
             entry_rows = held // len(messages) if messages else self._entry_rows
             read = self.consumer.read(entries_needed(rows - fresh, entry_rows, self.consumer.read_count), timeout=1.0)
-            if read:
-                done += self._log_episodes(concat_messages(read))  # every row the fleet sampled counts
+            old: list[Message] = []
             for message in read:
-                count = int(self._fresh(message).sum())
-                if count:
+                done += self._log_episodes(message.batch)  # every row the fleet sampled counts
+                mask = self._fresh(message)
+                if count := int(mask.sum()):
                     messages.append(message)
+                    masks.append(mask)
                     fresh, held = fresh + count, held + len(message.batch)
                 else:
+                    old.append(message)
                     stale += len(message.batch)
-                    self.consumer.ack([message])
+            self.consumer.ack(old)
             if time.monotonic() - said >= WAITING_SAY_S and fresh < rows:
                 said = time.monotonic()
                 log.warning("RLlib waits for the fleet's batches: %d of %d rows in %.0f s (%d more older than max_policy_lag) from %s; are its workers running?",
                             fresh, rows, said - began, stale, self.consumer.keys.batches)  # fmt: skip
         self._entry_rows = held // len(messages)
         self._stale_rows = stale
-        return messages, done
+        return messages, masks, done
 
     def _fresh(self, message: Message) -> np.ndarray:
         """Which rows of ``message`` are recent enough to train on: sampled with weights no more
@@ -259,7 +262,7 @@ class FleetEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
             return np.ones(len(versions), np.bool_)
         return np.asarray(versions >= self.published - self.max_policy_lag)
 
-    def _log_episodes(self, batch: dict[str, np.ndarray]) -> int:
+    def _log_episodes(self, batch: Mapping[str, np.ndarray]) -> int:
         """Log each episode that ended in ``batch`` with its return and length across fragments;
         those whose first steps this learner did not see (rows dropped as too old by
         ``max_policy_lag``, or read before it started) are not counted: their return is unknown.
