@@ -18,6 +18,7 @@ from rolloutfleet.datasets.parquet_files import read_columns
 from rolloutfleet.datasets.recorder import Recorder
 from rolloutfleet.datasets.writer import DatasetWriter
 from rolloutfleet.sampling.env_runner import EnvRunner
+from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.publisher import BatchPublisher
 from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.datasets.fleet_kit import cartpole_job
@@ -96,3 +97,56 @@ def test_an_unwritable_output_is_one_line(redis_url: str, tmp_path: Path, capsys
     )
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "cannot create" in err
+
+
+TEAM_TAG = Path(__file__).resolve().parents[3] / "examples" / "multiagent.yaml"
+"""Job team-tag, policies blue and red, as a user has it."""
+
+
+def recorder_groups(client: redis.Redis, policy: str) -> list[str]:
+    stream = job_keys("default", "team-tag", policy).batches
+    if not client.exists(stream):
+        return []
+    return [g["name"].decode() for g in client.xinfo_groups(stream) if g["name"].decode().startswith("recorder")]
+
+
+def test_a_policy_folder_that_cannot_be_written_leaves_no_group_behind(
+    redis_url: str, tmp_path: Path, capsys: Any
+) -> None:
+    (tmp_path / "red").write_text("in the way")  # blue's folder is fine, red's cannot be made
+    code = run("record", "--job", str(TEAM_TAG), "--redis", redis_url, "--format", "parquet",
+               "--output", str(tmp_path), "--duration", "1")  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "red" in err
+    client = redis.Redis.from_url(redis_url)
+    assert recorder_groups(client, "blue") == [] and recorder_groups(client, "red") == []
+
+
+def test_a_stream_refused_at_start_releases_the_groups_already_made(
+    redis_url: str, tmp_path: Path, capsys: Any
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.set(job_keys("default", "team-tag", "red").batches, "not a stream")
+    code = run("record", "--job", str(TEAM_TAG), "--redis", redis_url, "--format", "parquet",
+               "--output", str(tmp_path), "--duration", "1")  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "holds a string, not a stream" in err
+    assert recorder_groups(client, "blue") == []  # made for blue, then released when red was refused
+
+
+def test_only_a_group_that_handed_out_nothing_is_released(redis_url: str) -> None:
+    publish(redis_url, "kept", 2)
+    client = redis.Redis.from_url(redis_url)
+    stream = job_keys("default", "kept").batches
+
+    read = BatchConsumer(redis_url, "kept", group="read-some", block_s=0.1)
+    assert read.read(count=1, timeout=2.0)
+    unread = BatchConsumer(redis_url, "kept", group="read-none", block_s=0.1)
+    client.xgroup_create(stream, "theirs", id="0")
+    other = BatchConsumer(redis_url, "kept", group="theirs", block_s=0.1)  # it existed: not this consumer's
+    assert read.release_unread_groups() == []
+    assert unread.release_unread_groups() == [stream]
+    assert other.release_unread_groups() == []
+    assert {g["name"].decode() for g in client.xinfo_groups(stream)} == {"read-some", "theirs"}
+    for consumer in (read, unread, other):
+        consumer.close()

@@ -114,9 +114,12 @@ def _record(args: argparse.Namespace) -> int:
             )
     if (code := unreachable("record", args.redis, args.timeout)) is not None:
         return code
+    from rolloutfleet.transport.redis.errors import BackendError
+
     try:
-        recorders = _recorders(args, job, name, namespace, policies)
-    except OutputError as exc:
+        writers = _writers(args, job, name, namespace, policies)  # every folder checked before any group exists
+        recorders = _recorders(args, name, namespace, writers)
+    except (OutputError, BackendError) as exc:
         return _bad("record", str(exc), 1)
     return _record_until_stopped(args, recorders)
 
@@ -138,7 +141,8 @@ def _record_until_stopped(args: argparse.Namespace, recorders: list[Any]) -> int
         for recorder in recorders:  # what was spooled is written; the rest waits in the group
             with contextlib.suppress(OutputError):  # it stays in the spool for the next run
                 recorder.flush()
-        groups = sorted({recorder.consumer.group for recorder in recorders})
+        if not (groups := _release(recorders)):
+            return _bad("record", f"{exc}; nothing was read", 1)
         return _bad("record", f"{exc}; what was read is written, the rest stays in group(s) {groups}", 1)
     finally:
         for recorder in recorders:
@@ -158,24 +162,54 @@ def _summary(recorder: Any) -> str:
     return f"recorded {state.source()}: {written} in {recorder.writer.folder} (group {state.group}){open_note}"
 
 
-def _recorders(args: argparse.Namespace, job: Any, name: str, namespace: str, policies: list[str | None]) -> list[Any]:
+def _writers(args: argparse.Namespace, job: Any, name: str, namespace: str, policies: list[str | None]) -> list[Any]:
     from rolloutfleet.datasets.job_source import job_env_spec, job_spaces
-    from rolloutfleet.datasets.recorder import Recorder
     from rolloutfleet.datasets.writer import DatasetWriter
 
     spaces = job_spaces(job) if args.format == "minari" else None
     env_spec = job_env_spec(job) if args.format == "minari" else None
-    password = os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD")
-    recorders = []
+    writers = []
     for policy in policies:
         folder = args.output if policy is None else args.output / policy
-        writer = DatasetWriter(folder, name, args.format, namespace=namespace, policy=policy,
-                               roll_bytes=int(args.roll_mb * (1 << 20)), spaces=spaces, env_spec=env_spec)  # fmt: skip
-        group = args.group or writer.state.group or f"recorder-{secrets.token_hex(3)}"
-        writer.remember_group(group)  # a restart on this folder reads as the same group
-        recorders.append(Recorder(args.redis, name, writer, namespace=namespace, policy=policy, group=group,
-                                  password=password, flush_s=args.flush_seconds))  # fmt: skip
+        writers.append(DatasetWriter(folder, name, args.format, namespace=namespace, policy=policy,
+                                     roll_bytes=int(args.roll_mb * (1 << 20)), spaces=spaces, env_spec=env_spec))  # fmt: skip
+    return writers
+
+
+def _recorders(args: argparse.Namespace, name: str, namespace: str, writers: list[Any]) -> list[Any]:
+    """A recorder per writer. When one cannot start, the groups the others made are
+    released (a group never read would hold a ``block`` fleet back) and the error raised."""
+    from rolloutfleet.datasets.recorder import Recorder
+
+    password = os.environ.get("ROLLOUTFLEET_REDIS_PASSWORD")
+    recorders: list[Any] = []
+    try:
+        for writer in writers:
+            group = args.group or writer.state.group or f"recorder-{secrets.token_hex(3)}"
+            writer.remember_group(group)  # a restart on this folder reads as the same group
+            recorders.append(Recorder(args.redis, name, writer, namespace=namespace, policy=writer.state.policy,
+                                      group=group, password=password, flush_s=args.flush_seconds))  # fmt: skip
+    except BaseException:
+        _release(recorders)
+        for recorder in recorders:
+            recorder.close()
+        raise
     return recorders
+
+
+def _release(recorders: list[Any]) -> list[str]:
+    """Destroy the groups of ``recorders`` that never read an entry (Redis may be away: then
+    they stay); the groups that are left."""
+    from rolloutfleet.transport.redis.errors import BackendError
+
+    left = set()
+    for recorder in recorders:
+        released: list[str] = []
+        with contextlib.suppress(BackendError):
+            released = recorder.consumer.release_unread_groups()
+        if {shard.keys.batches for shard in recorder.consumer.shards} - set(released):
+            left.add(recorder.consumer.group)
+    return sorted(left)
 
 
 def add_replay_parser(commands: Any) -> argparse.ArgumentParser:

@@ -59,7 +59,13 @@ class Recorder:
         self.consumer = BatchConsumer(redis_url, job, namespace, group=group, consumer=f"{group}-0",
                                       reclaim_idle_s=reclaim_s, password=password, policy=policy,
                                       read_count=read_count, block_s=0.5)  # fmt: skip
-        self._acknowledge_spooled()
+        try:
+            self._acknowledge_spooled()
+        except BackendError:
+            with contextlib.suppress(BackendError):
+                self.consumer.release_unread_groups()
+            self.close()
+            raise
         self._last_flush = time.monotonic()
 
     def _acknowledge_spooled(self) -> None:

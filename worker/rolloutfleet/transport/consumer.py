@@ -44,6 +44,7 @@ from rolloutfleet.transport.duplicates import SeenBatches
 from rolloutfleet.transport.entries import Message, check_versions, concat_messages, decode_entry, schema_of, take_rows
 from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS, READING_SCRIPT, signal_room
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.errors import BackendError
 from rolloutfleet.transport.redis.keys import DEFAULT_GROUP, JobKeys, job_keys
 from rolloutfleet.transport.redis.stream_status import as_text, read_hold, read_stream_status, weights_version
 
@@ -133,7 +134,12 @@ class BatchConsumer(JobClient):
         self._announced: set[str] = set()  # the streams whose waiting publishers were told this learner reads
         self._schemas = SchemaReference(lambda: self._call(lambda: read_declared(self.client, self._job_keys)))
         """What get() judges batches against: the workers' declared columns, else the recent majority."""
-        self._call(self._streams.follow)
+        try:
+            self._call(self._streams.follow)
+        except BackendError:
+            self.release_unread_groups()  # a stream refused after others got their group
+            self.client.close()
+            raise
 
     @property
     def keys(self) -> JobKeys:
@@ -400,6 +406,12 @@ class BatchConsumer(JobClient):
         statuses = [self._call(lambda s=shard: read_stream_status(self.client, s.keys)) for shard in self.shards]  # type: ignore[misc]
         newest = self.policy_version if self.policy_version is not None else statuses[0].weights_seq_no
         return group_lag(statuses, self.group, self._lag.lag(newest))
+
+    def release_unread_groups(self) -> list[str]:
+        """Destroy the groups this consumer made and never read an entry from (a reader
+        that failed while starting); the streams released. A group that handed out entries
+        is kept: a restart resumes it."""
+        return self._streams.release_unread()
 
     def close(self) -> None:
         """Close the connection; un-acked messages stay pending (and will be reclaimed)."""

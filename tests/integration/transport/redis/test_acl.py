@@ -126,6 +126,8 @@ def test_the_learner_of_a_consumes_acks_reclaims_and_publishes_but_cannot_read_b
     reclaimed[0].ack()
     assert server.client().xpending(job_keys("team-a", "cartpole").batches, "learner")["pending"] == 0
     assert WeightPublisher(learner_url, "cartpole", "team-a").publish({"w": np.zeros(3)}) == 1
+    unread = BatchConsumer(learner_url, "cartpole", "team-a", group="recorder-start-failed")
+    assert unread.release_unread_groups() == [job_keys("team-a", "cartpole").batches]  # as record does
     assert server.client().acl_log() == []
 
     learner = redis.Redis.from_url(f"redis://127.0.0.1:{server.port}/0", username=a.learner.name, password=PASSWORD)
@@ -133,7 +135,8 @@ def test_the_learner_of_a_consumes_acks_reclaims_and_publishes_but_cannot_read_b
     server.client().xadd(b_keys.batches, {"x": "1"})
     for call in (lambda: learner.xrange(b_keys.batches), lambda: learner.get(b_keys.weights_version),
                  lambda: learner.set(b_keys.weights_version, "1 1 1"), lambda: learner.flushall(),
-                 lambda: learner.keys("*"), lambda: learner.config_get("*")):  # fmt: skip
+                 lambda: learner.keys("*"), lambda: learner.config_get("*"),
+                 lambda: learner.xgroup_destroy(b_keys.batches, "learner")):  # fmt: skip
         refused(call)
     b_learner = redis.Redis.from_url(f"redis://127.0.0.1:{server.port}/0", username=b.learner.name, password=PASSWORD)
     assert b_learner.xlen(b_keys.batches) == 1  # B's own learner reads B

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 from rolloutfleet.transport.consuming.stats import ConsumerStats
 from rolloutfleet.transport.redis.backpressure import signal_room
 from rolloutfleet.transport.redis.connection import RetryLoop
-from rolloutfleet.transport.redis.errors import Client, CommandRefused, OutOfMemory
+from rolloutfleet.transport.redis.errors import BackendError, Client, CommandRefused, OutOfMemory
 from rolloutfleet.transport.redis.keys import JobKeys
 from rolloutfleet.transport.redis.sharding import read_shards
 from rolloutfleet.transport.redis.stream_status import as_text
@@ -74,6 +74,8 @@ class ConsumerStreams:
         self._fixed_shards = fixed_shards
         self._stats = stats
         self.shards: list[Shard] = []
+        self.created: list[JobKeys] = []
+        """The streams on which this consumer made the group (not those where it existed)."""
         self._next_follow = time.monotonic() + SHARDS_REFRESH_S
         self._turn = 0
 
@@ -127,6 +129,7 @@ class ConsumerStreams:
     def create_group(self, keys: JobKeys) -> None:
         try:
             self.client.xgroup_create(keys.batches, self.group, id=self.start, mkstream=True)
+            self.created.append(keys)
         except OutOfMemory:
             # Refused before Redis looked: a group that exists is all we need.
             if self.group not in self._groups(keys):
@@ -140,6 +143,27 @@ class ConsumerStreams:
                     "something else wrote that key"
                 ) from None
             raise
+
+    def release_unread(self) -> list[str]:
+        """Destroy the groups this consumer made that never handed out an entry (nothing
+        delivered or reclaimed here, none pending in Redis): a reader that failed while it
+        started leaves no group to be waited for. Returns the streams released; a group
+        Redis will not destroy (the user may not) is logged and kept."""
+        if self._stats.delivered or self._stats.reclaimed:
+            return []
+        released = []
+        for keys in self.created:
+            try:
+                info = {as_text(g["name"]): g for g in self.client.xinfo_groups(keys.batches)}.get(self.group)
+                if info is None or int(info["pending"]):
+                    continue
+                self.client.xgroup_destroy(keys.batches, self.group)
+                released.append(keys.batches)
+            except BackendError as exc:
+                log.warning("group %s of %s is left (%s); a block fleet stops waiting for it after it is idle",
+                            self.group, keys.batches, exc)  # fmt: skip
+        self.created = [keys for keys in self.created if keys.batches not in released]
+        return released
 
     def _groups(self, keys: JobKeys) -> list[str]:
         try:

@@ -42,7 +42,7 @@ _WORKER_NEWS = ("+subscribe", "+unsubscribe")
 """The weights announcements (:attr:`~rolloutfleet.transport.redis.keys.JobKeys.weights_news`)."""
 _LEARNER_DATA = (
     "+xreadgroup", "+xrange", "+xack", "+xclaim", "+xautoclaim", "+xdel", "+xgroup|create",
-    "+xgroup|createconsumer", "+xgroup|delconsumer", "+xgroup|setid", "+incr",
+    "+xgroup|createconsumer", "+xgroup|delconsumer", "+xgroup|setid", "+xgroup|destroy", "+incr",
     "+mget", "+strlen", "+getrange", "+publish",
 )  # fmt: skip
 
