@@ -84,7 +84,7 @@ printf '%s\n' \
   'internalCertManagement:' '  enable: false' \
   'manageJobsWithoutQueueName: false' \
   'integrations:' '  frameworks: ["batch/job"]' '  externalFrameworks: ["RolloutJob.v1alpha1.rolloutfleet.io"]' \
-  'featureGates:' '  VisibilityOnDemand: false' >"$k/config.yaml"
+  'featureGates:' '  VisibilityOnDemand: false' '  ElasticJobsViaWorkloadSlices: true' >"$k/config.yaml"
 
 # --- CRDs, webhook configurations, namespace ------------------------------------------
 admin() { # METHOD PATH [curl args...]: the admin's call; body on stdout, fails on HTTP errors

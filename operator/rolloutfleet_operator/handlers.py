@@ -129,6 +129,7 @@ async def job_index(*, namespace: str | None, name: str, body: kopf.Body, **_: A
                 "namespace": namespace or "",
                 "uid": body.metadata.uid,
                 "labels": dict(body.metadata.labels),
+                "annotations": dict(body.metadata.annotations),  # kueue.x-k8s.io/elastic-job
                 "generation": body.metadata.get("generation", 1),
                 "deletionTimestamp": body.metadata.get("deletionTimestamp"),
             },
@@ -153,8 +154,10 @@ async def workload_index(
     *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
 ) -> dict[Key, dict[str, Any]]:
     meta = body.metadata
-    fields = {"name": meta.name, "uid": meta.uid, "resourceVersion": meta.get("resourceVersion"),
-              "generation": meta.get("generation", 1), "deletionTimestamp": meta.get("deletionTimestamp")}  # fmt: skip
+    fields = {"name": meta.name, "namespace": namespace or "", "uid": meta.uid, "labels": dict(labels),
+              "resourceVersion": meta.get("resourceVersion"), "generation": meta.get("generation", 1),
+              "deletionTimestamp": meta.get("deletionTimestamp"),
+              "annotations": {k: v for k, v in meta.annotations.items() if k.startswith("kueue.x-k8s.io/")}}  # fmt: skip
     return {
         (namespace or "", labels[JOB_LABEL]): {"metadata": fields, "spec": dict(body.spec), "status": dict(body.status)}
     }

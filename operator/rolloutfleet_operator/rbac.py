@@ -19,7 +19,11 @@ NAMESPACED: list[Rule] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch", "create", "delete"]},
+    {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["workloads"],
+        "verbs": ["list", "watch", "create", "patch", "delete"],
+    },
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},
 ]
 """Rules in each watched namespace (a Role per namespace, or part of the ClusterRole)."""

@@ -220,3 +220,90 @@ def test_kueue_down_means_no_pod_and_restarted_kueue_admits_the_waiting_job(
         assert up.returncode == 0, up.stderr[-3000:]
     wait_for(lambda: jobs.running("patient", 2), 120, jobs.describe)
     assert len(workloads(cluster, namespace, "patient")) == 1
+
+
+def elastic_job(name: str, redis_url: str, queue: str, replicas: int) -> dict[str, Any]:
+    manifest = queued_job(name, redis_url, queue)
+    manifest["spec"]["replicas"] = replicas
+    manifest["metadata"]["annotations"] = {"kueue.x-k8s.io/elastic-job": "true"}
+    return manifest
+
+
+def uids(jobs: Jobs, name: str) -> dict[str, str]:
+    """Live pods of job ``name``: pod name -> UID."""
+    return {n: p["metadata"]["uid"] for n, p in jobs.pods(name).items() if not p["metadata"].get("deletionTimestamp")}
+
+
+def live_slices(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    def finished(w: dict[str, Any]) -> bool:
+        return any(
+            c["type"] == "Finished" and c["status"] == "True" for c in (w.get("status") or {}).get("conditions") or []
+        )
+
+    return [
+        w for w in workloads(cluster, namespace, job) if not finished(w) and not w["metadata"].get("deletionTimestamp")
+    ]
+
+
+def reserved_cpu(cluster: Cluster, queue: str) -> str:
+    """The CPU the ClusterQueue has reserved, as Kueue reports it."""
+    found = client.CustomObjectsApi(cluster.api()).get_cluster_custom_object(*KUEUE, "clusterqueues", queue)
+    for flavor in (found.get("status") or {}).get("flavorsReservation") or []:
+        for resource in flavor["resources"]:
+            if resource["name"] == "cpu":
+                return str(resource["total"])
+    return "0"
+
+
+def test_an_elastic_job_grows_and_shrinks_inside_kueue_without_stopping_its_workers(
+    cluster: Cluster,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+    queue: str,
+) -> None:
+    operators.start()
+    jobs.create(elastic_job("grow", redis_server.url, queue, replicas=1))
+    wait_for(lambda: jobs.running("grow", 1), 90, jobs.describe)
+    first = uids(jobs, "grow")
+    wait_for(lambda: reserved_cpu(cluster, queue) == "250m", 30, jobs.describe)
+
+    # 1 -> 2: a replacement slice is admitted for the difference; worker 0 never stops.
+    jobs.patch("grow", {"replicas": 2})
+    wait_for(lambda: jobs.running("grow", 2), 90, jobs.describe)
+    assert first.items() <= uids(jobs, "grow").items(), (first, uids(jobs, "grow"))
+    (current,) = wait_for(lambda: (found := live_slices(cluster, namespace, "grow")) and len(found) == 1 and found, 60)
+    assert current["spec"]["podSets"][0]["count"] == 2
+    assert current["metadata"]["annotations"]["kueue.x-k8s.io/workload-slice-replacement-for"].endswith("-1")
+    wait_for(lambda: len(workloads(cluster, namespace, "grow")) == 1, 60)  # the replaced slice is deleted
+    two = uids(jobs, "grow")
+
+    # 2 -> 3 past the quota: the two keep running; the third waits, in Kueue's words.
+    jobs.patch("grow", {"replicas": 3})
+
+    def third_waits() -> dict[str, Any] | None:
+        status = jobs.status("grow")
+        kueue = status.get("kueue") or {}
+        waits = kueue.get("queuedWorkers") == [2] and "insufficient" in (kueue.get("message") or "")
+        return status if waits and status.get("phase") == "Running" else None
+
+    status = wait_for(third_waits, 60, jobs.describe)
+    assert status["phase"] == "Running" and status["reason"] == "ScaleUpQueued", status
+    assert "1 more worker(s) wait for Kueue" in status["message"], status["message"]
+    time.sleep(6)  # more than a timer period: still the same two workers, no third
+    assert uids(jobs, "grow") == two and jobs.status("grow").get("restarts", 0) == 0
+    assert reserved_cpu(cluster, queue) == "500m"
+
+    # A job queued behind it gets the quota the elastic job gives back when it shrinks to 1.
+    behind = queued_job("behind", redis_server.url, queue)
+    behind["spec"]["replicas"] = 1
+    jobs.create(behind)
+    wait_for(lambda: queued(jobs, "behind"), 60, jobs.describe)
+    jobs.patch("grow", {"replicas": 1})
+    wait_for(lambda: jobs.running("behind", 1), 90, jobs.describe)
+    wait_for(lambda: jobs.running("grow", 1), 60, jobs.describe)
+    assert first.items() <= uids(jobs, "grow").items()  # worker 0 is still the first pod
+    (current,) = live_slices(cluster, namespace, "grow")
+    assert current["spec"]["podSets"][0]["count"] == 1
+    assert jobs.status("grow")["kueue"]["queuedWorkers"] == [] and jobs.status("grow").get("restarts", 0) == 0

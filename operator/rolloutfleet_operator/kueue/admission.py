@@ -10,6 +10,14 @@ Workload's status, which only Kueue writes admissions into. On eviction the oper
 deletes the pods (not failures) and then hands the quota back as Kueue's jobframework
 does (admission cleared, QuotaReserved False/Pending, Requeued); Kueue requeues it. The
 PodsReady condition follows the workers' readiness (for Kueue's waitForPodsReady).
+
+**Elastic jobs** (annotation ``kueue.x-k8s.io/elastic-job: "true"``, Kueue's own opt-in;
+Kueue's ``ElasticJobsViaWorkloadSlices`` gate on) change size without stopping: the Workload's
+name hashes the pod set without its count, so a new size is no new admission. A scale-down
+lowers the admitted Workload's count in place (the quota goes back at once); a scale-up is
+a new slice annotated ``kueue.x-k8s.io/workload-slice-replacement-for`` the admitted one,
+which Kueue admits for the difference and then finishes the old slice (KEP-77). Until it
+is admitted the workers the old slice admitted keep running: :func:`decide_elastic`.
 """
 
 from __future__ import annotations
@@ -23,6 +31,12 @@ from typing import Any
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+REPLACEMENT_FOR = "kueue.x-k8s.io/workload-slice-replacement-for"
+SHAPE_LABEL = "rolloutfleet.io/workload-shape"
+SLICE_REPLACED = "WorkloadSliceReplaced"  # the Finished reason of a slice its replacement took over
+"""On an elastic job's Workloads: the hash of what Kueue admits but the count. Slices of
+one shape are one admission that changes size; another shape queues again."""
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 WORKLOADS = (GROUP, VERSION, "workloads")
 POD_SET = "workers"
@@ -34,6 +48,11 @@ _SCHEDULING_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassN
 
 def queue_name(labels: Mapping[str, str]) -> str | None:
     return labels.get(QUEUE_LABEL) or None
+
+
+def is_elastic(annotations: Mapping[str, str]) -> bool:
+    """Whether the job asked to change size inside its admission (Kueue's annotation)."""
+    return annotations.get(ELASTIC_ANNOTATION) == "true"
 
 
 def pod_set_template(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,8 +76,11 @@ def build_workload(
     priority: int | None,
     owner: Mapping[str, Any],
     job_label: str,
+    elastic: bool = False,
 ) -> dict[str, Any]:
-    """The Workload for the job as it is now (``pod``: a worker pod as built for it)."""
+    """The Workload for the job as it is now (``pod``: a worker pod as built for it).
+    ``elastic``: named by its shape (the count left out of the hash), and labelled with it;
+    :func:`decide_elastic` gives it its slice number."""
     priority_class = labels.get(PRIORITY_LABEL) or None
     spec: dict[str, Any] = {
         "queueName": labels[QUEUE_LABEL],
@@ -67,18 +89,35 @@ def build_workload(
     if priority_class is not None:
         spec["priorityClassRef"] = {"group": GROUP, "kind": "WorkloadPriorityClass", "name": priority_class}
         spec["priority"] = priority if priority is not None else 0
-    digest = hashlib.sha256(json.dumps([uid, spec], sort_keys=True).encode()).hexdigest()[:10]
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Workload",
-        "metadata": {
-            "name": f"rolloutjob-{job_name[:40].rstrip('-.')}-{digest}",
-            "namespace": namespace,
-            "labels": {job_label: job_name},
-            "ownerReferences": [dict(owner)],
-        },
-        "spec": spec,
+    hashed = _without_count(spec) if elastic else spec
+    digest = hashlib.sha256(json.dumps([uid, hashed], sort_keys=True).encode()).hexdigest()[:10]
+    metadata: dict[str, Any] = {
+        "name": f"rolloutjob-{job_name[:40].rstrip('-.')}-{digest}",
+        "namespace": namespace,
+        "labels": {job_label: job_name},
+        "ownerReferences": [dict(owner)],
     }
+    if elastic:
+        metadata["labels"][SHAPE_LABEL] = digest
+        metadata["annotations"] = {ELASTIC_ANNOTATION: "true"}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": metadata, "spec": spec}
+
+
+def _without_count(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {**spec, "podSets": [{k: v for k, v in ps.items() if k != "count"} for ps in spec["podSets"]]}
+
+
+def pod_count(workload: Mapping[str, Any]) -> int:
+    """The workers the Workload asks for (its one pod set's count)."""
+    return int(workload["spec"]["podSets"][0].get("count", 1))
+
+
+def with_count(workload: Mapping[str, Any], count: int) -> dict[str, Any]:
+    """A merge patch setting the Workload's worker count, refused if it changed meanwhile
+    (a merge patch replaces the pod set list whole: the rest is sent as it was)."""
+    pod_sets = [dict(ps) for ps in workload["spec"]["podSets"]]
+    pod_sets[0]["count"] = count
+    return {"metadata": {"resourceVersion": workload["metadata"]["resourceVersion"]}, "spec": {"podSets": pod_sets}}
 
 
 def _condition(workload: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -98,6 +137,11 @@ def is_admitted(workload: Mapping[str, Any]) -> bool:
 
 def holds_quota(workload: Mapping[str, Any]) -> bool:
     return _true(workload, "QuotaReserved") or bool((workload.get("status") or {}).get("admission"))
+
+
+def is_finished(workload: Mapping[str, Any]) -> bool:
+    """Finished: for a slice, replaced by the next one (reason WorkloadSliceReplaced)."""
+    return _true(workload, "Finished")
 
 
 @dataclass(frozen=True)
@@ -227,6 +271,9 @@ class Decision:
     requeue: list[dict[str, Any]] = field(default_factory=list)  # evicted ones to hand back
     admitted: dict[str, Any] | None = None  # the wanted Workload, when workers may run
     waiting: Waiting | None = None
+    resize: tuple[dict[str, Any], int] | None = None  # elastic: (a Workload, its new count)
+    admitted_count: int | None = None  # elastic: the workers the admitted slice allows
+    scale_up: Waiting | None = None  # elastic: why the workers past admitted_count wait
 
 
 def decide(wanted: dict[str, Any], existing: Iterable[Mapping[str, Any]], pods_left: bool) -> Decision:
@@ -249,3 +296,132 @@ def decide(wanted: dict[str, Any], existing: Iterable[Mapping[str, Any]], pods_l
     if current is not None and _true(current, "Evicted") and holds_quota(current) and not pods_left:
         decision.requeue.append(dict(current))
     return decision
+
+
+def decide_elastic(
+    wanted: dict[str, Any], existing: Iterable[Mapping[str, Any]], pods_left: bool, now: float
+) -> Decision:
+    """:func:`decide` for an elastic job (``wanted`` from ``build_workload(elastic=True)``).
+    The Workloads of its shape are one or two slices: the current one and, while a
+    scale-up waits, its replacement. Workers may run up to the count of the admitted one
+    (``admitted_count``); the rest wait in Kueue's words (``scale_up``)."""
+    shape, want = wanted["metadata"]["labels"][SHAPE_LABEL], pod_count(wanted)
+    alive = [w for w in existing if w["metadata"].get("deletionTimestamp") is None]
+    slices = [w for w in alive if (w["metadata"].get("labels") or {}).get(SHAPE_LABEL) == shape]
+    live_slices = sorted((w for w in slices if not is_finished(w)), key=_slice_number)
+    decision = Decision()
+    handing_over = _handing_over(slices, live_slices, now)
+    decision.delete = [w["metadata"]["name"] for w in slices if is_finished(w) and w is not handing_over]
+    if handing_over is not None:  # Kueue finished the old slice and is admitting its replacement
+        decision.admitted = dict(handing_over)
+        decision.admitted_count = min(want, pod_count(handing_over))
+        decision.scale_up = Waiting("Admitting", f"Kueue is admitting {live_slices[-1]['metadata']['name']}")
+    elif not live_slices:
+        decision.create = _slice(wanted, _next_number(slices), None)
+        name, queue = decision.create["metadata"]["name"], wanted["spec"]["queueName"]
+        decision.waiting = Waiting("Pending", f"creating workload {name} in LocalQueue {queue}")
+        decision.admitted_count = 0
+    elif (admitted := next((w for w in reversed(live_slices) if is_admitted(w)), None)) is not None:
+        _admitted(decision, wanted, admitted, [w for w in live_slices if w is not admitted], want, slices)
+    else:
+        _not_admitted(decision, live_slices, want, pods_left)
+    if decision.admitted is not None or not pods_left:  # another shape (new requests, queue): queued anew
+        decision.delete += [w["metadata"]["name"] for w in alive if w not in slices]
+    return decision
+
+
+HANDOVER_S = 30.0
+"""How long the workers of a slice Kueue finished for its replacement keep running while the
+replacement is not yet seen admitted (Kueue finishes the old slice, then admits the new)."""
+
+
+def _handing_over(
+    slices: list[Mapping[str, Any]], live_slices: list[Mapping[str, Any]], now: float
+) -> Mapping[str, Any] | None:
+    """The slice Kueue finished as replaced (within :data:`HANDOVER_S`) while no live slice
+    is admitted yet: its admission still stands for the workers it had."""
+    if not live_slices or any(is_admitted(w) for w in live_slices):
+        return None
+    for workload in slices:
+        finished = _condition(workload, "Finished")
+        if finished is None or finished.get("status") != "True" or finished.get("reason") != SLICE_REPLACED:
+            continue
+        key = f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"
+        replaced_for = any((w["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR) == key for w in live_slices)
+        if replaced_for and now - _timestamp(finished.get("lastTransitionTime")) < HANDOVER_S:
+            return workload
+    return None
+
+
+def _timestamp(text: Any) -> float:
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _admitted(
+    decision: Decision,
+    wanted: dict[str, Any],
+    admitted: Mapping[str, Any],
+    rest: list[Mapping[str, Any]],
+    want: int,
+    slices: list[Mapping[str, Any]],
+) -> None:
+    """An admitted slice: shrunk in place, or grown by a replacement slice."""
+    decision.admitted = dict(admitted)
+    key = f"{admitted['metadata']['namespace']}/{admitted['metadata']['name']}"
+    replacements = [w for w in rest if (w["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR) == key]
+    # A slice older than the admitted one (its replacement admitted, not yet finished by Kueue): the newer holds it all.
+    decision.delete += [w["metadata"]["name"] for w in rest if w not in replacements]
+    have = pod_count(admitted)
+    if want <= have:
+        decision.admitted_count = want
+        decision.delete += [w["metadata"]["name"] for w in replacements]  # a scale-up no longer wanted
+        if want < have:
+            decision.resize = (dict(admitted), want)
+        return
+    decision.admitted_count = have
+    if not replacements:
+        decision.create = _slice(wanted, _next_number(slices), key)
+        more = f"workload {decision.create['metadata']['name']} asks Kueue for {want - have} more worker(s)"
+        decision.scale_up = Waiting("Pending", more)
+        return
+    replacement, *extra = replacements
+    decision.delete += [w["metadata"]["name"] for w in extra]
+    if pod_count(replacement) != want:
+        decision.resize = (dict(replacement), want)  # not admitted: its count may change
+    decision.scale_up = waiting_for(replacement)
+
+
+def _not_admitted(decision: Decision, live_slices: list[Mapping[str, Any]], want: int, pods_left: bool) -> None:
+    """No slice admitted: no workers. An evicted slice hands its quota back once its pods
+    are gone (its replacement, if any, then queues alone); a waiting one follows the count."""
+    *older, current = live_slices
+    decision.admitted_count = 0
+    evicted = next((w for w in live_slices if _true(w, "Evicted")), None)
+    if older and not pods_left:
+        decision.delete += [w["metadata"]["name"] for w in older]
+    if evicted is not None and evicted is current and holds_quota(current) and not pods_left:
+        decision.requeue.append(dict(current))
+    decision.waiting = waiting_for(evicted if evicted is not None and pods_left else current)
+    if not holds_quota(current) and pod_count(current) != want:
+        decision.resize = (dict(current), want)
+
+
+def _slice(wanted: Mapping[str, Any], number: int, replaces: str | None) -> dict[str, Any]:
+    """``wanted`` named as slice ``number`` of its shape, replacing the slice ``replaces``."""
+    annotations = dict(wanted["metadata"].get("annotations") or {})
+    if replaces is not None:
+        annotations[REPLACEMENT_FOR] = replaces
+    metadata = {**wanted["metadata"], "name": f"{wanted['metadata']['name']}-{number}", "annotations": annotations}
+    return {**wanted, "metadata": metadata}
+
+
+def _slice_number(workload: Mapping[str, Any]) -> int:
+    suffix = workload["metadata"]["name"].rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else 0
+
+
+def _next_number(slices: Iterable[Mapping[str, Any]]) -> int:
+    return 1 + max((_slice_number(w) for w in slices), default=0)

@@ -40,9 +40,47 @@ class Gate:
     allowed: bool = True
     waiting: kueue.Waiting | None = None  # why there are no workers (status phase Queued)
     placement: dict[str, Any] = field(default_factory=dict)  # the admitted flavors' nodeSelector/tolerations
+    admitted: int | None = None  # an elastic job: the workers Kueue admits now (None: all it wants)
+    scale_up: kueue.Waiting | None = None  # an elastic job: why the workers past ``admitted`` wait
+    workload: str | None = None  # the admitted (else the waiting) Workload's name
 
     def place(self, pod: dict[str, Any]) -> dict[str, Any]:
         return kueue.place(pod, self.placement) if self.placement else pod
+
+    def within(self, job: RolloutJob) -> RolloutJob:
+        """``job`` as Kueue lets it run: suspended without an admission, and no more
+        workers than an elastic job's admitted slice allows."""
+        if not self.allowed:
+            return job.model_copy(update={"spec": job.spec.model_copy(update={"suspend": True})})
+        if self.admitted is not None and self.admitted < job.spec.replicas:
+            return job.model_copy(update={"spec": job.spec.model_copy(update={"replicas": self.admitted})})
+        return job
+
+    def scale_up_words(self, job: RolloutJob) -> tuple[str, str] | None:
+        """(reason, message) for the workers an elastic job wants past its admission."""
+        if not self.allowed or self.admitted is None or self.admitted >= job.spec.replicas:
+            return None
+        why = self.scale_up or kueue.Waiting("Pending", "waiting for Kueue")
+        more = job.spec.replicas - self.admitted
+        return "ScaleUpQueued", f"{more} more worker(s) wait for Kueue ({why.reason}): {why.message}"
+
+    def status(self, job: RolloutJob) -> dict[str, Any]:
+        """``status.kueue`` of an elastic job: its admitted Workload, how many workers Kueue
+        admits and which wait, and why; empty for other jobs."""
+        if self.admitted is None:
+            return {"kueue": None}  # null, not absent: a merge patch removes an old one
+        wanted = 0 if job.spec.suspend else job.spec.replicas
+        admitted = min(self.admitted, wanted) if self.allowed else 0
+        why = self.scale_up if self.allowed else self.waiting
+        return {
+            "kueue": {
+                "workload": self.workload,
+                "admittedReplicas": admitted,
+                "queuedWorkers": list(range(admitted, wanted)),
+                "reason": why.reason if why is not None and admitted < wanted else None,
+                "message": why.message if why is not None and admitted < wanted else None,
+            }
+        }
 
 
 async def kueue_gate(
@@ -70,35 +108,77 @@ async def kueue_gate(
     if problem is not None:
         return Gate(allowed=False, waiting=problem)
     owner = owner_reference(job, str(body["metadata"]["uid"]))
+    elastic = kueue.is_elastic(body["metadata"].get("annotations") or {})
     wanted = kueue.build_workload(
         job.name, job.namespace, str(body["metadata"]["uid"]), labels, job.spec.replicas, build_pod(), priority,
-        owner, JOB_LABEL,
+        owner, JOB_LABEL, elastic=elastic,
     )  # fmt: skip
-    decision = kueue.decide(wanted, existing, pods_left)
+    if elastic:
+        decision = kueue.decide_elastic(wanted, existing, pods_left, time.time())
+    else:
+        decision = kueue.decide(wanted, existing, pods_left)
     await asyncio.gather(*(_delete(api, job.namespace, name) for name in decision.delete))
+    refused = await _resize(api, decision.resize) if decision.resize is not None else None
     for evicted in decision.requeue:
         await _patch_status(api, job.namespace, evicted["metadata"]["name"], kueue.requeue_status(evicted, time.time()))
+    scale_up = refused or decision.scale_up
     if decision.create is not None:
         created = await _create(api, decision.create)
-        if created is not None:
+        name = decision.create["metadata"]["name"]
+        if created is not None and decision.admitted is None:
             return Gate(allowed=False, waiting=created)
-        post_event(body["metadata"], "Normal", "WorkloadCreated",
-                   f"created Kueue workload {wanted['metadata']['name']} in LocalQueue {wanted['spec']['queueName']}")  # fmt: skip
+        if created is not None:
+            scale_up = created  # the admitted workers go on; the scale-up says why it waits
+        else:
+            what = (
+                "to grow the fleet" if decision.admitted is not None else f"in LocalQueue {wanted['spec']['queueName']}"
+            )
+            post_event(body["metadata"], "Normal", "WorkloadCreated", f"created Kueue workload {name} {what}")
     if decision.admitted is None:
-        return Gate(allowed=False, waiting=decision.waiting)
+        return Gate(allowed=False, waiting=decision.waiting, admitted=decision.admitted_count)
+    admitted = decision.admitted_count
+    wanted_now = job.spec.replicas if admitted is None else admitted
+    gate = Gate(admitted=admitted, scale_up=scale_up, workload=decision.admitted["metadata"]["name"])
     live = [p for p in pods if not p.deleting and not p.terminated]
-    ready = sum(1 for p in live if p.ready) >= job.spec.replicas
+    ready = sum(1 for p in live if p.ready) >= wanted_now
     ready_patch = kueue.pods_ready_status(decision.admitted, ready, time.time())
-    if ready_patch is not None:
+    if ready_patch is not None and not kueue.is_finished(decision.admitted):
         await _patch_status(api, job.namespace, decision.admitted["metadata"]["name"], ready_patch)
-    if len(live) >= job.spec.replicas:
-        return Gate()  # nothing to create: no need to read the flavors
+    if len(live) >= wanted_now:
+        return gate  # nothing to create: no need to read the flavors
     names = kueue.admitted_flavors(decision.admitted)
     flavors = await _read_flavors(api, names)
     try:
-        return Gate(placement=kueue.flavor_placement(decision.admitted, flavors))
+        gate.placement = kueue.flavor_placement(decision.admitted, flavors)
     except KeyError as missing:
         return Gate(allowed=False, waiting=kueue.Waiting("FlavorNotFound", f"ResourceFlavor {missing} not found"))
+    return gate
+
+
+async def _resize(api: Api, resize: tuple[dict[str, Any], int]) -> kueue.Waiting | None:
+    """Set a Workload's worker count (an elastic job's scale-down, or a waiting slice
+    following the wanted count); None when done or when it changed meanwhile (the next
+    round sees it), else why Kueue refused (its feature gate off: pod sets immutable)."""
+    workload, count = resize
+    name, namespace = workload["metadata"]["name"], workload["metadata"]["namespace"]
+    async with api.slots:
+        try:
+            await asyncio.to_thread(
+                api.custom.patch_namespaced_custom_object, _GROUP, _VERSION, namespace, _WORKLOADS, name,
+                kueue.with_count(workload, count),
+            )  # fmt: skip
+        except ApiException as error:
+            if error.status in (404, 409):
+                return None
+            if error.status not in (400, 403, 422):
+                raise
+            message = (
+                f"Kueue refused to set workload {name}'s count from {kueue.pod_count(workload)} to {count} "
+                f"({refusal_reason(error)}); an elastic job needs Kueue's ElasticJobsViaWorkloadSlices feature gate"
+            )
+            return kueue.Waiting("WorkloadResizeRefused", message)
+    log.info("workload %s/%s: count %d -> %d", namespace, name, kueue.pod_count(workload), count)
+    return None
 
 
 async def _priority(api: Api, name: str | None) -> tuple[int | None, kueue.Waiting | None]:

@@ -90,7 +90,7 @@ async def reconcile(
     gate = await kueue_gate(runtime.api, body, job, observation.pods, (workload_index or {}).get(key, []),
                             lambda: build_pod(job, uid, 0, config, current_hash))  # fmt: skip
     the_plan = plan(
-        job if gate.allowed else job.model_copy(update={"spec": job.spec.model_copy(update={"suspend": True})}),
+        gate.within(job),
         observation.pods,
         records_from_status(own_status),
         now,
@@ -107,8 +107,8 @@ async def reconcile(
     queued = (gate.waiting.reason, gate.waiting.message) if gate.waiting else None
     status = build_status(
         name, job.spec.suspend, the_plan, observation.pods, int(body["metadata"]["generation"]), now, own_status,
-        state.beats, namespace, queued, image=worker_image(job, config),
-    ) | scaling_status(scaling)  # fmt: skip
+        state.beats, namespace, queued, image=worker_image(job, config), scale_up=gate.scale_up_words(job),
+    ) | scaling_status(scaling) | gate.status(job)  # fmt: skip
     _add_status_parts(status, body, job, state, the_plan, evaluators, isolation, own_status, now)
     if (filled := defaults_status(body["spec"], job, config)) is not None:
         status["redisDefaults"] = filled  # what the operator filled in: the URL, the CA's copy

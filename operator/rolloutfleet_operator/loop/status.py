@@ -101,8 +101,10 @@ def build_status(
     namespace: str = "default",
     queued: tuple[str, str] | None = None,
     image: str | None = None,
+    scale_up: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``queued``: (reason, message) while Kueue has not admitted the job; ``image``: its workers'."""
+    """``queued``: (reason, message) while Kueue has not admitted the job; ``scale_up``: the
+    same for the workers past what Kueue admitted to an elastic job; ``image``: its workers'."""
     desired = the_plan.desired
     live = [p for p in pods if p.index < desired and not p.terminated and not p.deleting]
     ready = sum(1 for p in live if p.ready)
@@ -118,6 +120,9 @@ def build_status(
     if waiting is not None and phase in ("Running", "Degraded"):
         message += "; " + waiting[1]
         reason = "WaitingForLearner" if phase == "Running" else reason
+    if scale_up is not None and phase in ("Running", "Degraded", "Pending"):
+        message += "; " + scale_up[1]
+        reason = scale_up[0] if phase == "Running" else reason
     steps, rate = progress(beats or {}, desired, now)
     return {
         "phase": phase,
