@@ -10,36 +10,13 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import threading
 import time
 from typing import Any
 
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
-from rolloutfleet.transport.consumer import BatchConsumer
 from tests.cluster.kubelet import LocalKubelet
 from tests.e2e.cluster_kit import REPO, Cluster, OperatorFactory, wait_for
-from tests.e2e.jobs import Jobs, job_manifest
-
-APPETITE = 400.0  # rows/s the learner takes
-STEP_S = 0.005  # a worker's env step: at most 200 rows/s per worker
-
-
-class Learner(threading.Thread):
-    """Takes 40-row batches (two 20-row entries a read), then 'trains' 40 / APPETITE s."""
-
-    def __init__(self, url: str, namespace: str, name: str) -> None:
-        super().__init__(daemon=True)
-        self.consumer = BatchConsumer(url, "elastic", namespace=namespace, consumer=name, block_s=0.2, read_count=2)
-        self.stop = threading.Event()
-        self.batches = 0
-        self.appetite = APPETITE
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            if self.consumer.get(min_steps=40, timeout=0.5) is not None:
-                self.batches += 1
-                time.sleep(40 / self.appetite)
-        self.consumer.close()
+from tests.e2e.jobs import APPETITE, STEP_S, Jobs, Learner, job_manifest
 
 
 def scaled_events(cluster: Cluster, namespace: str) -> list[str]:
@@ -72,7 +49,7 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
     manifest["spec"]["extraEnv"] = [{"name": "PYTHONPATH", "value": str(REPO)}]  # the env's module is in tests/
     jobs.create(manifest)
     wait_for(lambda: jobs.status("elastic").get("readyReplicas") == 1, 120, jobs.describe)
-    learner = Learner(redis_server.url, namespace, "first")
+    learner = Learner(redis_server.url, namespace, "elastic", "first")
     learner.start()
 
     # Up while the learner starves.
@@ -135,7 +112,7 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
                for e in scaled_events(cluster, namespace))  # fmt: skip
 
     # A learner starts again: workers back at the operator's next look, and batches.
-    again = Learner(redis_server.url, namespace, "second")
+    again = Learner(redis_server.url, namespace, "elastic", "second")
     again.start()
     status = wait_for(lambda: ((s := jobs.status("elastic")).get("desiredReplicas") or 0) > 0 and s, 60, jobs.describe)
     assert status["autoscaling"]["reason"].startswith("a learner reads again (")

@@ -8,6 +8,7 @@ the API server says: pods, the jobs' status, Kueue's Workloads.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from kubernetes import client
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from tests.cluster.kubelet import LocalKubelet
 from tests.e2e.cluster_kit import REPO, Cluster, OperatorFactory, missing, wait_for
-from tests.e2e.jobs import Jobs, job_manifest
+from tests.e2e.jobs import STEP_S, Jobs, Learner, job_manifest
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 WORKER = {"cpu": "250m", "memory": "256Mi"}
@@ -245,6 +246,48 @@ def live_slices(cluster: Cluster, namespace: str, job: str) -> list[dict[str, An
     ]
 
 
+def slices_seen(cluster: Cluster, namespace: str, job: str) -> str:
+    """The job's Workloads in a line each: name, count (minCount), admitted count, conditions."""
+    lines = []
+    for w in workloads(cluster, namespace, job):
+        pod_set, status = w["spec"]["podSets"][0], w.get("status") or {}
+        admitted = [a.get("count") for a in (status.get("admission") or {}).get("podSetAssignments") or []]
+        conditions = [f"{c['type']}={c['status']}" for c in status.get("conditions") or []]
+        lines.append(f"{w['metadata']['name']} count={pod_set['count']} min={pod_set.get('minCount')} "
+                     f"admitted={admitted} {' '.join(conditions)}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def queued_batch_job(cluster: Cluster, namespace: str, name: str, queue: str) -> None:
+    """A plain batch/v1 Job in the same queue (Kueue's own integration): one pod of the
+    workers' size that sleeps. It shares no port with the workers the test kubelet runs."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "sleep", "image": "busybox", "command": ["sleep", "600"],
+                                    "resources": {"requests": WORKER, "limits": WORKER}}],
+                }
+            },
+        },
+    }  # fmt: skip
+    client.BatchV1Api(cluster.api()).create_namespaced_job(namespace, job)
+
+
+def batch_job_running(cluster: Cluster, namespace: str, name: str) -> bool:
+    pods = client.CoreV1Api(cluster.api()).list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+    return any(p.status.phase == "Running" and not p.metadata.deletion_timestamp for p in pods)
+
+
+def delete_batch_job(cluster: Cluster, namespace: str, name: str) -> None:
+    client.BatchV1Api(cluster.api()).delete_namespaced_job(name, namespace, propagation_policy="Background")
+
+
 def reserved_cpu(cluster: Cluster, queue: str) -> str:
     """The CPU the ClusterQueue has reserved, as Kueue reports it."""
     found = client.CustomObjectsApi(cluster.api()).get_cluster_custom_object(*KUEUE, "clusterqueues", queue)
@@ -296,14 +339,87 @@ def test_an_elastic_job_grows_and_shrinks_inside_kueue_without_stopping_its_work
     assert reserved_cpu(cluster, queue) == "500m"
 
     # A job queued behind it gets the quota the elastic job gives back when it shrinks to 1.
-    behind = queued_job("behind", redis_server.url, queue)
-    behind["spec"]["replicas"] = 1
-    jobs.create(behind)
-    wait_for(lambda: queued(jobs, "behind"), 60, jobs.describe)
+    queued_batch_job(cluster, namespace, "behind", queue)
+    time.sleep(3)
+    assert not batch_job_running(cluster, namespace, "behind")  # no room while the fleet holds 2
     jobs.patch("grow", {"replicas": 1})
-    wait_for(lambda: jobs.running("behind", 1), 90, jobs.describe)
+    wait_for(lambda: batch_job_running(cluster, namespace, "behind"), 90, jobs.describe)
     wait_for(lambda: jobs.running("grow", 1), 60, jobs.describe)
     assert first.items() <= uids(jobs, "grow").items()  # worker 0 is still the first pod
     (current,) = live_slices(cluster, namespace, "grow")
     assert current["spec"]["podSets"][0]["count"] == 1
     assert jobs.status("grow")["kueue"]["queuedWorkers"] == [] and jobs.status("grow").get("restarts", 0) == 0
+
+
+def test_an_autoscaled_elastic_job_asks_kueue_for_what_it_wants_and_runs_what_it_was_given(
+    cluster: Cluster,
+    operators: OperatorFactory,
+    jobs: Jobs,
+    namespace: str,
+    redis_server: EmbeddedRedis,
+    queue: str,
+) -> None:
+    """Quota for two workers; a starving learner makes the autoscaler want more. The job runs
+    two and says the rest wait; without a learner it goes to 0 and holds no quota, so a job
+    queued behind it runs; the learner back, it runs the one worker that fits, and grows
+    when the other job goes, without stopping the worker it has."""
+    operators.start()
+    manifest = elastic_job("fleet", redis_server.url, queue, replicas=1)
+    manifest["spec"].update(
+        sampling={"rolloutFragmentLength": 20, "seed": 0},
+        redis={"url": redis_server.url, "maxLen": 20, "backpressure": "block", "blockTimeoutSeconds": 2},
+        autoscaling={"minReplicas": 0, "maxReplicas": 4, "idleSeconds": 20, "windowSeconds": 10,
+                     "scaleDownSeconds": 10},
+        env={"entryPoint": "tests.integration.fleet.paced_env:make", "config": {"step_s": STEP_S}},
+        extraEnv=[{"name": "PYTHONPATH", "value": str(REPO)}],
+    )  # fmt: skip
+    jobs.create(manifest)
+    wait_for(lambda: jobs.running("fleet", 1), 120, jobs.describe)
+    learner = Learner(redis_server.url, namespace, "fleet", "first")
+    learner.start()
+
+    def capped() -> dict[str, Any] | None:
+        status = jobs.status("fleet")
+        queued_workers = (status.get("kueue") or {}).get("queuedWorkers") or []
+        return status if queued_workers and status.get("readyReplicas") == 2 else None
+
+    status = wait_for(capped, 180, jobs.describe)
+    assert status["kueue"]["admittedReplicas"] == 2 and status["desiredReplicas"] == 2, status["kueue"]
+    assert status["autoscaling"]["reason"].startswith("learner starved "), status["autoscaling"]
+    asked = []
+    for _ in range(10):  # never more pods than admitted; the ask changes at most once a window
+        assert len(uids(jobs, "fleet")) <= 2
+        asked.append(len(jobs.status("fleet")["kueue"]["queuedWorkers"]))
+        time.sleep(1.0)
+    assert sum(1 for a, b in itertools.pairwise(asked) if a != b) <= 2, asked
+    assert reserved_cpu(cluster, queue) == "500m"
+
+    # No learner: 0 workers and no quota held; a job queued behind it runs.
+    learner.stop.set()
+    learner.join(10)
+    wait_for(lambda: jobs.status("fleet").get("desiredReplicas") == 0 and not uids(jobs, "fleet"), 120, jobs.describe)
+    wait_for(lambda: reserved_cpu(cluster, queue) in ("0", "0m"), 60, lambda: slices_seen(cluster, namespace, "fleet"))
+    queued_batch_job(cluster, namespace, "behind", queue)
+    wait_for(lambda: batch_job_running(cluster, namespace, "behind"), 90, jobs.describe)
+
+    # The learner back: the fleet asks again and runs the one worker that fits, saying why not more.
+    again = Learner(redis_server.url, namespace, "fleet", "second")
+    again.start()
+
+    def one_fits() -> dict[str, Any] | None:
+        status = jobs.status("fleet")
+        kueue = status.get("kueue") or {}
+        says = "insufficient" in (kueue.get("message") or "")
+        return status if kueue.get("admittedReplicas") == 1 and says and jobs.running("fleet", 1) else None
+
+    wait_for(one_fits, 120, jobs.describe)
+    only = uids(jobs, "fleet")
+    wait_for(lambda: again.batches > 0, 120, jobs.describe)
+
+    # The other job goes: the fleet grows to 2 around the worker it has.
+    delete_batch_job(cluster, namespace, "behind")
+    wait_for(lambda: jobs.running("fleet", 2), 120, jobs.describe)
+    assert only.items() <= uids(jobs, "fleet").items(), (only, uids(jobs, "fleet"))
+    assert jobs.status("fleet").get("restarts", 0) == 0
+    again.stop.set()
+    again.join(10)

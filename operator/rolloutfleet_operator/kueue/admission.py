@@ -112,11 +112,23 @@ def pod_count(workload: Mapping[str, Any]) -> int:
     return int(workload["spec"]["podSets"][0].get("count", 1))
 
 
+def admitted_pods(workload: Mapping[str, Any]) -> int:
+    """The workers an admitted Workload allows: what Kueue assigned (fewer than asked when it
+    admitted part of a pod set with ``minCount``), and no more than it asks for now."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    for assignment in admission.get("podSetAssignments") or []:
+        if assignment.get("name") == POD_SET and assignment.get("count") is not None:
+            return min(int(assignment["count"]), pod_count(workload))
+    return pod_count(workload)
+
+
 def with_count(workload: Mapping[str, Any], count: int) -> dict[str, Any]:
     """A merge patch setting the Workload's worker count, refused if it changed meanwhile
     (a merge patch replaces the pod set list whole: the rest is sent as it was)."""
     pod_sets = [dict(ps) for ps in workload["spec"]["podSets"]]
     pod_sets[0]["count"] = count
+    if "minCount" in pod_sets[0]:
+        pod_sets[0]["minCount"] = min(int(pod_sets[0]["minCount"]), count)
     return {"metadata": {"resourceVersion": workload["metadata"]["resourceVersion"]}, "spec": {"podSets": pod_sets}}
 
 
@@ -314,10 +326,10 @@ def decide_elastic(
     decision.delete = [w["metadata"]["name"] for w in slices if is_finished(w) and w is not handing_over]
     if handing_over is not None:  # Kueue finished the old slice and is admitting its replacement
         decision.admitted = dict(handing_over)
-        decision.admitted_count = min(want, pod_count(handing_over))
+        decision.admitted_count = min(want, admitted_pods(handing_over))
         decision.scale_up = Waiting("Admitting", f"Kueue is admitting {live_slices[-1]['metadata']['name']}")
     elif not live_slices:
-        decision.create = _slice(wanted, _next_number(slices), None)
+        decision.create = _slice(wanted, _next_number(slices), None, 0)
         name, queue = decision.create["metadata"]["name"], wanted["spec"]["queueName"]
         decision.waiting = Waiting("Pending", f"creating workload {name} in LocalQueue {queue}")
         decision.admitted_count = 0
@@ -368,30 +380,36 @@ def _admitted(
     want: int,
     slices: list[Mapping[str, Any]],
 ) -> None:
-    """An admitted slice: shrunk in place, or grown by a replacement slice."""
+    """An admitted slice: shrunk in place, or replaced by a slice of the wanted size (to
+    grow; or to shrink below the ``minCount`` Kueue keeps fixed while it is admitted)."""
     decision.admitted = dict(admitted)
     key = f"{admitted['metadata']['namespace']}/{admitted['metadata']['name']}"
     replacements = [w for w in rest if (w["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR) == key]
     # A slice older than the admitted one (its replacement admitted, not yet finished by Kueue): the newer holds it all.
     decision.delete += [w["metadata"]["name"] for w in rest if w not in replacements]
-    have = pod_count(admitted)
-    if want <= have:
-        decision.admitted_count = want
+    have, asked = admitted_pods(admitted), pod_count(admitted)
+    decision.admitted_count = min(want, have)
+    if want <= have and (want == asked or want >= _min_count(admitted)):
         decision.delete += [w["metadata"]["name"] for w in replacements]  # a scale-up no longer wanted
-        if want < have:
+        if want < asked:
             decision.resize = (dict(admitted), want)
         return
-    decision.admitted_count = have
     if not replacements:
-        decision.create = _slice(wanted, _next_number(slices), key)
-        more = f"workload {decision.create['metadata']['name']} asks Kueue for {want - have} more worker(s)"
-        decision.scale_up = Waiting("Pending", more)
+        decision.create = _slice(wanted, _next_number(slices), key, have)
+        if want > have:
+            more = f"workload {decision.create['metadata']['name']} asks Kueue for {want - have} more worker(s)"
+            decision.scale_up = Waiting("Pending", more)
         return
     replacement, *extra = replacements
     decision.delete += [w["metadata"]["name"] for w in extra]
     if pod_count(replacement) != want:
         decision.resize = (dict(replacement), want)  # not admitted: its count may change
-    decision.scale_up = waiting_for(replacement)
+    if want > have:
+        decision.scale_up = waiting_for(replacement)
+
+
+def _min_count(workload: Mapping[str, Any]) -> int:
+    return int(workload["spec"]["podSets"][0].get("minCount") or 0)
 
 
 def _not_admitted(decision: Decision, live_slices: list[Mapping[str, Any]], want: int, pods_left: bool) -> None:
@@ -409,13 +427,18 @@ def _not_admitted(decision: Decision, live_slices: list[Mapping[str, Any]], want
         decision.resize = (dict(current), want)
 
 
-def _slice(wanted: Mapping[str, Any], number: int, replaces: str | None) -> dict[str, Any]:
-    """``wanted`` named as slice ``number`` of its shape, replacing the slice ``replaces``."""
+def _slice(wanted: Mapping[str, Any], number: int, replaces: str | None, have: int) -> dict[str, Any]:
+    """``wanted`` named as slice ``number`` of its shape, replacing the slice ``replaces``
+    that admits ``have`` workers. Its ``minCount`` lets Kueue admit part of it (its partial
+    admission): at least one worker more than ``have``, as many as the quota holds."""
     annotations = dict(wanted["metadata"].get("annotations") or {})
     if replaces is not None:
         annotations[REPLACEMENT_FOR] = replaces
     metadata = {**wanted["metadata"], "name": f"{wanted['metadata']['name']}-{number}", "annotations": annotations}
-    return {**wanted, "metadata": metadata}
+    pod_sets = [dict(ps) for ps in wanted["spec"]["podSets"]]
+    if pod_sets[0]["count"] > have + 1:
+        pod_sets[0]["minCount"] = have + 1
+    return {**wanted, "metadata": metadata, "spec": {**wanted["spec"], "podSets": pod_sets}}
 
 
 def _slice_number(workload: Mapping[str, Any]) -> int:

@@ -82,10 +82,8 @@ def test_a_scale_down_shrinks_the_admitted_slice_in_place() -> None:
     assert patch["metadata"]["resourceVersion"] == "42"
     assert [ps["count"] for ps in patch["spec"]["podSets"]] == [1]
     assert patch["spec"]["podSets"][0]["template"] == first["spec"]["podSets"][0]["template"]  # sent whole
-    assert kueue.decide_elastic(elastic(0), [first], pods_left=True, now=NOW).resize == (
-        first,
-        0,
-    )  # autoscaled to 0: no quota
+    to_zero = kueue.decide_elastic(elastic(0), [first], pods_left=True, now=NOW)  # autoscaled to 0: no quota
+    assert to_zero.admitted_count == 0 and to_zero.create is not None and kueue.pod_count(to_zero.create) == 0
 
 
 def test_a_scale_up_no_longer_wanted_is_withdrawn_and_a_waiting_one_follows_the_count() -> None:
@@ -145,3 +143,36 @@ def test_while_kueue_hands_over_to_the_replacement_the_old_slices_workers_keep_r
     # An admission that never comes: after the grace, the old slice is gone and nothing runs.
     late = kueue.decide_elastic(elastic(3), [finished_at(replaced, NOW - 60), second], pods_left=True, now=NOW)
     assert late.admitted is None and late.admitted_count == 0 and late.delete == [first["metadata"]["name"]]
+
+
+def test_a_partly_admitted_slice_runs_what_kueue_gave_and_the_rest_is_asked_for_again() -> None:
+    """Kueue's partial admission: a slice may be admitted for fewer workers than it asks
+    (down to its minCount); the job runs those and asks for the rest with the next slice."""
+    first = created(elastic(4), [])
+    assert first["spec"]["podSets"][0]["minCount"] == 1  # any worker is better than none
+    partly = with_status(first, *ADMITTED, admission={**ADMISSION_2})  # 2 of the 4 fit
+    decision = kueue.decide_elastic(elastic(4), [partly], pods_left=True, now=NOW)
+    assert decision.admitted_count == 2 and decision.create is not None
+    assert decision.create["spec"]["podSets"][0]["count"] == 4
+    assert decision.create["spec"]["podSets"][0]["minCount"] == 3  # at least one more than it has
+    fits = kueue.decide_elastic(elastic(2), [partly], pods_left=True, now=NOW)  # what it has: the ask matches it
+    assert fits.resize is not None and fits.resize[1] == 2 and fits.admitted_count == 2 and fits.create is None
+    shrink = kueue.decide_elastic(elastic(1), [partly], pods_left=True, now=NOW)
+    assert shrink.resize is not None and shrink.resize[1] == 1 and shrink.admitted_count == 1
+    assert kueue.with_count(shrink.resize[0], 0)["spec"]["podSets"][0]["minCount"] == 0
+
+
+def test_below_an_admitted_slices_min_count_it_shrinks_by_a_replacement() -> None:
+    """Kueue keeps an admitted pod set's minCount fixed (and count >= minCount): a smaller
+    size is a new slice that replaces it, admitted at once since it needs less."""
+    first = with_status(created(elastic(1), []), *ADMITTED)
+    grown = created(elastic(4), [first])  # minCount 2: at least one more than the one it had
+    admitted = with_status(grown, *ADMITTED, admission={**ADMISSION_2})
+    above = kueue.decide_elastic(elastic(2), [admitted], pods_left=True, now=NOW)
+    assert above.resize is not None and above.resize[1] == 2 and above.create is None  # in place
+    down = kueue.decide_elastic(elastic(0), [admitted], pods_left=True, now=NOW)
+    assert down.resize is None and down.admitted_count == 0 and down.scale_up is None
+    assert down.create is not None and kueue.pod_count(down.create) == 0
+    assert "minCount" not in down.create["spec"]["podSets"][0]
+    key = f"ns/{admitted['metadata']['name']}"
+    assert down.create["metadata"]["annotations"][kueue.REPLACEMENT_FOR] == key
