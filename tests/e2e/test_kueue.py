@@ -146,6 +146,7 @@ def test_kueue_admits_one_job_at_a_time_and_preempts_for_priority_without_counti
     live_b = [p for p in jobs.pods("b").values() if not p["metadata"].get("deletionTimestamp")]
     assert not live_b, live_b
     assert status.get("restarts", 0) == 0, status
+    assert status["disruptions"]["Preempted"] == 1, status["disruptions"]  # Kueue's preemption, counted once
     (workload_high,) = workloads(cluster, namespace, "high")
     assert workload_high["spec"]["priority"] == 1000
     (workload_b,) = workloads(cluster, namespace, "b")
@@ -155,7 +156,7 @@ def test_kueue_admits_one_job_at_a_time_and_preempts_for_priority_without_counti
     # The high one deleted: B resumes, still without a restart.
     jobs.api.delete_namespaced_custom_object("rolloutfleet.io", "v1alpha1", namespace, "rolloutjobs", "high")
     wait_for(lambda: jobs.running("b", 2), 120, jobs.describe)
-    assert jobs.status("b").get("restarts", 0) == 0
+    assert jobs.status("b").get("restarts", 0) == 0 and jobs.status("b")["disruptions"]["Preempted"] == 1
 
 
 def test_kueue_missing_queue_waits_in_kueues_words_scale_requeues_suspend_releases_quota(

@@ -286,6 +286,17 @@ class Decision:
     resize: tuple[dict[str, Any], int] | None = None  # elastic: (a Workload, its new count)
     admitted_count: int | None = None  # elastic: the workers the admitted slice allows
     scale_up: Waiting | None = None  # elastic: why the workers past admitted_count wait
+    evicted: tuple[str, str] | None = None  # (which eviction, its status.disruptions kind): see eviction()
+
+
+def eviction(workload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """An evicted Workload's eviction, once per eviction: ``(name@time, kind)``, the kind a
+    ``status.disruptions`` key (``Preempted`` for Kueue's preemptions, else ``Evicted``)."""
+    evicted = _condition(workload, "Evicted")
+    if evicted is None or evicted.get("status") != "True":
+        return None
+    kind = "Preempted" if evicted.get("reason") == "Preempted" else "Evicted"
+    return f"{workload['metadata']['name']}@{evicted.get('lastTransitionTime', '')}", kind
 
 
 def decide(wanted: dict[str, Any], existing: Iterable[Mapping[str, Any]], pods_left: bool) -> Decision:
@@ -307,6 +318,7 @@ def decide(wanted: dict[str, Any], existing: Iterable[Mapping[str, Any]], pods_l
             decision.delete.append(other["metadata"]["name"])
     if current is not None and _true(current, "Evicted") and holds_quota(current) and not pods_left:
         decision.requeue.append(dict(current))
+    decision.evicted = eviction(current) if current is not None else None
     return decision
 
 
@@ -423,6 +435,7 @@ def _not_admitted(decision: Decision, live_slices: list[Mapping[str, Any]], want
     if evicted is not None and evicted is current and holds_quota(current) and not pods_left:
         decision.requeue.append(dict(current))
     decision.waiting = waiting_for(evicted if evicted is not None and pods_left else current)
+    decision.evicted = eviction(evicted) if evicted is not None else None
     if not holds_quota(current) and pod_count(current) != want:
         decision.resize = (dict(current), want)
 

@@ -43,6 +43,14 @@ class Gate:
     admitted: int | None = None  # an elastic job: the workers Kueue admits now (None: all it wants)
     scale_up: kueue.Waiting | None = None  # an elastic job: why the workers past ``admitted`` wait
     workload: str | None = None  # the admitted (else the waiting) Workload's name
+    evicted: tuple[str, str] | None = None  # Kueue's eviction of the job, if any: (which, disruption kind)
+
+    def new_eviction(self, status: Mapping[str, Any] | None) -> tuple[str, str] | None:
+        """The eviction to count in ``status.disruptions``: one not counted yet (the status
+        names the last one counted in ``kueueEviction``)."""
+        if self.evicted is None or (status or {}).get("kueueEviction") == self.evicted[0]:
+            return None
+        return self.evicted
 
     def place(self, pod: dict[str, Any]) -> dict[str, Any]:
         return kueue.place(pod, self.placement) if self.placement else pod
@@ -135,7 +143,7 @@ async def kueue_gate(
             )
             post_event(body["metadata"], "Normal", "WorkloadCreated", f"created Kueue workload {name} {what}")
     if decision.admitted is None:
-        return Gate(allowed=False, waiting=decision.waiting, admitted=decision.admitted_count)
+        return Gate(allowed=False, waiting=decision.waiting, admitted=decision.admitted_count, evicted=decision.evicted)
     admitted = decision.admitted_count
     wanted_now = job.spec.replicas if admitted is None else admitted
     gate = Gate(admitted=admitted, scale_up=scale_up, workload=decision.admitted["metadata"]["name"])

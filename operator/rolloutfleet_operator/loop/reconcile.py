@@ -97,7 +97,7 @@ async def reconcile(
         current_hash,
         max_unavailable=config.max_unavailable,
         vanished=observation.vanished,
-        disruptions=(counted := counts_from_status(own_status)),
+        disruptions=_with_eviction(counted := counts_from_status(own_status), evicted := gate.new_eviction(own_status)),
     )
     state.memory = observation.memory
     to_create = observation.creatable(the_plan.create)
@@ -110,6 +110,10 @@ async def reconcile(
         state.beats, namespace, queued, image=worker_image(job, config), scale_up=gate.scale_up_words(job),
     ) | scaling_status(scaling) | gate.status(job)  # fmt: skip
     _add_status_parts(status, body, job, state, the_plan, evaluators, isolation, own_status, now)
+    status["kueueEviction"] = (own_status or {}).get("kueueEviction")  # the last counted, carried on
+    if evicted is not None:  # counted once: the status names it
+        status["kueueEviction"] = evicted[0]
+        post_event(body["metadata"], "Normal", "EvictedByKueue", f"{evicted[1]}: {queued[1] if queued else evicted[0]}")
     if (filled := defaults_status(body["spec"], job, config)) is not None:
         status["redisDefaults"] = filled  # what the operator filled in: the URL, the CA's copy
     await _write_status(runtime, key, body, status)
@@ -124,6 +128,13 @@ async def reconcile(
     await keep_service(runtime, state, body, job, uid, clock)
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     return the_plan.requeue_after
+
+
+def _with_eviction(counted: dict[str, int], evicted: tuple[str, str] | None) -> dict[str, int]:
+    """The disruption counts with Kueue's eviction of the job (its preemption, ...) added."""
+    if evicted is None:
+        return counted
+    return {**counted, evicted[1]: counted.get(evicted[1], 0) + 1}
 
 
 async def _usable_job(

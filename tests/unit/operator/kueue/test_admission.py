@@ -169,3 +169,15 @@ def test_pods_ready_follows_the_workers_in_jobframeworks_words() -> None:
     assert lost is not None
     (cond,) = [c for c in lost["status"]["conditions"] if c["type"] == "PodsReady"]
     assert (cond["status"], cond["reason"]) == ("False", "WaitForRecovery")
+
+
+def test_an_eviction_is_named_once_with_its_disruption_kind() -> None:
+    workload = workload_for(make_job())
+    preempted = with_status(workload, *ADMITTED, ("Evicted", "True", "Preempted", "Preempted by high"))
+    preempted["status"]["conditions"][-1]["lastTransitionTime"] = "2026-12-06T08:00:00Z"
+    name = workload["metadata"]["name"]
+    assert kueue.eviction(preempted) == (f"{name}@2026-12-06T08:00:00Z", "Preempted")
+    deactivated = with_status(workload, *ADMITTED, ("Evicted", "True", "Deactivated", "by an admin"))
+    assert kueue.eviction(deactivated) is not None and kueue.eviction(deactivated)[1] == "Evicted"
+    assert kueue.eviction(with_status(workload, *ADMITTED)) is None
+    assert kueue.decide(workload, [preempted], pods_left=True).evicted == kueue.eviction(preempted)
