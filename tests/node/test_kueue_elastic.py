@@ -17,8 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from rolloutfleet import BatchConsumer
+from rolloutfleet.transport.entries import decode_entry
+from rolloutfleet.transport.heartbeat import parse_heartbeats
+from rolloutfleet.transport.redis.keys import job_keys
 from tests.node.nodekit import Node, wait_for
 
 NS = "elastic"
@@ -42,31 +46,33 @@ def cluster_queue(workers: int) -> dict[str, Any]:
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "resourceGroups": [{"coveredResources": ["cpu", "memory"],
                                 "flavors": [{"name": QUEUE, "resources": quota(workers)}]}],
+            "preemption": {"withinClusterQueue": "LowerPriority"},
         },
     }  # fmt: skip
 
 
-def job_manifest() -> dict[str, Any]:
+def job_manifest(name: str = JOB, replicas: int = 2, **redis: Any) -> dict[str, Any]:
     return {
         "apiVersion": "rolloutfleet.io/v1alpha1",
         "kind": "RolloutJob",
         "metadata": {
-            "name": JOB,
+            "name": name,
             "labels": {"kueue.x-k8s.io/queue-name": QUEUE},
             "annotations": {"kueue.x-k8s.io/elastic-job": "true"},
         },
         "spec": {
-            "replicas": 2,
+            "replicas": replicas,
             "env": {"id": "CartPole-v1", "numEnvs": 2},
             "sampling": {"rolloutFragmentLength": 50, "seed": 0},
-            "redis": {"maxLen": 10000, "backpressure": "dropOldest"},  # the chart's Redis (no url: its default)
+            # The chart's Redis (no url: the operator's default).
+            "redis": redis or {"maxLen": 10000, "backpressure": "dropOldest"},
             "resources": WORKER,
         },
     }
 
 
-def status(node: Node) -> dict[str, Any]:
-    return (node.get(NS, "rj", JOB) or {}).get("status") or {}
+def status(node: Node, job: str = JOB) -> dict[str, Any]:
+    return (node.get(NS, "rj", job) or {}).get("status") or {}
 
 
 def workers(node: Node) -> dict[str, tuple[str, int]]:
@@ -90,15 +96,19 @@ def reserved_cpu(node: Node) -> str:
     return "0"
 
 
-def consumer(node: Node) -> BatchConsumer:
-    """The job's stream from the host, through the chart's TLS Redis (its CA; the Service's
-    address is not among the certificate's names, so the chain is verified, not the name)."""
+def redis_url_and_password(node: Node) -> tuple[str, str]:
+    """The chart's TLS Redis from the host (its CA; the Service's address is not among the
+    certificate's names, so the chain is verified, not the name), and its password."""
     service = node.get(NS, "service", "rolloutfleet-redis")
     password = base64.b64decode(node.get(NS, "secret", "rolloutfleet-redis")["data"]["password"]).decode()
     ca = base64.b64decode(node.get(NS, "secret", "rolloutfleet-redis-ca")["data"]["ca.crt"])
     ca_file = Path(tempfile.gettempdir()) / "rolloutfleet-node-elastic-redis-ca.crt"
     ca_file.write_bytes(ca)
-    url = f"rediss://{service['spec']['clusterIP']}:6379/0?ssl_ca_certs={ca_file}&ssl_check_hostname=false"
+    return f"rediss://{service['spec']['clusterIP']}:6379/0?ssl_ca_certs={ca_file}&ssl_check_hostname=false", password
+
+
+def consumer(node: Node) -> BatchConsumer:
+    url, password = redis_url_and_password(node)
     return BatchConsumer(url, JOB, namespace=NS, group="node-test", password=password, block_s=0.5)
 
 
@@ -176,6 +186,116 @@ def test_scaled_past_its_quota_the_job_keeps_its_workers_and_the_third_waits_the
     assert status(node).get("restarts", 0) == 0
 
 
+@pytest.mark.timeout(900)
+def test_a_preempted_job_publishes_or_counts_every_row_it_sampled(node: Node) -> None:
+    """Preempted by Kueue while no learner reads (its workers wait with a fragment in hand):
+    the workers get their grace period, and every row they sampled is in the stream or
+    counted as dropped in their last heartbeat; the preemption is one disruption."""
+    node.kubectl("-n", NS, "delete", "rj", JOB, "--timeout=120s", timeout=130)
+    victim = job_manifest("victim", 2, maxLen=4, backpressure="block", blockTimeoutSeconds=600)
+    node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(victim))
+    wait_for(lambda: status(node, "victim").get("readyReplicas") == 2, 300, lambda: node.diagnostics(NS))
+    url, password = redis_url_and_password(node)
+    client = redis.Redis.from_url(url, password=password)
+    keys = job_keys(NS, "victim")
+    wait_for(lambda: client.xlen(keys.batches) == 4, 120, lambda: node.diagnostics(NS))  # full: both wait
+
+    high = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": f"{QUEUE}-high"}, "value": 1000}  # fmt: skip
+    node.kubectl("apply", "-f", "-", input=json.dumps(high))
+    vip = job_manifest("vip", 3)
+    vip["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{QUEUE}-high"
+    node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(vip))
+    found = wait_for(
+        lambda: (s := status(node, "victim")).get("phase") == "Queued" and s, 180, lambda: node.diagnostics(NS)
+    )
+    wait_for(lambda: not node.get(NS, "pods", "-l", "rolloutfleet.io/job=victim")["items"], 120)
+    found = status(node, "victim")
+    assert found["disruptions"]["Preempted"] == 1 and found.get("restarts", 0) == 0, found
+
+    beats = parse_heartbeats(client.hgetall(keys.heartbeats))
+    published: dict[int, int] = defaultdict(int)
+    for _, fields in client.xrange(keys.batches):
+        batch, metadata = decode_entry(fields)
+        published[metadata.worker_index] += len(batch)
+    for index in (0, 1):
+        beat = beats[index]
+        assert beat["rows_published"] == published[index], (index, beat, dict(published))
+        assert beat["rows_sampled"] == beat["rows_published"] + beat["rows_dropped"], (index, beat)
+    assert sum(beats[i]["rows_dropped"] for i in (0, 1)) > 0  # the fragments in hand were counted, not lost
+    client.close()
+    node.kubectl("-n", NS, "delete", "rj", "vip", "victim", "--timeout=120s", timeout=130)
+
+
+TEAMS = ("team-a", "team-b")
+
+
+def team_objects(team: str) -> list[dict[str, Any]]:
+    """The worked example of docs/cluster-sharing-kueue.md: a namespace, a ClusterQueue with
+    quota for two workers in cohort ``rl`` (it lends what it does not use and takes it back),
+    and a LocalQueue ``queue``."""
+    queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": team},
+        "spec": {
+            "cohortName": "rl",
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team}},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+                                "flavors": [{"name": QUEUE, "resources": quota(2)}]}],
+            "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        },
+    }  # fmt: skip
+    local = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "queue", "namespace": team}, "spec": {"clusterQueue": team}}  # fmt: skip
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}}, queue, local]
+
+
+def team_job(team: str, replicas: int) -> dict[str, Any]:
+    manifest = job_manifest("fleet", replicas)
+    manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "queue"
+    return manifest
+
+
+def picture(node: Node) -> str:
+    """What a platform engineer would look at: both teams' jobs and queues."""
+    lines = []
+    for team in TEAMS:
+        lines.append(node.kubectl("-n", team, "get", "rj", check=False).strip())
+    lines.append(node.kubectl("get", "clusterqueues", check=False).strip())
+    return "\n".join(lines)
+
+
+@pytest.mark.timeout(900)
+def test_two_teams_lend_each_other_idle_quota_in_a_cohort(node: Node) -> None:
+    """Team A's elastic fleet grows into team B's idle quota; when B submits a job, Kueue
+    takes its quota back (A is preempted, and re-admitted at what its own quota holds)."""
+    for team in TEAMS:
+        for item in team_objects(team):
+            node.kubectl("apply", "-f", "-", input=json.dumps(item))
+    node.kubectl("-n", "team-a", "apply", "-f", "-", input=json.dumps(team_job("team-a", 4)))
+    wait_for(lambda: status_in(node, "team-a").get("readyReplicas") == 4, 300, lambda: picture(node))
+    print("\n--- team A borrows team B's idle quota ---\n" + picture(node))
+
+    node.kubectl("-n", "team-b", "apply", "-f", "-", input=json.dumps(team_job("team-b", 2)))
+    wait_for(lambda: status_in(node, "team-b").get("readyReplicas") == 2, 300, lambda: picture(node))
+    found = wait_for(
+        lambda: (s := status_in(node, "team-a")).get("readyReplicas") == 2 and s, 300, lambda: picture(node)
+    )
+    print("\n--- team B takes its quota back ---\n" + picture(node))
+    assert found["disruptions"]["Preempted"] == 1, found["disruptions"]
+    assert found["kueue"]["admittedReplicas"] == 2 and found["kueue"]["queuedWorkers"] == [2, 3], found["kueue"]
+    assert found.get("restarts", 0) == 0
+
+    node.kubectl("-n", "team-b", "delete", "rj", "fleet", "--timeout=120s", timeout=130)
+    wait_for(lambda: status_in(node, "team-a").get("readyReplicas") == 4, 300, lambda: picture(node))
+    print("\n--- team B done: team A borrows again ---\n" + picture(node))
+
+
+def status_in(node: Node, team: str) -> dict[str, Any]:
+    return (node.get(team, "rj", "fleet") or {}).get("status") or {}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup(node: Node) -> Any:
     yield
@@ -183,4 +303,9 @@ def _cleanup(node: Node) -> Any:
     node.kubectl("-n", NS, "delete", "localqueue", QUEUE, "--ignore-not-found", check=False)
     node.kubectl("delete", "clusterqueue", QUEUE, "--ignore-not-found", check=False)
     node.kubectl("delete", "resourceflavor", QUEUE, "--ignore-not-found", check=False)
+    node.kubectl("delete", "workloadpriorityclass", f"{QUEUE}-high", "--ignore-not-found", check=False)
+    for team in TEAMS:
+        node.kubectl("-n", team, "delete", "rj", "--all", "--timeout=120s", check=False, timeout=130)
+        node.kubectl("delete", "clusterqueue", team, "--ignore-not-found", check=False)
+        node.kubectl("delete", "namespace", team, "--ignore-not-found", "--wait=false", check=False)
     node.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False, timeout=150)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rolloutfleet.fleet.embedded_redis import free_port
+from rolloutfleet.transport.entries import decode_entry
 from rolloutfleet.transport.heartbeat import parse_heartbeats
 from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet.test_redis_faults import Learner, metric
@@ -139,3 +140,26 @@ def test_rolloutfleet_run_shows_the_fleet_waiting_for_a_learner(tmp_path: Path) 
     assert "2/2 workers up, 0 restarts, 2 waiting for a learner" in title, run.stderr[-3000:]
     rows = [line for line in run.stderr.splitlines() if line.startswith("│")]
     assert len(rows) == 2 and all("waiting for learner" in row for row in rows), run.stderr[-3000:]
+
+
+def test_a_worker_stopped_on_a_full_stream_counts_the_fragment_it_drops(own_redis: RedisServer, tmp_path: Path) -> None:
+    """A preemption or a drain while no learner reads: the fragment in hand cannot be
+    published, so it is dropped and counted. The last heartbeat (it outlives the pod, in
+    Redis) says where every row went; the stream's own rows check it."""
+    log = tmp_path / "worker.stderr"
+    worker, _ = start(own_redis, tmp_path, log, blocking_spec(max_len=2, block_timeout_s=600))
+    try:
+        wait_until(lambda: START in log.read_text() or worker.poll() is not None, 120, "the worker waiting")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(120) == 0, log.read_text()[-2000:]
+    finally:
+        worker.kill()
+    beat = heartbeat(own_redis)
+    entries = own_redis.client().xrange(KEYS.batches)
+    stream_rows = sum(len(decode_entry(fields)[0]) for _, fields in entries)
+    assert len(entries) == 2 and beat["rows_published"] == stream_rows, (beat, stream_rows)
+    assert beat["rows_dropped"] == stream_rows / 2  # one whole fragment, as each published one
+    assert beat["rows_sampled"] == beat["rows_published"] + beat["rows_dropped"], beat
+    text = log.read_text()
+    assert f"dropped one fragment ({int(beat['rows_dropped'])} rows)" in text, text[-2000:]
+    assert f"{int(beat['rows_sampled'])} rows sampled: {int(beat['rows_published'])} published" in text

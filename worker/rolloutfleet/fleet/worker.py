@@ -38,6 +38,7 @@ from rolloutfleet.fleet.env_watchdog import EnvWatchdog, Verdict, leave
 from rolloutfleet.fleet.learner_wait import LearnerWait
 from rolloutfleet.fleet.nonfinite import NonFinite, NonFiniteTally
 from rolloutfleet.fleet.parent_watch import parent_pid_from, stop_self, watch_parent
+from rolloutfleet.fleet.row_tally import RowTally
 from rolloutfleet.fleet.termination import EXIT_REDIS, report_fatal, report_unbuildable
 from rolloutfleet.fleet.worker_metrics import WorkerMetrics
 from rolloutfleet.rules.worker_config import WorkerConfig
@@ -81,6 +82,7 @@ class Worker:
         self._interrupt_envs: Callable[[], None] | None = None
         self.learner_wait = LearnerWait()
         self._stats: Mapping[str, float | int] = {}  # the last fragment's, for heartbeats while waiting
+        self.rows = RowTally()  # where every row sampled went: the heartbeat's rows_* fields
         self.watchdog: EnvWatchdog | None = None
         self.outage: OutageLoop | None = None
 
@@ -183,8 +185,9 @@ class Worker:
                 answered = True
             except PublishInterrupted:
                 self._say(self.learner_wait.end(time.time(), "stopping"))
-                log.warning("stopping: dropped one fragment the learner had no room for (stream full)")
-                loop.pending = None
+                rows = self._drop(loop)
+                log.warning("stopping: dropped one fragment (%d rows) the learner had no room for (stream full)", rows)
+                answered = True  # Redis answered: it takes the last heartbeat, with the drop counted
             except BackpressureTimeout as exc:  # before retryable: it is one, but Redis answered
                 self._no_room(exc)
             except EnvInterrupted as exc:
@@ -192,12 +195,24 @@ class Worker:
                 loop.pending = None
             except outage.errors as exc:
                 if isinstance(exc, PermissionRefused) and self.stopping:
-                    loop.pending = None  # a revoked ACL user is waited for (unready), unless stopping
+                    self._drop(loop)  # a revoked ACL user is waited for (unready), unless stopping
                 elif self._redis_error(exc, loop, outage):
                     return EXIT_REDIS
         if answered:
-            transport.flush_heartbeat()  # the numbers a throttled heartbeat held back
+            with contextlib.suppress(BackendError):  # the last numbers, the drops included; best effort
+                transport.heartbeat(self._stats)
+        log.info("stopping: %s", self.rows.describe())
         return 0
+
+    def _drop(self, loop: _Loop) -> int:
+        """Drop the fragment in hand (a stop that cannot publish it), counted; its rows."""
+        if loop.pending is None:
+            return 0
+        rows = self.rows.dropped_fragment(loop.pending)
+        self.metrics.rows_dropped.inc(rows)
+        self._stats = {**self._stats, **self.rows.fields()}
+        loop.pending = None
+        return rows
 
     def _idle(self) -> None:
         """A runner waiting for external clients: alive meanwhile, and the heartbeat its last
@@ -218,9 +233,10 @@ class Worker:
             if loaded is not None:
                 self.metrics.weights_seq_no.set(runner.weights_seq_no)
             loop.pending = runner.sample()
+            self.rows.sampled_fragment(loop.pending)
             quarantined = sum(f.quarantined for f in runner.get_filters().values())
             news = self.nonfinite.observe(loop.pending, quarantined)
-            stats = self._stats = {**runner.get_metrics(), **self.nonfinite.lifetime()}
+            stats = self._stats = {**runner.get_metrics(), **self.nonfinite.lifetime(), **self.rows.fields()}
             self._record(stats, loop.restarts_seen, news)
             loop.restarts_seen = int(stats["num_env_restarts"])
         started = time.perf_counter()
@@ -229,6 +245,8 @@ class Worker:
         self.metrics.publish_latency.observe(published_s)
         self.metrics.record_step_timing(self._stats, published_s)
         self.metrics.batches.inc()
+        self.rows.published_fragment(loop.pending)
+        self._stats = {**self._stats, **self.rows.fields()}
         loop.pending = None
         self._say(*self.learner_wait.published(time.time()))
         transport.sync_filters(runner)
@@ -256,7 +274,7 @@ class Worker:
             return False
         if loop.pending is not None:
             log.warning("stopping with Redis unreachable (%s): dropping one unpublished fragment", exc)
-        loop.pending = None
+        self._drop(loop)
         return False
 
     def _watch_env_calls(self) -> EnvWatchdog:

@@ -60,6 +60,10 @@ class WorkerMetrics:
             "Multi-agent episodes cut at spec.multiAgent.maxEpisodeSteps",
         )
         self.batches = counter("rolloutfleet_batches_published", "Batches published to Redis")
+        self.rows_dropped = counter(
+            "rolloutfleet_rows_dropped",
+            "Rows sampled and never published: the fragment in hand at a stop that could not",
+        )
         self.env_restarts = counter("rolloutfleet_env_restarts", "Sub-environments recreated after raising")
         self.nonfinite_obs = counter(
             "rolloutfleet_nonfinite_observation_rows", "Published rows whose obs or new_obs hold a NaN or an infinity"

@@ -61,6 +61,8 @@ def beat(
         "filter_quarantined": stats.get("filter_quarantined", 0),
         "blocked_s": round(float(stats.get("backpressure_seconds", 0.0)), 3),
     }
+    # Where the process's rows went (rolloutfleet.fleet.row_tally): sampled, published, dropped.
+    fields.update({name: value for name, value in stats.items() if name.startswith("rows_")})
     # An external env's server: clients, open episodes, timed-out / dropped episodes, refusals.
     fields.update({name: value for name, value in stats.items() if name.startswith("external/")})
     # Callbacks' custom per-episode metrics: their mean over the worker's last episodes (the job's status).
