@@ -269,7 +269,13 @@ load_image() { # ref
     archive="$(ROLLOUTFLEET_ENGINE=podman "$node_repo_root/hack/images/export.sh" "$ref" 2>"$node/logs/image-export.log" | tail -n1)" \
       || { tail -n 5 "$node/logs/image-export.log" >&2; die "step 'export $ref' failed; log: $node/logs/image-export.log"; }
   fi
-  step "import $ref into containerd" "$node/logs/image-import.log" node_ctr "$state" images import "$archive"
+  # An import can fail once with "parent snapshot ... does not exist" after the store's
+  # garbage collector dropped an older build's snapshots (seen 2026-12-06); a second import
+  # of the same archive unpacks again and succeeds.
+  if ! node_ctr "$state" images import "$archive" >"$node/logs/image-import.log" 2>&1; then
+    log "importing $ref failed ($(tail -c 200 "$node/logs/image-import.log" | tr '\n' ' ')); trying once more"
+    step "import $ref into containerd" "$node/logs/image-import.log" node_ctr "$state" images import "$archive"
+  fi
   log "image $ref loaded in $((SECONDS - t0)) s"
 }
 load_image "$sandbox_image"
