@@ -3,8 +3,6 @@ their pods (the ``jobs`` fixture), and a reader that waits for workers' batches.
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from kubernetes import client
@@ -13,8 +11,6 @@ from rolloutfleet.transport.consumer import BatchConsumer
 from tests.e2e.cluster_kit import Cluster, describe_namespace, wait_for
 
 API = ("rolloutfleet.io", "v1alpha1")
-APPETITE = 400.0  # rows/s a Learner takes
-STEP_S = 0.005  # a paced worker's env step: at most 200 rows/s per worker
 
 
 def read_secret(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Secret | None:
@@ -90,22 +86,3 @@ def read_batches(
 
     wait_for(step, timeout, lambda: f"worker indexes seen: {seen}", interval=0)
     return producers
-
-
-class Learner(threading.Thread):
-    """A learner of job ``job`` that takes 40-row batches (two 20-row entries a read), then
-    'trains' 40 / ``appetite`` s: it starves a fleet of paced workers that cannot feed it."""
-
-    def __init__(self, url: str, namespace: str, job: str, name: str) -> None:
-        super().__init__(daemon=True)
-        self.consumer = BatchConsumer(url, job, namespace=namespace, consumer=name, block_s=0.2, read_count=2)
-        self.stop = threading.Event()
-        self.batches = 0
-        self.appetite = APPETITE
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            if self.consumer.get(min_steps=40, timeout=0.5) is not None:
-                self.batches += 1
-                time.sleep(40 / self.appetite)
-        self.consumer.close()

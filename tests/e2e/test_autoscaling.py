@@ -16,7 +16,8 @@ from typing import Any
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from tests.cluster.kubelet import LocalKubelet
 from tests.e2e.cluster_kit import REPO, Cluster, OperatorFactory, wait_for
-from tests.e2e.jobs import APPETITE, STEP_S, Jobs, Learner, job_manifest
+from tests.e2e.jobs import Jobs, job_manifest
+from tests.integration.fleet_helpers import APPETITE, STEP_S, StarvingLearner
 
 
 def scaled_events(cluster: Cluster, namespace: str) -> list[str]:
@@ -49,7 +50,7 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
     manifest["spec"]["extraEnv"] = [{"name": "PYTHONPATH", "value": str(REPO)}]  # the env's module is in tests/
     jobs.create(manifest)
     wait_for(lambda: jobs.status("elastic").get("readyReplicas") == 1, 120, jobs.describe)
-    learner = Learner(redis_server.url, namespace, "elastic", "first")
+    learner = StarvingLearner(redis_server.url, "elastic", "first", namespace)
     learner.start()
 
     # Up while the learner starves.
@@ -112,7 +113,7 @@ def test_the_job_follows_its_learner_settles_goes_to_zero_and_comes_back(
                for e in scaled_events(cluster, namespace))  # fmt: skip
 
     # A learner starts again: workers back at the operator's next look, and batches.
-    again = Learner(redis_server.url, namespace, "elastic", "second")
+    again = StarvingLearner(redis_server.url, "elastic", "second", namespace)
     again.start()
     status = wait_for(lambda: ((s := jobs.status("elastic")).get("desiredReplicas") or 0) > 0 and s, 60, jobs.describe)
     assert status["autoscaling"]["reason"].startswith("a learner reads again (")

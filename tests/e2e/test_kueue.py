@@ -20,7 +20,8 @@ from kubernetes import client
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from tests.cluster.kubelet import LocalKubelet
 from tests.e2e.cluster_kit import REPO, Cluster, OperatorFactory, missing, wait_for
-from tests.e2e.jobs import STEP_S, Jobs, Learner, job_manifest
+from tests.e2e.jobs import Jobs, job_manifest
+from tests.integration.fleet_helpers import STEP_S, StarvingLearner
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 WORKER = {"cpu": "250m", "memory": "256Mi"}
@@ -376,7 +377,7 @@ def test_an_autoscaled_elastic_job_asks_kueue_for_what_it_wants_and_runs_what_it
     )  # fmt: skip
     jobs.create(manifest)
     wait_for(lambda: jobs.running("fleet", 1), 120, jobs.describe)
-    learner = Learner(redis_server.url, namespace, "fleet", "first")
+    learner = StarvingLearner(redis_server.url, "fleet", "first", namespace)
     learner.start()
 
     def capped() -> dict[str, Any] | None:
@@ -404,7 +405,7 @@ def test_an_autoscaled_elastic_job_asks_kueue_for_what_it_wants_and_runs_what_it
     wait_for(lambda: batch_job_running(cluster, namespace, "behind"), 90, jobs.describe)
 
     # The learner back: the fleet asks again and runs the one worker that fits, saying why not more.
-    again = Learner(redis_server.url, namespace, "fleet", "second")
+    again = StarvingLearner(redis_server.url, "fleet", "second", namespace)
     again.start()
 
     def one_fits() -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -47,3 +48,27 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
             return
         time.sleep(0.2)
     raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+APPETITE = 400.0  # rows/s a StarvingLearner takes
+STEP_S = 0.005  # a paced worker's env step (tests.integration.fleet.paced_env): at most 200 rows/s per worker
+
+
+class StarvingLearner(threading.Thread):
+    """A learner of job ``job`` that takes 40-row batches (two 20-row entries a read), then
+    'trains' 40 / ``appetite`` s: APPETITE rows/s when never starved, more than a few paced
+    workers feed it (the autoscaler's tests)."""
+
+    def __init__(self, url: str, job: str, name: str, namespace: str = "default") -> None:
+        super().__init__(daemon=True)
+        self.consumer = BatchConsumer(url, job, namespace=namespace, consumer=name, block_s=0.2, read_count=2)
+        self.stop = threading.Event()
+        self.batches = 0
+        self.appetite = APPETITE
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if self.consumer.get(min_steps=40, timeout=0.5) is not None:
+                self.batches += 1
+                time.sleep(40 / self.appetite)
+        self.consumer.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 import time
 
 import pytest
@@ -16,11 +15,9 @@ import pytest
 from rolloutfleet.fleet.local_autoscaler import LocalAutoscaler
 from rolloutfleet.fleet.supervisor import LocalFleet
 from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.transport.consumer import BatchConsumer
+from tests.integration.fleet_helpers import APPETITE, STEP_S, StarvingLearner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-APPETITE = 400.0  # rows/s the learner takes
-STEP_S = 0.005  # one env step of a worker: at most 200 rows/s per worker
 
 
 def elastic_job() -> RolloutJob:
@@ -39,25 +36,6 @@ def elastic_job() -> RolloutJob:
     )  # fmt: skip
 
 
-class Learner(threading.Thread):
-    """Takes batches of 40 rows, then 'trains' for 40 / APPETITE s: APPETITE rows/s when never starved."""
-
-    def __init__(self, redis_url: str, name: str) -> None:
-        super().__init__(daemon=True)
-        # Two entries of 20 rows a read: each batch is 40 rows, not whatever the stream holds.
-        self.consumer = BatchConsumer(redis_url, "elastic", consumer=name, block_s=0.2, read_count=2)
-        self.stop = threading.Event()
-        self.batches = 0
-        self.appetite = APPETITE
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            if self.consumer.get(min_steps=40, timeout=0.5) is not None:
-                self.batches += 1
-                time.sleep(40 / self.appetite)
-        self.consumer.close()
-
-
 def looks(fleet: LocalFleet, scaler: LocalAutoscaler, until, limit: int) -> list[str]:  # type: ignore[no-untyped-def]
     """Let the autoscaler look (once a second) until ``until()``; the decisions' reasons."""
     reasons: list[str] = []
@@ -74,7 +52,7 @@ def looks(fleet: LocalFleet, scaler: LocalAutoscaler, until, limit: int) -> list
 
 def test_the_fleet_follows_a_learner_settles_goes_to_zero_and_comes_back(redis_url: str) -> None:
     fleet = LocalFleet(elastic_job(), redis_url=redis_url, grace_seconds=10)
-    learner = Learner(redis_url, "first")
+    learner = StarvingLearner(redis_url, "elastic", "first")
     with fleet:
         scaler = LocalAutoscaler(fleet, look_s=0.0)
         learner.start()
@@ -122,7 +100,7 @@ def test_the_fleet_follows_a_learner_settles_goes_to_zero_and_comes_back(redis_u
         assert active == largest > before >= 1  # the largest size while it read, not the slow phase's
 
         # A learner starts again: the next look brings the workers back, and it gets its batches.
-        again = Learner(redis_url, "second")
+        again = StarvingLearner(redis_url, "elastic", "second")
         again.start()
         reasons = looks(fleet, scaler, lambda: len(fleet.workers) > 0, 10)
         assert len(reasons) <= 3, reasons  # the first looks after its first read
