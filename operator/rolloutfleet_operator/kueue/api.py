@@ -25,6 +25,8 @@ from rolloutfleet_operator.loop.api_calls import Api, post_event, refusal_reason
 
 log = logging.getLogger(__name__)
 _GROUP, _VERSION, _WORKLOADS = kueue.WORKLOADS
+EXISTS = kueue.Waiting("Exists", "the workload was there already (created in an earlier round)")
+"""What :func:`_create` says of a Workload another round made (no event, no wait)."""
 NOT_INSTALLED = kueue.Waiting(
     "KueueNotInstalled",
     f"the job is labelled {kueue.QUEUE_LABEL} but this cluster does not serve Kueue's "
@@ -133,15 +135,15 @@ async def kueue_gate(
     if decision.create is not None:
         created = await _create(api, decision.create)
         name = decision.create["metadata"]["name"]
-        if created is not None and decision.admitted is None:
-            return Gate(allowed=False, waiting=created)
-        if created is not None:
-            scale_up = created  # the admitted workers go on; the scale-up says why it waits
-        else:
+        if created is None:
             what = (
                 "to grow the fleet" if decision.admitted is not None else f"in LocalQueue {wanted['spec']['queueName']}"
             )
             post_event(body["metadata"], "Normal", "WorkloadCreated", f"created Kueue workload {name} {what}")
+        elif created is not EXISTS and decision.admitted is None:
+            return Gate(allowed=False, waiting=created)
+        elif created is not EXISTS:
+            scale_up = created  # the admitted workers go on; the scale-up says why it waits
     if decision.admitted is None:
         return Gate(allowed=False, waiting=decision.waiting, admitted=decision.admitted_count, evicted=decision.evicted)
     admitted = decision.admitted_count
@@ -209,7 +211,8 @@ async def _priority(api: Api, name: str | None) -> tuple[int | None, kueue.Waiti
 
 
 async def _create(api: Api, workload: dict[str, Any]) -> kueue.Waiting | None:
-    """None once the Workload exists; else why it cannot be created (status words)."""
+    """None once this call made the Workload, :data:`EXISTS` when it was there already;
+    else why it cannot be created (status words)."""
     namespace = workload["metadata"]["namespace"]
     async with api.slots:
         try:
@@ -218,7 +221,7 @@ async def _create(api: Api, workload: dict[str, Any]) -> kueue.Waiting | None:
             )
         except ApiException as error:
             if error.status == 409:
-                return None
+                return EXISTS
             if error.status == 404:  # the namespace exists (the job is in it): the resource does not
                 return NOT_INSTALLED
             reason = refusal_reason(error)
