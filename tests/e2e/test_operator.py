@@ -33,6 +33,12 @@ def test_a_job_runs_its_workers_and_batches_arrive(
     security = pod["spec"]["containers"][0]["securityContext"]
     assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
     assert pod["spec"]["automountServiceAccountToken"] is False
+    # Spread over nodes by default, as the API server stored it (it validates the constraint).
+    (spread,) = pod["spec"]["topologySpreadConstraints"]
+    assert (spread["topologyKey"], spread["whenUnsatisfiable"], spread["maxSkew"]) == (
+        "kubernetes.io/hostname", "ScheduleAnyway", 1,
+    )  # fmt: skip
+    assert spread["labelSelector"]["matchLabels"]["rolloutfleet.io/job"] == "cartpole"
     read_batches(redis_server.url, "cartpole", namespace, {0, 1})
     wait_for(lambda: jobs.status("cartpole").get("phase") == "Running", 60, jobs.describe)
     status = jobs.status("cartpole")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -458,7 +459,10 @@ def test_a_deleted_worker_publishes_the_fragment_in_hand_then_exits_and_counts_a
     finally:
         logs.kill()
     assert "finishing the current fragment" in out and "stopped cleanly" in out, out[-2000:]
-    assert "dropped" not in out, out[-2000:]
+    assert "dropped one fragment" not in out and "dropping" not in out, out[-2000:]
+    # Its own account of the stop: every row it sampled, published (the fragment in hand included).
+    tally = re.search(r"stopping: (\d+) rows sampled: (\d+) published, (\d+) dropped", out)
+    assert tally is not None and tally[1] == tally[2] and tally[3] == "0", out[-2000:]
     after = [f for f in entries() if f[b"producer"] == producer and float(f[b"created_at"]) >= asked]
     assert after, "no fragment published after the delete"  # the last: the one in hand at the signal
     assert int(after[-1][b"env_steps"]) == 10_000  # whole: sampled to its end after the signal

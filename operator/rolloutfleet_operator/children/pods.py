@@ -59,6 +59,8 @@ def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     # Fields added later, unset: hashed as before they existed (an operator upgrade replaces no pod).
     spec["redis"] = {k: v for k, v in spec["redis"].items() if k not in ("tls", "adminSecret") or v is not None}
     spec["sampling"] = {k: v for k, v in spec["sampling"].items() if k != "infos" or v}
+    if spec.get("topologySpreadConstraints") is None:
+        spec.pop("topologySpreadConstraints", None)
     material = {
         "spec": spec,
         "image": worker_image(job, config),
@@ -217,9 +219,27 @@ def _pod_spec(job: RolloutJob, config: OperatorConfig, container: dict[str, Any]
     pod_spec["tolerations"] = tolerations(job)
     if spec.affinity:
         pod_spec["affinity"] = dict(spec.affinity)
+    spread = spread_constraints(job)
+    if spread:
+        pod_spec["topologySpreadConstraints"] = spread
     if spec.priority_class_name:
         pod_spec["priorityClassName"] = spec.priority_class_name
     return pod_spec
+
+
+def spread_constraints(job: RolloutJob) -> list[dict[str, Any]]:
+    """The job's own ``topologySpreadConstraints``, else one that spreads its workers over
+    nodes as evenly as the scheduler can (``ScheduleAnyway``: a full or single node still
+    takes them)."""
+    own = job.spec.topology_spread_constraints
+    if own is not None:
+        return [dict(c) for c in own]
+    return [{
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": job_labels(job.name)},
+    }]  # fmt: skip
 
 
 def tolerations(job: RolloutJob) -> list[dict[str, Any]]:

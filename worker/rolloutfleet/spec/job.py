@@ -120,6 +120,10 @@ class RolloutJobSpec(_Model):
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     affinity: dict[str, Any] | None = None
+    topology_spread_constraints: list[dict[str, Any]] | None = None
+    """core/v1 TopologySpreadConstraints of the worker pods. Unset: the operator spreads
+    them over nodes (``kubernetes.io/hostname``, ``ScheduleAnyway``), so that one node's loss
+    does not take the whole fleet; ``[]``: none."""
     priority_class_name: str | None = None
     service_account_name: str | None = None
     env_vars: list[dict[str, Any]] = Field(default_factory=list, alias="extraEnv")

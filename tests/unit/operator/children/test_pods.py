@@ -325,3 +325,41 @@ def test_the_disruption_condition_and_the_deletion_time_are_read_back() -> None:
     assert (view.disruption, view.disruption_message) == ("EvictionByEvictionAPI", "Eviction API: evicting")
     pod["status"]["conditions"] = [{**condition, "status": "False"}]  # a condition that says no
     assert PodView.from_pod(pod).disruption == ""  # type: ignore[union-attr]
+
+
+def test_workers_are_spread_over_nodes_unless_the_job_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    (spread,) = build_pod(job(), "uid-1", 0, OperatorConfig())["spec"]["topologySpreadConstraints"]
+    assert spread == {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": job_labels("cp")},  # this job's workers, not its evaluators
+    }
+    zones = [{"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": {"app": "x"}}}]  # fmt: skip
+    assert (
+        build_pod(job(topologySpreadConstraints=zones), "uid-1", 0, OperatorConfig())["spec"][
+            "topologySpreadConstraints"
+        ]
+        == zones
+    )
+    assert (
+        "topologySpreadConstraints"
+        not in build_pod(job(topologySpreadConstraints=[]), "u", 0, OperatorConfig())["spec"]
+    )
+    # Unset, the field hashes as if the spec had no such field (as before it was added): an
+    # operator upgrade replaces no pod.
+    unset = template_hash(job(), OperatorConfig())
+    as_dict = RolloutJob.to_dict
+
+    def before_the_field(self: RolloutJob) -> dict[str, Any]:
+        found = as_dict(self)
+        del found["spec"]["topologySpreadConstraints"]
+        return found
+
+    monkeypatch.setattr(RolloutJob, "to_dict", before_the_field)
+    assert template_hash(job(), OperatorConfig()) == unset
+    monkeypatch.undo()
+    assert template_hash(job(topologySpreadConstraints=zones), OperatorConfig()) != template_hash(
+        job(), OperatorConfig()
+    )
