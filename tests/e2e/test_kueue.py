@@ -363,8 +363,8 @@ def test_an_autoscaled_elastic_job_asks_kueue_for_what_it_wants_and_runs_what_it
 ) -> None:
     """Quota for two workers; a starving learner makes the autoscaler want more. The job runs
     two and says the rest wait; without a learner it goes to 0 and holds no quota, so a job
-    queued behind it runs; the learner back, it runs the one worker that fits, and grows
-    when the other job goes, without stopping the worker it has."""
+    queued behind it runs; the learner back, it runs the one worker that fits, and grows to
+    3 when the other job goes and the queue grows, without stopping the worker it has."""
     operators.start()
     manifest = elastic_job("fleet", redis_server.url, queue, replicas=1)
     manifest["spec"].update(
@@ -418,9 +418,15 @@ def test_an_autoscaled_elastic_job_asks_kueue_for_what_it_wants_and_runs_what_it
     only = uids(jobs, "fleet")
     wait_for(lambda: again.batches > 0, 120, jobs.describe)
 
-    # The other job goes: the fleet grows to 2 around the worker it has.
+    # The other job goes and the queue grows by one worker: the fleet grows from 1 to 3
+    # around the worker it has.
     delete_batch_job(cluster, namespace, "behind")
-    wait_for(lambda: jobs.running("fleet", 2), 120, jobs.describe)
+    more = [{"name": "cpu", "nominalQuota": "750m"}, {"name": "memory", "nominalQuota": "768Mi"}]
+    api = client.CustomObjectsApi(cluster.api())
+    found = api.get_cluster_custom_object(*KUEUE, "clusterqueues", queue)
+    found["spec"]["resourceGroups"][0]["flavors"][0]["resources"] = more
+    api.replace_cluster_custom_object(*KUEUE, "clusterqueues", queue, found)
+    wait_for(lambda: jobs.running("fleet", 3), 120, jobs.describe)
     assert only.items() <= uids(jobs, "fleet").items(), (only, uids(jobs, "fleet"))
     assert jobs.status("fleet").get("restarts", 0) == 0
     again.stop.set()
