@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet_operator.children.pods import JOB_LABEL, PodView, owner_reference
 from rolloutfleet_operator.kueue import admission as kueue
+from rolloutfleet_operator.kueue import slices
 from rolloutfleet_operator.loop.api_calls import Api, post_event, refusal_reason
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ async def kueue_gate(
         owner, JOB_LABEL, elastic=elastic,
     )  # fmt: skip
     if elastic:
-        decision = kueue.decide_elastic(wanted, existing, pods_left, time.time())
+        decision = slices.decide_elastic(wanted, existing, pods_left, time.time())
     else:
         decision = kueue.decide(wanted, existing, pods_left)
     await asyncio.gather(*(_delete(api, job.namespace, name) for name in decision.delete))
