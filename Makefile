@@ -18,6 +18,8 @@ CLUSTER_DIR ?= .cluster
 # cluster-up's node: `test` (tests/cluster/kubelet.py: pods are local processes) or
 # `real` (kubelet, kube-scheduler, kube-proxy, CoreDNS, containerd + runc: hack/node).
 NODE ?= test
+# NODE=real: how many real nodes (2..4: each further node in a network namespace of its own).
+NODES ?= 1
 VERSION ?= 0.1.0
 
 .PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-rllib demo-selfplay install-rllib test-rllib bench-rllib lock clean images
@@ -191,9 +193,9 @@ cluster-build: ## build the control plane, Kueue (and with NODE=real the node's 
 kueue-build: ## Kueue's manager and manifests from the pinned module (hack/kueue/go.mod; cached outside the repo)
 	hack/kueue/build.sh
 
-cluster-up: install ## control plane + Kueue + test kubelet (NODE=real: a real node, after make images); kubeconfig in $(CLUSTER_DIR)/kubeconfig
+cluster-up: install ## control plane + Kueue + test kubelet (NODE=real: real nodes, NODES=1..4, after make images); kubeconfig in $(CLUSTER_DIR)/kubeconfig
 ifeq ($(NODE),real)
-	hack/node/up.sh $(CLUSTER_DIR)
+	NODES=$(NODES) hack/node/up.sh $(CLUSTER_DIR)
 else ifeq ($(NODE),test)
 	hack/cluster/up.sh $(CLUSTER_DIR)
 	PYTHON=$(BIN)/python tests/cluster/kubelet-up.sh $(CLUSTER_DIR)
@@ -206,8 +208,9 @@ cluster-down: ## stop exactly what cluster-up started (either node) and remove w
 	hack/node/down.sh $(CLUSTER_DIR)
 
 NODE_CLUSTER_DIR ?= .cluster-node
-e2e-node: install images ## the node tier: chart, operator and workers in real containers on a real kubelet (own cluster in $(NODE_CLUSTER_DIR))
-	hack/node/e2e.sh $(NODE_CLUSTER_DIR) $(PYTEST) tests/node -q
+E2E_NODES ?= 2
+e2e-node: install images ## the node tier: chart, operator and workers in real containers on real kubelets (own 2-node cluster in $(NODE_CLUSTER_DIR))
+	NODES=$(E2E_NODES) hack/node/e2e.sh $(NODE_CLUSTER_DIR) $(PYTEST) tests/node -q
 
 cluster-smoke: cluster-up ## check GC, RBAC and tokens on the local control plane
 	hack/cluster/smoke.sh $(CLUSTER_DIR)

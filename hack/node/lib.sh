@@ -15,6 +15,9 @@ NODE_IP="${NODE_IP:-10.244.0.1}"
 NODE_NAME="${NODE_NAME:-rolloutfleet-node}"
 # The Service range of hack/cluster/up.sh (10.0.0.0/24): .1 is `kubernetes`, .10 DNS.
 NODE_DNS_SERVICE_IP=10.0.0.10
+NODE_SERVICE_CIDR=10.0.0.0/24
+# Every node's pod CIDR is in here: node K has 10.244.(K-1).0/24.
+NODE_CLUSTER_CIDR=10.244.0.0/16
 NODE_CLUSTER_DOMAIN=cluster.local
 
 log() { printf '[node] %s\n' "$*" >&2; }
@@ -31,8 +34,16 @@ step() {
   fi
 }
 
-node_ctr() { # ctr against this node's containerd
-  ctr --address "$1/node/containerd/containerd.sock" --namespace k8s.io "${@:2}"
+node_ctr() { # NODE_DIR ARGS...: ctr against that node's containerd
+  ctr --address "$1/containerd/containerd.sock" --namespace k8s.io "${@:2}"
+}
+
+# The state dirs of every node of STATE_DIR: node/ (node 1), then node-2/, node-3/, ...
+node_dirs() {
+  local d
+  [[ -d "$1/node" ]] && echo "$1/node"
+  for d in "$1"/node-[0-9]*; do [[ -d "$d" ]] && echo "$d"; done
+  true
 }
 
 # Remove every iptables rule and chain that the kubelet, kube-proxy or CNI made:
@@ -57,6 +68,16 @@ node_flush_iptables() {
   done
 }
 
+# kube-router's NetworkPolicy controller keeps pod and namespace sets as ipsets named KUBE-*.
+node_ipsets() {
+  command -v ipset >/dev/null 2>&1 || return 0
+  ipset list -n 2>/dev/null | grep -E '^(inet6:)?KUBE-' || true
+}
+node_destroy_ipsets() {
+  local set
+  for set in $(node_ipsets); do ipset destroy "$set" 2>/dev/null || true; done
+}
+
 # Paths the kubelet and containerd create whatever they are told (the device-plugin
 # socket dir, shim sockets, the CNI result cache). up.sh records which of them did not
 # exist before it ran (STATE_DIR/node/created-paths); down.sh removes exactly those.
@@ -69,6 +90,8 @@ node_leftovers() {
   pgrep -af "containerd-shim.*$state" | sed 's/^/shim: /' || true
   awk -v s="$state/" 'index($2, s) == 1 {print "mount: " $2}' /proc/self/mounts
   ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && echo "bridge: $NODE_BRIDGE"
+  ip netns list 2>/dev/null | awk '$1 ~ /^rolloutfleet-node-/ {print "network namespace: " $1}'
+  ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^rfveth[0-9]+@/ {print "veth: " $2}'
   ip -o link show type veth 2>/dev/null | grep -F "master $NODE_BRIDGE" | sed 's/^/veth: /'
   for cmd in iptables ip6tables; do
     command -v "$cmd" >/dev/null 2>&1 || continue
@@ -76,5 +99,6 @@ node_leftovers() {
       "$cmd" -t "$table" -S 2>/dev/null | grep -E '(KUBE|CNI)-' | sed "s/^/$cmd -t $table: /"
     done
   done
+  node_ipsets | sed 's/^/ipset: /'
   true
 }

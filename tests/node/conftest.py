@@ -1,6 +1,7 @@
-"""The node tier: a real kubelet, containerd + runc, kube-scheduler, kube-proxy and
-CoreDNS (``hack/node``), our images built by ``make images``, the chart installed as a
-user installs it. ``make e2e-node`` starts that cluster, runs these tests against it
+"""The node tier: real kubelets, containerd + runc, kube-scheduler, kube-proxy, CoreDNS and
+kube-router's NetworkPolicy controller (``hack/node``; two nodes under ``make e2e-node``),
+our images built by ``make images``, the chart installed as a user installs it.
+``make e2e-node`` starts that cluster, runs these tests against it
 (``ROLLOUTFLEET_NODE_STATE`` names its state dir) and tears it down.
 
 Run outside ``make e2e-node`` these tests have no cluster: they are skipped on a
@@ -39,4 +40,8 @@ def node() -> Node:
         if "=" in line and not line.startswith("#"):
             key, value = line.split("=", 1)
             facts[key] = value
-    return Node(Path(state), facts)
+    node = Node(Path(state), facts)
+    # The tier's tests run on node 1; test_two_nodes uncordons the others for its own.
+    for k in range(2, int(facts.get("NODES", "1")) + 1):
+        node.kubectl("cordon", facts[f"NODE_{k}_NAME"])
+    return node

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
+import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rolloutfleet import BatchConsumer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -104,3 +110,33 @@ def wait_for(condition: Callable[[], Any], timeout: float, describe: Callable[[]
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {timeout:.0f} s. {describe()}")
         time.sleep(1)
+
+
+def chart_redis(node: Node, namespace: str, release: str = "rolloutfleet") -> tuple[str, str]:
+    """The URL of a chart release's TLS Redis as the host reaches it (the Service's address,
+    the chart's CA; that address is not among the certificate's names, so the chain is
+    verified, not the name) and its password."""
+    service = node.get(namespace, "service", f"{release}-redis")
+    password = base64.b64decode(node.get(namespace, "secret", f"{release}-redis")["data"]["password"]).decode()
+    ca = base64.b64decode(node.get(namespace, "secret", f"{release}-redis-ca")["data"]["ca.crt"])
+    ca_file = Path(tempfile.gettempdir()) / f"rolloutfleet-node-{namespace}-redis-ca.crt"
+    ca_file.write_bytes(ca)
+    return f"rediss://{service['spec']['clusterIP']}:6379/0?ssl_ca_certs={ca_file}&ssl_check_hostname=false", password
+
+
+class Seen:
+    """Every batch read, by producer (one worker process): its sequence numbers."""
+
+    def __init__(self) -> None:
+        self.seqs: dict[tuple[int, str], list[int]] = defaultdict(list)
+
+    def read(self, reader: BatchConsumer, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            messages = reader.read(count=64, timeout=0.5)
+            for message in messages:
+                self.seqs[(message.metadata.worker_index, message.metadata.producer)].append(message.metadata.seq)
+            reader.ack(messages)
+
+    def producers(self, index: int) -> list[str]:
+        return [producer for (i, producer) in self.seqs if i == index]

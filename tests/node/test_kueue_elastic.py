@@ -8,12 +8,8 @@ quota goes back to the ClusterQueue.
 
 from __future__ import annotations
 
-import base64
 import json
-import tempfile
-import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +19,7 @@ from rolloutfleet import BatchConsumer
 from rolloutfleet.transport.entries import decode_entry
 from rolloutfleet.transport.heartbeat import parse_heartbeats
 from rolloutfleet.transport.redis.keys import job_keys
-from tests.node.nodekit import Node, wait_for
+from tests.node.nodekit import Node, Seen, chart_redis, wait_for
 
 NS = "elastic"
 RELEASE = "rolloutfleet"
@@ -97,37 +93,12 @@ def reserved_cpu(node: Node) -> str:
 
 
 def redis_url_and_password(node: Node) -> tuple[str, str]:
-    """The chart's TLS Redis from the host (its CA; the Service's address is not among the
-    certificate's names, so the chain is verified, not the name), and its password."""
-    service = node.get(NS, "service", "rolloutfleet-redis")
-    password = base64.b64decode(node.get(NS, "secret", "rolloutfleet-redis")["data"]["password"]).decode()
-    ca = base64.b64decode(node.get(NS, "secret", "rolloutfleet-redis-ca")["data"]["ca.crt"])
-    ca_file = Path(tempfile.gettempdir()) / "rolloutfleet-node-elastic-redis-ca.crt"
-    ca_file.write_bytes(ca)
-    return f"rediss://{service['spec']['clusterIP']}:6379/0?ssl_ca_certs={ca_file}&ssl_check_hostname=false", password
+    return chart_redis(node, NS)
 
 
 def consumer(node: Node) -> BatchConsumer:
     url, password = redis_url_and_password(node)
     return BatchConsumer(url, JOB, namespace=NS, group="node-test", password=password, block_s=0.5)
-
-
-class Seen:
-    """Every batch read, by producer (one worker process): its sequence numbers."""
-
-    def __init__(self) -> None:
-        self.seqs: dict[tuple[int, str], list[int]] = defaultdict(list)
-
-    def read(self, reader: BatchConsumer, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            messages = reader.read(count=64, timeout=0.5)
-            for message in messages:
-                self.seqs[(message.metadata.worker_index, message.metadata.producer)].append(message.metadata.seq)
-            reader.ack(messages)
-
-    def producers(self, index: int) -> list[str]:
-        return [producer for (i, producer) in self.seqs if i == index]
 
 
 def test_install_the_chart_and_a_queue(node: Node) -> None:
