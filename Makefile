@@ -22,7 +22,7 @@ NODE ?= test
 NODES ?= 1
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-rllib demo-selfplay install-rllib test-rllib bench-rllib lock clean images
+.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-league bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-rllib demo-selfplay install-rllib test-rllib bench-rllib lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -135,6 +135,9 @@ bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards
 
 bench-dataplane: install ## the data plane at fleet scale: 10, 100 and 1 000 hollow workers (the real worker transport, sampling replaced) on one Redis with a real learner: per-worker Redis commands, CPU, connections and memory waiting and publishing, resume and weights-spread times (SIZES=10,100,1000 SECONDS=20); JSON in out/bench
 	$(BIN)/python -m bench.bench_dataplane --sizes $(or $(SIZES),10,100,1000) --seconds $(or $(SECONDS),20)
+
+bench-league: install ## a league's store: Redis memory a snapshot, snapshot writes and loads/s next to bare SET/GET (SNAPSHOTS=500); JSON in out/bench
+	$(BIN)/python -m bench.bench_league --snapshots $(or $(SNAPSHOTS),500)
 
 bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
 	@[ -n "$(REF)" ] || { echo "make bench-compare REF=<commit>"; exit 2; }

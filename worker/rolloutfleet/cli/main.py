@@ -16,6 +16,7 @@ from typing import Any
 
 from rolloutfleet.cli.evaluate import add_evaluate_parser
 from rolloutfleet.cli.flags import OneLineParser, command_problem, flag_problem
+from rolloutfleet.cli.league import add_league_parser
 from rolloutfleet.cli.record import add_record_parser, add_replay_parser
 from rolloutfleet.cli.streams import add_consume_parser, add_streams_parser
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_record_parser(commands)
     add_replay_parser(commands)
     add_evaluate_parser(commands)
+    add_league_parser(commands)
     return parser
 
 

@@ -1,0 +1,127 @@
+"""The league's store against a real redis-server: snapshots written once and read back
+bit for bit, content-addressed, immutable names, retirement that frees weights only when
+nothing refers to them, and ratings replayed from the results stream."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import numpy as np
+import pytest
+import redis
+import torch
+
+from rolloutfleet.data.codec import decode_tensors
+from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.transport.redis.acl import job_users, password_hash
+from tests.integration.redis_server import RedisServer
+
+JOB = "league"
+
+
+def state(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"pi.weight": rng.standard_normal((4, 8)).astype(np.float32), "pi.bias": np.zeros(4, np.float32)}
+
+
+def blobs(client: redis.Redis, store: PolicyStore) -> list[bytes]:
+    return sorted(client.scan_iter(match=store.blob_prefix + "*"))
+
+
+def test_a_snapshot_reads_back_as_written_and_its_weights_are_the_codecs_not_a_pickle(redis_url: str) -> None:
+    model = torch.nn.Linear(8, 4)
+    with PolicyStore(redis_url, JOB) as store:
+        meta = store.snapshot("main-0100", model, parent="main-0050", step=100, tags=["gen1"])
+        loaded = store.load("main-0100")
+        assert set(loaded) == {"weight", "bias"}
+        assert np.array_equal(loaded["weight"], model.weight.detach().numpy())
+        assert (meta.parent, meta.step, meta.tags) == ("main-0050", 100, ("gen1",))
+        assert [s.name for s in store.snapshots()] == ["main-0100"]
+        client = redis.Redis.from_url(redis_url)
+        (key,) = blobs(client, store)
+        raw = client.get(key)
+        assert raw is not None and not raw.startswith(b"\x80")  # no pickle protocol header
+        assert set(decode_tensors(bytearray(raw))) == {"weight", "bias"}
+
+
+def test_snapshots_are_content_addressed_and_names_immutable(redis_url: str) -> None:
+    with PolicyStore(redis_url, JOB) as store:
+        a = store.snapshot("a", state(1), step=1)
+        b = store.snapshot("b", state(1), step=2)  # the same weights under another name
+        c = store.snapshot("c", state(2), step=3)
+        assert a.digest == b.digest != c.digest
+        client = redis.Redis.from_url(redis_url)
+        assert len(blobs(client, store)) == 2
+        with pytest.raises(ValueError, match="name 'a' is taken"):
+            store.snapshot("a", state(3))
+        assert np.array_equal(store.load("a")["pi.weight"], state(1)["pi.weight"])
+        with pytest.raises(KeyError, match="no snapshot 'nope'"):
+            store.load("nope")
+
+
+def test_retired_weights_go_once_no_match_and_no_other_name_holds_them(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    with PolicyStore(redis_url, JOB) as store:
+        store.snapshot("old", state(1))
+        store.snapshot("twin", state(1))
+        store.snapshot("played", state(2))
+        store.pin(["played"])  # an open match plays it
+        assert store.retire("old") == []  # "twin" shares its weights
+        assert store.retire("played") == []  # the open match refers to it
+        with pytest.raises(ValueError, match="'played' is retired and its weights not yet collected"):
+            store.snapshot("played", state(4))
+        assert [s.name for s in store.snapshots()] == ["twin"]
+        assert sorted(s.name for s in store.snapshots(retired=True)) == ["old", "played"]
+        assert len(blobs(client, store)) == 2
+        assert store.unpin(["played"]) == ["played"]  # the match ended: its weights go
+        assert len(blobs(client, store)) == 1
+        assert sorted(store.retire("twin")) == ["old", "twin"]
+        assert blobs(client, store) == [] and store.snapshots(retired=True) == []
+        with pytest.raises(KeyError, match="no snapshot 'twin'"):
+            store.retire("twin")
+        store.snapshot("twin", state(3))  # collected: the name is free again
+
+
+def test_ratings_and_mains_records_from_the_results_stream(redis_url: str) -> None:
+    with PolicyStore(redis_url, JOB) as store:
+        for seed, name in enumerate(("v1", "v2")):
+            store.snapshot(name, state(seed))
+        seats = ("first", "second")
+        for main_return, opponent in ((1, "v1"), (1, "v1"), (1, "v1"), (0, "v2"), (-1, "v2")):
+            store.record_result(MatchResult(dict(zip(seats, ("main", opponent), strict=True)),
+                                            dict(zip(seats, (main_return, -main_return), strict=True)), worker=0))  # fmt: skip
+        results = store.results()
+        assert len(results) == 5 and results[0][1].winner == "main" and results[3][1].winner is None
+        table = store.ratings()
+        assert table.rating("main") > 1000 > table.rating("v1")
+        assert table.games["main"] == 5 and table.draws["v2"] == 1 and table.wins["v2"] == 1
+        league = store.league("main")
+        assert league.snapshots == ("v1", "v2")
+        assert (league.record("v1").wins, league.record("v2").draws, league.record("v2").losses) == (3, 1, 1)
+
+
+def test_a_result_naming_different_seats_is_refused() -> None:
+    with pytest.raises(ValueError, match="name different seats"):
+        MatchResult({"a": "main", "b": "v1"}, {"a": 1.0, "c": 0.0})
+
+
+def test_a_jobs_learner_user_keeps_its_league_and_its_worker_user_cannot_write_it(own_redis: RedisServer) -> None:
+    """The per-job users the operator mints (rolloutfleet.transport.redis.acl): the league's
+    commands are all among the learner's; the worker's user is refused."""
+    admin = own_redis.client()
+    users = job_users("team-a", JOB)
+    for user in (users.worker, users.learner):
+        admin.execute_command("ACL", "SETUSER", *user.setuser_args([password_hash("pw")]))
+
+    def url(user: str) -> str:
+        return f"redis://{urllib.parse.quote(user, safe='')}:pw@127.0.0.1:{own_redis.port}/0"
+
+    with PolicyStore(url(users.learner.name), JOB, "team-a") as store:
+        store.snapshot("v1", state(1))
+        store.snapshot("v2", state(2))
+        store.pin(["v1"])
+        assert store.retire("v1") == [] and store.unpin(["v1"]) == ["v1"]
+        store.record_result(MatchResult({"a": "main", "b": "v2"}, {"a": 1.0, "b": 0.0}))
+        assert store.ratings().wins["main"] == 1 and np.array_equal(store.load("v2")["pi.bias"], np.zeros(4))
+    with PolicyStore(url(users.worker.name), JOB, "team-a") as store, pytest.raises(redis.exceptions.NoPermissionError):
+        store.snapshot("v3", state(3))

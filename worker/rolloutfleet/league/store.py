@@ -1,0 +1,329 @@
+"""A league's frozen policies and its match results, in Redis (the job's keys).
+
+    >>> store = PolicyStore("redis://127.0.0.1:6379/0", "tictactoe")          # doctest: +SKIP
+    >>> store.snapshot("main-0100", model, parent="main-0050", step=100)      # doctest: +SKIP
+    >>> state = store.load("main-0100")           # name -> numpy array       # doctest: +SKIP
+    >>> store.record_result(MatchResult({"first": "main", "second": "main-0100"}, {"first": 1.0, "second": -1.0}))
+
+A snapshot is immutable and content-addressed: its weights are one value named by their
+SHA-256 (``<job tag>:league:blob:<digest>``, encoded by :mod:`rolloutfleet.data.codec`, never
+pickled), written once however many names share them; its metadata (name, digest, parent,
+step, tags, size, time) is a field of ``<job tag>:league:snapshots``. A name is taken once:
+a second snapshot under it is refused. :meth:`PolicyStore.retire` takes a snapshot out of
+the league; its weights are deleted once no open match refers to them (:meth:`pin`,
+:meth:`unpin`) and no other name shares them (:meth:`collect`, run by ``retire`` and
+``unpin``). Results are entries of the stream ``<job tag>:league:results``: each seat's
+policy and return, as JSON; :meth:`ratings` replays them into an :class:`~.ratings.Elo`
+table and :meth:`league` into main's record against each snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+
+from rolloutfleet.data.codec import decode_tensors, encode_tensors
+from rolloutfleet.league.matchmaking import League, Record
+from rolloutfleet.league.ratings import DEFAULT_INITIAL, DEFAULT_K, Elo, pair_score
+from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.keys import job_keys
+from rolloutfleet.transport.weights import WEIGHTS_SOCKET_TIMEOUT_S, to_numpy_state
+
+MAX_SNAPSHOT_BYTES = 512 << 20
+"""Redis's limit of one value."""
+
+# KEYS: snapshots hash, blob, retired hash. ARGV: name, metadata JSON, payload.
+# Returns 0 (the name is taken), -1 (retired, weights not yet collected) or 1.
+_SNAPSHOT_LUA = """
+if redis.call('HGET', KEYS[1], ARGV[1]) then
+  return 0
+end
+if redis.call('HGET', KEYS[3], ARGV[1]) then
+  return -1
+end
+redis.call('SET', KEYS[2], ARGV[3], 'NX')
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS: snapshots hash, retired hash, refs hash. ARGV: blob key prefix.
+# Deletes the blobs of retired snapshots that no active snapshot shares and no open match
+# refers to; forgets those retired names. Returns the names whose weights went.
+_COLLECT_LUA = """
+local active = {}
+local snaps = redis.call('HGETALL', KEYS[1])
+for i = 2, #snaps, 2 do
+  active[cjson.decode(snaps[i])['digest']] = true
+end
+local gone = {}
+local retired = redis.call('HGETALL', KEYS[2])
+for i = 1, #retired, 2 do
+  local name, meta = retired[i], cjson.decode(retired[i + 1])
+  local digest = meta['digest']
+  local refs = tonumber(redis.call('HGET', KEYS[3], digest) or '0')
+  if not active[digest] and refs <= 0 then
+    redis.call('DEL', ARGV[1] .. digest)
+    redis.call('HDEL', KEYS[3], digest)
+    redis.call('HDEL', KEYS[2], name)
+    table.insert(gone, name)
+  end
+end
+return gone
+"""
+
+
+# KEYS: refs hash. ARGV: +1 or -1, digests... Counts open matches per digest (a count that
+# reaches 0 is removed).
+_REFS_LUA = """
+for i = 2, #ARGV do
+  local n = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') + tonumber(ARGV[1])
+  if n > 0 then
+    redis.call('HSET', KEYS[1], ARGV[i], n)
+  else
+    redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return 1
+"""
+
+# The league uses only commands a job's learner user has (rolloutfleet.transport.redis.acl):
+# HGET, HGETALL, HSET, HDEL, GET, SET, DEL, XADD, XRANGE, scripts and MULTI.
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A frozen policy's metadata."""
+
+    name: str
+    digest: str
+    step: int = 0
+    parent: str | None = None
+    tags: tuple[str, ...] = ()
+    size: int = 0
+    created: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "digest": self.digest, "step": self.step, "parent": self.parent,
+                           "tags": list(self.tags), "size": self.size, "created": self.created})  # fmt: skip
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Snapshot:
+        data = json.loads(raw)
+        return cls(
+            name=str(data["name"]),
+            digest=str(data["digest"]),
+            step=int(data.get("step", 0)),
+            parent=data.get("parent"),
+            tags=tuple(str(tag) for tag in data.get("tags") or ()),
+            size=int(data.get("size", 0)),
+            created=float(data.get("created", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """One finished match: each seat's policy and return."""
+
+    seats: Mapping[str, str]
+    returns: Mapping[str, float]
+    worker: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if set(self.seats) != set(self.returns):
+            raise ValueError(f"seats {sorted(self.seats)} and returns {sorted(self.returns)} name different seats")
+        if len(self.seats) < 2:
+            raise ValueError(f"a match has at least 2 seats, got {sorted(self.seats)}")
+
+    @property
+    def winner(self) -> str | None:
+        """The policy in the seat with the highest return; None for a draw at the top."""
+        best = max(self.returns.values())
+        top = [seat for seat, value in self.returns.items() if value == best]
+        return self.seats[top[0]] if len(top) == 1 else None
+
+    def policy_returns(self) -> dict[str, float]:
+        """Return per policy (a policy in several seats: their mean)."""
+        sums: dict[str, list[float]] = {}
+        for seat, policy in self.seats.items():
+            sums.setdefault(policy, []).append(float(self.returns[seat]))
+        return {policy: sum(values) / len(values) for policy, values in sums.items()}
+
+    def fields(self) -> dict[str, str]:
+        out = {"seats": json.dumps(dict(self.seats)), "returns": json.dumps({k: float(v) for k, v in self.returns.items()}),
+               "winner": self.winner or ""}  # fmt: skip
+        if self.worker is not None:
+            out["worker"] = str(self.worker)
+        if self.extra:
+            out["extra"] = json.dumps(dict(self.extra))
+        return out
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[bytes, bytes]) -> MatchResult:
+        get = {key.decode(): value.decode() for key, value in fields.items()}
+        worker = get.get("worker")
+        return cls(
+            seats=json.loads(get["seats"]),
+            returns={seat: float(value) for seat, value in json.loads(get["returns"]).items()},
+            worker=int(worker) if worker else None,
+            extra=json.loads(get["extra"]) if get.get("extra") else {},
+        )
+
+
+class PolicyStore(JobClient):
+    """The league of job ``namespace/job``: snapshots, retirement, results (see the module doc)."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        job: str | RolloutJob,
+        namespace: str = "default",
+        *,
+        password: str | None = None,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
+        socket_timeout_s: float = WEIGHTS_SOCKET_TIMEOUT_S,
+    ) -> None:
+        if isinstance(job, RolloutJob):
+            namespace, job = job.namespace, job.name
+        keys = job_keys(namespace, job)
+        self.snapshots_key = f"{keys.tag}:league:snapshots"
+        self.retired_key = f"{keys.tag}:league:retired"
+        self.refs_key = f"{keys.tag}:league:refs"
+        self.blob_prefix = f"{keys.tag}:league:blob:"
+        self.results_key = f"{keys.tag}:league:results"
+        super().__init__(
+            redis_url, password, reconnect_timeout_s=reconnect_timeout_s, socket_timeout_s=socket_timeout_s
+        )
+        self._snapshot = self.client.register_script(_SNAPSHOT_LUA)
+        self._collect = self.client.register_script(_COLLECT_LUA)
+        self._refs = self.client.register_script(_REFS_LUA)
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def snapshot(
+        self, name: str, weights: Any, *, parent: str | None = None, step: int = 0, tags: Iterable[str] = ()
+    ) -> Snapshot:
+        """Freeze ``weights`` (a module, a state dict, or name -> array) as snapshot ``name``.
+        A name already in the league (active or retired and not yet collected) is refused."""
+        if not name or any(ch in name for ch in "\n\r"):
+            raise ValueError(f"a snapshot name must be one non-empty line, got {name!r}")
+        payload = encode_tensors(to_numpy_state(weights))
+        if len(payload) > MAX_SNAPSHOT_BYTES:
+            raise ValueError(f"snapshot {name!r} is {len(payload)} bytes, more than Redis' {MAX_SNAPSHOT_BYTES}")
+        digest = hashlib.sha256(payload).hexdigest()
+        meta = Snapshot(name, digest, int(step), parent, tuple(tags), len(payload), time.time())
+        made = self._retry.call(
+            lambda: self._snapshot(
+                keys=[self.snapshots_key, self.blob_prefix + digest, self.retired_key],
+                args=[name, meta.to_json(), payload],
+                client=self.client,
+            )
+        )
+        if int(made) == -1:
+            raise ValueError(f"snapshot name {name!r} is retired and its weights not yet collected: use another")
+        if not int(made):
+            raise ValueError(f"snapshot name {name!r} is taken: snapshots are immutable, give the new one a new name")
+        return meta
+
+    def snapshots(self, *, retired: bool = False) -> list[Snapshot]:
+        """The active snapshots (``retired``: the retired ones whose weights are still held),
+        by step, then name."""
+        raw = self._retry.call(lambda: self.client.hgetall(self.retired_key if retired else self.snapshots_key))
+        return sorted((Snapshot.from_json(item) for item in raw.values()), key=lambda s: (s.step, s.name))
+
+    def get(self, name: str) -> Snapshot:
+        raw = self._retry.call(lambda: self.client.hget(self.snapshots_key, name))
+        if raw is None:
+            raise KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
+        return Snapshot.from_json(raw)
+
+    def load(self, name: str) -> dict[str, np.ndarray]:
+        """Snapshot ``name``'s weights (name -> array), checked against its digest."""
+        meta = self.get(name)
+        payload = self._retry.call(lambda: self.client.get(self.blob_prefix + meta.digest))
+        if not isinstance(payload, bytes):
+            raise KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{meta.digest} are gone")
+        if hashlib.sha256(payload).hexdigest() != meta.digest:
+            raise ValueError(f"snapshot {name!r}: its weights do not match their digest {meta.digest}")
+        return decode_tensors(bytearray(payload))
+
+    def retire(self, name: str) -> list[str]:
+        """Take ``name`` out of the league; returns the snapshots whose weights went (this one
+        unless an open match or another name holds them)."""
+
+        def move() -> None:
+            raw = self.client.hget(self.snapshots_key, name)
+            if raw is None:
+                raise KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(self.retired_key, name, raw)
+            pipe.hdel(self.snapshots_key, name)
+            pipe.execute()
+
+        self._retry.call(move)
+        return self.collect()
+
+    def collect(self) -> list[str]:
+        """Delete the weights of retired snapshots that nothing refers to any more."""
+        gone = self._retry.call(
+            lambda: self._collect(
+                keys=[self.snapshots_key, self.retired_key, self.refs_key], args=[self.blob_prefix], client=self.client
+            )
+        )
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in gone]
+
+    def pin(self, names: Sequence[str]) -> None:
+        """An open match refers to these snapshots: their weights stay until :meth:`unpin`."""
+        digests = [self.get(name).digest for name in names]
+        self._retry.call(lambda: self._refs(keys=[self.refs_key], args=[1, *digests], client=self.client))
+
+    def unpin(self, names: Sequence[str]) -> list[str]:
+        """The match that pinned these snapshots (active or retired) is over."""
+        digests = []
+        for name in names:
+            raw = self.client.hget(self.snapshots_key, name) or self.client.hget(self.retired_key, name)
+            if raw is None:
+                raise KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}, active or retired")
+            digests.append(Snapshot.from_json(raw).digest)
+        self._retry.call(lambda: self._refs(keys=[self.refs_key], args=[-1, *digests], client=self.client))
+        return self.collect()
+
+    # -- results ------------------------------------------------------------------------------
+
+    def record_result(self, result: MatchResult) -> str:
+        """Append a finished match to the results stream; returns its entry id."""
+        entry = self._retry.call(lambda: self.client.xadd(self.results_key, result.fields()))  # type: ignore[arg-type]
+        return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+    def results(self, start: str = "-", count: int | None = None) -> list[tuple[str, MatchResult]]:
+        """Results from entry ``start`` on (oldest first)."""
+        raw = cast(
+            "list[tuple[bytes, dict[bytes, bytes]]]",
+            self._retry.call(lambda: self.client.xrange(self.results_key, min=start, count=count)),
+        )
+        return [(eid.decode(), MatchResult.from_fields(fields)) for eid, fields in raw]
+
+    def ratings(self, *, k: float = DEFAULT_K, initial: float = DEFAULT_INITIAL) -> Elo:
+        """Every recorded result replayed into an Elo table, in the stream's order."""
+        table = Elo(k=k, initial=initial)
+        table.record_all(result.policy_returns() for _, result in self.results())
+        return table
+
+    def league(self, main: str) -> League:
+        """What a matchmaker needs: the active snapshots and main's record against each."""
+        records: dict[str, Record] = {}
+        for _, result in self.results():
+            returns = result.policy_returns()
+            if main not in returns:
+                continue
+            for opponent, value in returns.items():
+                if opponent != main:
+                    records[opponent] = records.get(opponent, Record()).add(pair_score(returns[main], value))
+        return League(main=main, snapshots=tuple(s.name for s in self.snapshots()), stats=records)
