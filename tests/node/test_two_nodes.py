@@ -99,6 +99,16 @@ def reach(node: Node, pod: str, host: str, port: int) -> str:
     return out.strip().splitlines()[-1]
 
 
+def connects(node: Node, pod: str, host: str, port: int) -> None:
+    seen: list[str] = []
+
+    def connected() -> bool:
+        seen.append(reach(node, pod, host, port))
+        return seen[-1] == "connected"
+
+    wait_for(connected, 60, lambda: f"{pod} -> {host}:{port}: {seen[-5:]}. {node.diagnostics(NS)}")
+
+
 def status(node: Node) -> dict[str, Any]:
     return (node.get(NS, "rj", JOB) or {}).get("status") or {}
 
@@ -154,11 +164,13 @@ def test_two_nodes_ready_and_their_pods_reach_each_other(node: Node, second: str
     pods = {p["metadata"]["name"]: p for p in node.get(NS, "pods")["items"]}
     ip_2 = pods["probe-2"]["status"]["podIP"]
     assert ip_2.startswith(node.facts["NODE_2_IP"].rsplit(".", 1)[0] + "."), ip_2  # node 2's own pod CIDR
-    assert reach(node, "probe-1", ip_2, 8000) == "connected"  # pod to pod, across nodes
-    assert reach(node, "probe-1", f"probe-2.{NS}.svc", 80) == "connected"  # a Service by name
-    assert reach(node, "probe-2", pods["probe-1"]["status"]["podIP"], 8000) == "connected"
-    assert reach(node, "probe-2", f"{RELEASE}-redis", 6379) == "connected"  # the chart's Redis, on node 1
-    assert reach(node, "probe-2", "kubernetes.default.svc", 443) == "connected"  # the API server, on node 1
+    # kube-proxy programs a new Service's rules on each node within seconds of its endpoints:
+    # each path is tried until it connects (a minute at most).
+    connects(node, "probe-1", ip_2, 8000)  # pod to pod, across nodes
+    connects(node, "probe-1", f"probe-2.{NS}.svc", 80)  # a Service by name, its endpoint on node 2
+    connects(node, "probe-2", pods["probe-1"]["status"]["podIP"], 8000)
+    connects(node, "probe-2", f"{RELEASE}-redis", 6379)  # the chart's Redis, on node 1
+    connects(node, "probe-2", "kubernetes.default.svc", 443)  # the API server, on node 1
 
 
 @pytest.mark.timeout(600)
