@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import redis
 
 from bench.results import Table, machine, write
 from rolloutfleet.data.batch import DEFAULT_POLICY, SampleBatch
@@ -56,6 +57,7 @@ from rolloutfleet.transport.publisher import BackpressureTimeout, PublishInterru
 from rolloutfleet.transport.redis.connection import RETRYABLE, connect
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WeightPublisher
+from tests.integration.redis_cluster import LocalCluster
 
 JOB = "hollow"
 ROWS = 200
@@ -64,16 +66,17 @@ FRAGMENTS_PER_S = 1.0
 """A hollow worker's rate: one fragment a second (a modest CPU worker's 200 steps/s)."""
 MAX_LEN = 256
 WEIGHTS_BYTES = 1 << 20
+CLUSTER_MASTERS = 3
 
 
-def job_of(workers: int, max_len: int = MAX_LEN) -> RolloutJob:
+def job_of(workers: int, max_len: int = MAX_LEN, shards: int = 1) -> RolloutJob:
     return RolloutJob.from_dict(
         {
             "metadata": {"name": JOB, "namespace": "default"},
             "spec": {
                 "replicas": workers,
                 "env": {"id": "CartPole-v1"},
-                "redis": {"maxLen": max_len, "backpressure": "block", "blockTimeoutSeconds": 3600},
+                "redis": {"maxLen": max_len, "backpressure": "block", "blockTimeoutSeconds": 3600, "shards": shards},
             },
         }
     )
@@ -190,35 +193,50 @@ class Learner(threading.Thread):
 
 
 class RedisCounters:
-    """Redis's own counters, read before and after a phase."""
+    """Redis's own counters, read before and after a phase: summed over every node (one, or
+    each master of a Redis Cluster), with each node's CPU kept apart (the busiest shard)."""
 
-    def __init__(self, url: str) -> None:
-        self.client = connect(url)
+    def __init__(self, urls: list[str]) -> None:
+        self.clients = [redis.Redis.from_url(url) for url in urls]
 
-    def reset(self) -> tuple[float, int, float]:
-        self.client.config_resetstat()
-        return self._cpu(), int(self.client.info("stats")["total_net_output_bytes"]), time.monotonic()
+    def reset(self) -> tuple[list[float], int, float]:
+        for client in self.clients:
+            client.config_resetstat()
+        return self._cpus(), self._net_out(), time.monotonic()
 
-    def since(self, start: tuple[float, int, float]) -> dict[str, Any]:
-        cpu0, out0, t0 = start
-        commands = {
-            name.removeprefix("cmdstat_"): int(values["calls"])
-            for name, values in self.client.info("commandstats").items()
-            if name not in ("cmdstat_config|resetstat", "cmdstat_info")
-        }
+    def since(self, start: tuple[list[float], int, float]) -> dict[str, Any]:
+        cpus0, out0, t0 = start
+        commands: dict[str, int] = {}
+        calls_by_node = []
+        for client in self.clients:
+            calls = 0
+            for name, values in client.info("commandstats").items():
+                if name not in ("cmdstat_config|resetstat", "cmdstat_info"):
+                    key = name.removeprefix("cmdstat_")
+                    commands[key] = commands.get(key, 0) + int(values["calls"])
+                    calls += int(values["calls"])
+            calls_by_node.append(calls)
+        per_node = [now - before for now, before in zip(self._cpus(), cpus0, strict=True)]
         return {
             "seconds": time.monotonic() - t0,
-            "cpu_s": self._cpu() - cpu0,
-            "net_out": int(self.client.info("stats")["total_net_output_bytes"]) - out0,
+            "cpu_s": sum(per_node),
+            "cpu_s_by_node": per_node,
+            "calls_by_node": calls_by_node,
+            "net_out": self._net_out() - out0,
             "commands": commands,
         }
 
     def memory_and_clients(self) -> tuple[int, int]:
-        return int(self.client.info("memory")["used_memory"]), int(self.client.info("clients")["connected_clients"])
+        memory = sum(int(client.info("memory")["used_memory"]) for client in self.clients)
+        return memory, sum(int(client.info("clients")["connected_clients"]) for client in self.clients)
 
-    def _cpu(self) -> float:
-        cpu = self.client.info("cpu")
-        return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+    def _net_out(self) -> int:
+        return sum(int(client.info("stats")["total_net_output_bytes"]) for client in self.clients)
+
+    def _cpus(self) -> list[float]:
+        return [
+            float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]) for cpu in (c.info("cpu") for c in self.clients)
+        ]
 
 
 def raw_fanout(url: str, key: str, copies: int, threads: int = 8) -> float:
@@ -258,19 +276,28 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def run_size(workers: int, seconds: float, max_len: int = MAX_LEN, weights: bool = True) -> dict[str, Any]:
-    """Every phase for a fleet of ``workers`` hollow workers on a fresh redis-server
-    (``max_len``: the stream's, which the fleet fills before it waits; ``weights``: run the
-    weights phase, whose N downloads and checks all happen in this one process)."""
-    server = EmbeddedRedis(extra_args=("--maxclients", str(max(10_000, 3 * workers + 100)))).start()
-    counters = RedisCounters(server.url)
+def run_size(
+    workers: int, seconds: float, max_len: int = MAX_LEN, weights: bool = True, cluster: bool = False
+) -> dict[str, Any]:
+    """Every phase for a fleet of ``workers`` hollow workers on a fresh redis-server, or with
+    ``cluster`` a fresh 3-master Redis Cluster and the job's stream in 3 shards (``max_len``:
+    the stream's, which the fleet fills before it waits; ``weights``: run the weights phase,
+    whose N downloads and checks all happen in this one process)."""
+    if cluster:
+        server: Any = LocalCluster(masters=CLUSTER_MASTERS, replicas=0).start()
+        urls = [node.url for node in server.nodes]
+    else:
+        server = EmbeddedRedis(extra_args=("--maxclients", str(max(10_000, 3 * workers + 100)))).start()
+        urls = [server.url]
+    counters = RedisCounters(urls)
     mark = counters.reset()
     time.sleep(min(seconds, 5.0))
     idle = counters.since(mark)  # Redis's own background work (serverCron), counted apart
     memory_before, clients_before = counters.memory_and_clients()
-    job, stop = job_of(workers, max_len), threading.Event()
+    job, stop = job_of(workers, max_len, shards=CLUSTER_MASTERS if cluster else 1), threading.Event()
     fleet = [HollowWorker(server.url, job, index, workers, stop) for index in range(workers)]
-    result: dict[str, Any] = {"workers": workers, "redis_idle_cpu_s_per_s": idle["cpu_s"] / idle["seconds"]}
+    result: dict[str, Any] = {"workers": workers, "redis_idle_cpu_s_per_s": idle["cpu_s"] / idle["seconds"],
+                              "nodes": len(urls)}  # fmt: skip
     try:
         started = time.monotonic()
         for worker in fleet:
@@ -329,7 +356,10 @@ def run_size(workers: int, seconds: float, max_len: int = MAX_LEN, weights: bool
                 worker.transport.interrupt()
         for worker in fleet:
             worker.join(10)
-        server.stop()
+        if cluster:
+            server.close()
+        else:
+            server.stop()
     return result
 
 
@@ -370,13 +400,20 @@ def main() -> None:
         default=1000,
         help="run the weights phase for fleets up to this size (this process downloads N x 1 MB)",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help=f"a {CLUSTER_MASTERS}-master Redis Cluster (no replicas) and the job's stream in {CLUSTER_MASTERS} shards "
+        "instead of one redis-server",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # redis-server inherits it
     where = machine(fd_limit=hard)
-    results = [run_size(n, args.seconds, weights=n <= args.weights_up_to) for n in sizes]
-    print(f"# The data plane with hollow workers ({where['cores']} cores, {where['date']}; "
+    results = [run_size(n, args.seconds, weights=n <= args.weights_up_to, cluster=args.cluster) for n in sizes]
+    on = f"a {CLUSTER_MASTERS}-master Redis Cluster, {CLUSTER_MASTERS} shards" if args.cluster else "one redis-server"
+    print(f"# The data plane with hollow workers on {on} ({where['cores']} cores, {where['date']}; "
           f"{ROWS}-row fragments, {FRAGMENTS_PER_S:g}/s a worker, maxLen {MAX_LEN}, {args.seconds:g} s phases)\n")  # fmt: skip
     table = Table(
         "Redis per waiting worker", "workers", ["commands/s", "CPU us/s"], unit="per waiting worker, a second"
@@ -411,8 +448,13 @@ def main() -> None:
         calls = sorted(worst[phase]["commands"].items(), key=lambda item: -item[1])
         per = ", ".join(f"{name} {count / worst['workers'] / worst[phase]['seconds']:.2f}" for name, count in calls)
         print(f"\nby command, {phase}, {worst['workers']:,} workers (a worker, a second): {per}")
-    path = write("bench_dataplane", [table], where)
-    path.with_name("bench_dataplane_phases.json").write_text(json.dumps(results, indent=2))
+        if args.cluster:
+            shares = [cpu / worst[phase]["seconds"] * 1e6 / worst["workers"] for cpu in worst[phase]["cpu_s_by_node"]]
+            print(f"Redis CPU by master, {phase} (us a worker-second, idle included): "
+                  + ", ".join(f"{share:.0f}" for share in shares))  # fmt: skip
+    name = "bench_dataplane_cluster" if args.cluster else "bench_dataplane"
+    path = write(name, [table], where)
+    path.with_name(f"{name}_phases.json").write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -27,3 +27,15 @@ def test_every_phase_of_a_small_fleet_is_measured_from_redis_and_the_learner() -
     weights = result["weights"]
     assert weights["bound"] == 4 * WEIGHTS_BYTES and weights["net_out"] >= weights["bound"]
     assert weights["max"] >= weights["p50"] >= 0 and weights["raw_s"] > 0
+
+
+def test_on_a_redis_cluster_the_fleet_spreads_its_stream_over_the_masters() -> None:
+    redis_server_binary()
+    result = run_size(6, seconds=3.0, max_len=6, cluster=True)
+    assert result["nodes"] == 3 and result["heartbeats"] == 6
+    # Each master got the batches of its shard: every one answered commands while they flowed.
+    assert all(calls > 0 for calls in result["flowing"]["calls_by_node"]), result["flowing"]["calls_by_node"]
+    assert result["flowing"]["commands"].get("xadd", 0) > 0 and result["flowing"]["rows_per_s"] > 0
+    waiting_calls, _ = per_worker_s(result, "waiting")
+    assert 0 < waiting_calls <= 3.0, result["waiting"]["commands"]
+    assert result["weights"]["net_out"] >= result["weights"]["bound"] == 6 * WEIGHTS_BYTES
