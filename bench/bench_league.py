@@ -1,11 +1,17 @@
-"""What a league's store costs Redis: memory per snapshot, and how fast snapshots are
-written and loaded, for policies of a few sizes, against a real ``redis-server``.
+"""What a league costs: Redis memory per snapshot and how fast snapshots are written and
+loaded, for policies of a few sizes, against a real ``redis-server``; and a worker whose
+opponent changes every episode among those snapshots, next to the same job against one
+fixed opponent (env steps/s, snapshot loads/s, its RSS while sampling).
 
 Each snapshot is a policy of the given parameter count (float32 tensors, as the default MLP
 holds them), written through :class:`rolloutfleet.league.store.PolicyStore` (content
 -addressed, one blob and one metadata field each). Memory is Redis's own ``used_memory``
 before and after, divided by the snapshots written; the ceiling of the write and load rates
 is a bare ``SET`` / ``GET`` of the same payload by the same client.
+
+The switching worker is the real multi-agent runner on ``examples/tictactoe.yaml`` with
+``spec.league`` (its opponent's seats held in ``--cached`` slots) and a uniform plan over
+every snapshot, fed by the real :class:`~rolloutfleet.league.opponents.LeagueOpponents`.
 
 Usage: ``python -m bench.bench_league [--snapshots 500] [--params 10000,100000,1000000]``
 (``make bench-league``). JSON in ``out/bench/bench_league.json``.
@@ -16,13 +22,19 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
 from bench.results import Table, machine, write
 from rolloutfleet.data.codec import encode_tensors
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.league.opponents import LeagueOpponents
 from rolloutfleet.league.store import PolicyStore
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
+from rolloutfleet.spec.job import RolloutJob
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def policy(params: int, seed: int) -> dict[str, np.ndarray]:
@@ -76,10 +88,76 @@ def run(params: int, snapshots: int) -> dict[str, float]:
     }
 
 
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def tictactoe(league: bool, cached: int) -> RolloutJob:
+    manifest = RolloutJob.from_file(ROOT / "examples/tictactoe.yaml").to_dict()
+    if league:
+        manifest["spec"]["league"] = {"opponent": "main_v1", "cachedPolicies": cached, "planRefreshSeconds": 3600}
+    return RolloutJob.from_dict(manifest)
+
+
+def steps_per_s(runner: MultiAgentEnvRunner, seconds: float) -> float:
+    runner.sample()  # warm
+    steps, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        steps += runner.sample().env_steps()
+    return steps / (time.perf_counter() - began)
+
+
+def switching(snapshots: int, cached: int, seconds: float, repeats: int) -> dict[str, float]:
+    """A worker whose opponent changes every episode among ``snapshots`` (uniform plan), next
+    to the same job against one fixed opponent: env steps/s, snapshot loads/s, RSS."""
+    with EmbeddedRedis() as server:
+        store = PolicyStore(server.url, "league")
+        base = MultiAgentEnvRunner(tictactoe(False, cached)).get_weights(["main_v1"])["main_v1"]
+        for i in range(snapshots):
+            store.snapshot(f"s{i:04d}", {k: v * (1 + i / snapshots) for k, v in base.items()}, step=i)
+        store.publish_plan({f"s{i:04d}": 1.0 for i in range(snapshots)})
+        used_memory = int(store.client.info("memory")["used_memory"])
+        fixed_rates, league_rates, loads, rss, busy = [], [], [], [], []
+        for _ in range(repeats):
+            with MultiAgentEnvRunner(tictactoe(False, cached)) as runner:
+                fixed_rates.append(steps_per_s(runner, seconds))
+            job = tictactoe(True, cached)
+            with MultiAgentEnvRunner(job) as runner:
+                assert job.spec.league is not None
+                opponents = LeagueOpponents(store, job.spec.league, seed=0, worker_index=0)
+                runner.attach_league(opponents)
+                before = rss_mb()
+                league_rates.append(steps_per_s(runner, seconds))
+                loads.append(opponents.loads / seconds)
+                assert runner.slots is not None
+                busy.append(runner.slots.busy / max(1, runner.slots.assigned))
+                rss.append(rss_mb() - before)
+                opponents.pending.clear()
+        store.close()
+    return {
+        "snapshots": snapshots,
+        "cached": cached,
+        "fixed_steps_per_s": statistics.median(fixed_rates),
+        "league_steps_per_s": statistics.median(league_rates),
+        "loads_per_s": statistics.median(loads),
+        "rss_growth_mb": max(rss),
+        "busy_share": statistics.median(busy),
+        "redis_used_mb": used_memory / 2**20,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--snapshots", type=int, default=500)
     parser.add_argument("--params", default="10000,100000,1000000", help="parameters of a policy, comma-separated")
+    parser.add_argument(
+        "--cached", default="2,8,16", help="spec.league.cachedPolicies of the switching worker, comma-separated"
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="sampling time of each switching run")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     where = machine()
     results = [run(int(p), args.snapshots) for p in args.params.split(",")]
@@ -91,7 +169,21 @@ def main() -> None:
         print(f"| {r['params']:,.0f} | {r['snapshot_bytes'] / 1024:,.1f} KiB | {r['redis_bytes_per_snapshot'] / 1024:,.1f} KiB "
               f"| {r['writes_per_s']:,.0f} ({r['bare_sets_per_s']:,.0f}) | {r['loads_per_s']:,.0f} ({r['bare_gets_per_s']:,.0f}) |")  # fmt: skip
         table.rows.append({key: round(value, 1) for key, value in r.items()})
-    write("bench_league", [table], where)
+    rows = [switching(args.snapshots, int(k), args.seconds, args.repeats) for k in args.cached.split(",")]
+    print(f"\n# A worker switching opponents every episode among {args.snapshots} snapshots, a uniform plan "
+          f"(tic-tac-toe, 16 envs, medians of {args.repeats} runs of {args.seconds:g} s)\n")  # fmt: skip
+    print(
+        "| cachedPolicies | env steps/s against one fixed opponent | against the league | ratio | snapshot loads/s | "
+        "episodes given a held snapshot (all slots in play) | worker RSS growth while sampling | Redis used_memory |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    switch = Table("League: switching opponents", "cached", ["fixed_steps_per_s", "league_steps_per_s"])
+    for sw in rows:
+        print(f"| {sw['cached']} | {sw['fixed_steps_per_s']:,.0f} | {sw['league_steps_per_s']:,.0f} | "
+              f"{sw['league_steps_per_s'] / sw['fixed_steps_per_s']:.2f} | {sw['loads_per_s']:,.1f} | "
+              f"{sw['busy_share']:.1%} | {sw['rss_growth_mb']:+.1f} MB | {sw['redis_used_mb']:,.1f} MB |")  # fmt: skip
+        switch.rows.append({key: round(value, 2) for key, value in sw.items()})
+    write("bench_league", [table, switch], where)
 
 
 if __name__ == "__main__":

@@ -59,8 +59,9 @@ def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     # Fields added later, unset: hashed as before they existed (an operator upgrade replaces no pod).
     spec["redis"] = {k: v for k, v in spec["redis"].items() if k not in ("tls", "adminSecret") or v is not None}
     spec["sampling"] = {k: v for k, v in spec["sampling"].items() if k != "infos" or v}
-    if spec.get("topologySpreadConstraints") is None:
-        spec.pop("topologySpreadConstraints", None)
+    for later in ("topologySpreadConstraints", "league"):
+        if spec.get(later) is None:
+            spec.pop(later, None)
     material = {
         "spec": spec,
         "image": worker_image(job, config),

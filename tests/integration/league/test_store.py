@@ -12,7 +12,9 @@ import redis
 import torch
 
 from rolloutfleet.data.codec import decode_tensors
+from rolloutfleet.league.opponents import LeagueOpponents
 from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.acl import job_users, password_hash
 from tests.integration.redis_server import RedisServer
 
@@ -123,5 +125,16 @@ def test_a_jobs_learner_user_keeps_its_league_and_its_worker_user_cannot_write_i
         assert store.retire("v1") == [] and store.unpin(["v1"]) == ["v1"]
         store.record_result(MatchResult({"a": "main", "b": "v2"}, {"a": 1.0, "b": 0.0}))
         assert store.ratings().wins["main"] == 1 and np.array_equal(store.load("v2")["pi.bias"], np.zeros(4))
-    with PolicyStore(url(users.worker.name), JOB, "team-a") as store, pytest.raises(redis.exceptions.NoPermissionError):
-        store.snapshot("v3", state(3))
+        store.publish_plan({"v2": 1})
+    # A worker reads the plan and the snapshots and records its games, and writes nothing else.
+    with PolicyStore(url(users.worker.name), JOB, "team-a") as store:
+        opponents = LeagueOpponents(store, LeagueSpec(opponent="b"), seed=0, worker_index=3)
+        assert opponents.pick() == "v2" and np.array_equal(opponents.load("v2")["pi.weight"], state(2)["pi.weight"])
+        opponents.finished({"x": "main", "o": "v2"}, {"x": 0.0, "o": 0.0})
+        assert opponents.flush() == 1
+        (_, fields) = admin.xrevrange(store.results_key, count=1)[0]
+        assert MatchResult.from_fields(fields).worker == 3
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            store.snapshot("v3", state(3))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            store.publish_plan({"v2": 2})

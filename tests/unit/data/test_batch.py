@@ -43,6 +43,9 @@ def test_nonfinite_rows_counts_rows_not_values() -> None:
     # Integer observations (Discrete spaces) are always finite.
     ints = SampleBatch({"obs": np.arange(3), "new_obs": np.arange(3), "rewards": np.ones(3)})
     assert nonfinite_rows(ints) == (0, 0)
+    # A policy that acted in no row of a fragment (a league slot not played): nothing to count.
+    empty = SampleBatch({"obs": np.zeros((0, 2, 3), np.float32), "rewards": np.zeros(0, np.float32)})
+    assert nonfinite_rows(empty) == (0, 0)
 
 
 def test_nonfinite_leaf_columns_of_dict_observations_count() -> None:

@@ -106,6 +106,7 @@ SECTIONS = [
     "multiAgent.policies.recurrent",
     "multiAgent.policyMapping",
     "multiAgent.policyMapping.rules",
+    "league",
     "redis",
     "redis.passwordSecret",
     "redis.tls",

@@ -95,6 +95,7 @@ VALID: dict[str, Any] = {
     "multiAgent.policiesToTrain[0]": "a",
     "autoscaling.maxReplicas": 4,
     "evaluation.maxEpisodeSteps": 500,
+    "league.opponent": "b",
     "env.external.observationSpace.type": "Discrete",
     "env.external.observationSpace.shape[0]": 4,
     "env.external.observationSpace.low": -1.0,
@@ -112,6 +113,7 @@ OBJECTS: dict[str, dict[str, Any]] = {
     "caSecret": {"name": "redis-ca"},
     "adminSecret": {"name": "redis-admin"},
     "autoscaling": {"maxReplicas": 4},
+    "league": {"opponent": "b"},
 }
 """What an object made around the field tried holds besides it (its required fields)."""
 EXPLORATION = {"epsilon": "epsilonGreedy", "schedule": "epsilonGreedy", "perWorker": "epsilonGreedy",
@@ -170,6 +172,9 @@ def manifest_with(path: str, value: Any) -> dict[str, Any]:
             spec["multiAgent"]["policyMapping"] = {"rules": [dict(ITEMS["rules"])]}
         if path.startswith("multiAgent.policyMapping.default"):
             spec["multiAgent"]["policyMapping"] = {"rules": [dict(ITEMS["rules"])]}
+    if path.startswith("league."):
+        # a league's opponent is an untrained policy of a multi-agent job
+        spec["multiAgent"] = {**copy.deepcopy(MULTI), "policies": {"a": {}, "b": {}}, "policiesToTrain": ["a"]}
     if ".exploration." in f".{path}":
         section = spec.setdefault("policy", {}) if path.startswith("policy.") else spec["multiAgent"]["policies"]["a"]
         field = path.split(".exploration.")[1].split(".")[0]

@@ -172,6 +172,8 @@ def _bad_rows(column: np.ndarray | None) -> np.ndarray | None:
     """Rows of ``column`` holding a NaN or an infinity (None: not a float column)."""
     if column is None or not np.issubdtype(column.dtype, np.floating):
         return None
+    if len(column) == 0:  # a policy that acted in no row of this fragment (reshape(0, -1) is refused)
+        return np.zeros(0, bool)
     return ~np.isfinite(column.reshape(len(column), -1)).all(axis=1)
 
 

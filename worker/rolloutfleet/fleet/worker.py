@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from rolloutfleet.data.batch import SampleBatch
     from rolloutfleet.data.multiagent_batch import MultiAgentBatch
     from rolloutfleet.fleet.worker_transport import WorkerTransport
+    from rolloutfleet.league.opponents import LeagueOpponents
     from rolloutfleet.sampling.runner_base import AnyRunner
     from rolloutfleet.transport.redis.stream_load import StreamLoad
 
@@ -78,6 +79,8 @@ class Worker:
 
         self.probes = Probes()
         self.transport: WorkerTransport | None = None
+        self.league: LeagueOpponents | None = None
+        """spec.league: the snapshots this worker's opponents play, and their results."""
         self.nonfinite = NonFiniteTally()
         self._interrupt_envs: Callable[[], None] | None = None
         self.learner_wait = LearnerWait()
@@ -159,6 +162,8 @@ class Worker:
             watchdog.close()
             return made
         transport = self.transport = made
+        if config.job.spec.league is not None:
+            self._attach_league(runner, transport)
         self.probes.set_ready(True)  # env, policy and Redis are up: it can sample and publish
         transport.on_wait(self._on_wait)
         self._interrupt_envs = interrupt_failing_envs
@@ -166,6 +171,29 @@ class Worker:
             transport.interrupt()
             interrupt_failing_envs()
         return server, watchdog, runner, transport, outage
+
+    def _attach_league(self, runner: AnyRunner, transport: WorkerTransport) -> None:
+        """spec.league: the runner's opponents come from the job's league, on the transport's
+        connection (no connection more)."""
+        import numpy as np
+
+        from rolloutfleet.league.opponents import LeagueOpponents
+        from rolloutfleet.league.store import PolicyStore
+        from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
+
+        config = self.config
+        spec = config.job.spec
+        assert spec.league is not None and isinstance(runner, MultiAgentEnvRunner)
+        store = PolicyStore(config.redis_url, config.job, password=config.redis_password, client=transport.client,
+                            reconnect_timeout_s=2.0)  # fmt: skip
+        seed = (
+            np.random.SeedSequence([spec.sampling.seed, config.worker_index])
+            if spec.sampling.seed is not None
+            else None
+        )
+        self.league = LeagueOpponents(store, spec.league, seed=int(np.random.default_rng(seed).integers(2**63)),
+                                      worker_index=config.worker_index)  # fmt: skip
+        runner.attach_league(self.league)
 
     def _sample_and_publish(self, runner: AnyRunner, transport: WorkerTransport, outage: OutageLoop) -> int:
         """Sample and publish fragments until stopped (the fragment in hand published first,
@@ -248,6 +276,8 @@ class Worker:
         self.rows.published_fragment(loop.pending)
         self._stats = {**self._stats, **self.rows.fields()}
         loop.pending = None
+        if self.league is not None:
+            self.league.flush()  # the fragment's finished matches (kept for the next try if Redis fails)
         self._say(*self.learner_wait.published(time.time()))
         transport.sync_filters(runner)
         transport.heartbeat(self._stats, every_s=HEARTBEAT_EVERY_S)

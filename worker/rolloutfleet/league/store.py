@@ -189,6 +189,7 @@ class PolicyStore(JobClient):
         password: str | None = None,
         reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         socket_timeout_s: float = WEIGHTS_SOCKET_TIMEOUT_S,
+        client: Any = None,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
@@ -198,8 +199,13 @@ class PolicyStore(JobClient):
         self.refs_key = f"{keys.tag}:league:refs"
         self.blob_prefix = f"{keys.tag}:league:blob:"
         self.results_key = f"{keys.tag}:league:results"
+        self.plan_key = f"{keys.tag}:league:plan"
         super().__init__(
-            redis_url, password, reconnect_timeout_s=reconnect_timeout_s, socket_timeout_s=socket_timeout_s
+            redis_url,
+            password,
+            reconnect_timeout_s=reconnect_timeout_s,
+            socket_timeout_s=socket_timeout_s,
+            client=client,
         )
         self._snapshot = self.client.register_script(_SNAPSHOT_LUA)
         self._collect = self.client.register_script(_COLLECT_LUA)
@@ -294,6 +300,35 @@ class PolicyStore(JobClient):
             digests.append(Snapshot.from_json(raw).digest)
         self._retry.call(lambda: self._refs(keys=[self.refs_key], args=[-1, *digests], client=self.client))
         return self.collect()
+
+    # -- the plan: which snapshots workers play, how likely ---------------------------------
+
+    def publish_plan(self, weights: Mapping[str, float]) -> dict[str, float]:
+        """Tell the workers which snapshots to play and how likely each is (normalized here;
+        names not in the league are refused). ``{}``: play the opponent policy as it is."""
+        active = {s.name for s in self.snapshots()}
+        unknown = sorted(set(weights) - active)
+        if unknown:
+            raise KeyError(f"not in the league {self.snapshots_key}: {', '.join(unknown)}")
+        if any(not value >= 0 for value in weights.values()):
+            raise ValueError(f"plan weights must be >= 0, got {dict(weights)}")
+        total = float(sum(weights.values()))
+        plan = {name: float(value) / total for name, value in weights.items() if value > 0} if total > 0 else {}
+        self._retry.call(lambda: self.client.set(self.plan_key, json.dumps({"weights": plan, "at": time.time()})))
+        return plan
+
+    def publish_matchmaker_plan(self, matchmaker: Any, main: str) -> dict[str, float]:
+        """The plan a matchmaker (:mod:`.matchmaking`) makes of main's record so far."""
+        league = self.league(main)
+        weights = matchmaker.weights(league)
+        return self.publish_plan(dict(zip(league.snapshots, (float(w) for w in weights), strict=True)))
+
+    def plan(self) -> dict[str, float]:
+        """The plan the learner published last (``{}``: none)."""
+        raw = self._retry.call(lambda: self.client.get(self.plan_key))
+        if raw is None:
+            return {}
+        return {str(name): float(value) for name, value in json.loads(raw)["weights"].items()}
 
     # -- results ------------------------------------------------------------------------------
 

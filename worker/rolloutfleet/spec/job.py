@@ -35,6 +35,7 @@ from rolloutfleet.spec.sections.autoscaling import AutoscalingSpec, check_autosc
 from rolloutfleet.spec.sections.disruption import DisruptionSpec, PodTemplateSpec
 from rolloutfleet.spec.sections.env_spec import MAX_NUM_ENVS, EnvSpec, check_external
 from rolloutfleet.spec.sections.evaluation import EvaluationSpec
+from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.spec.sections.multi_agent import (
     DEFAULT_MAX_EPISODE_STEPS,
     MappingRule,
@@ -139,6 +140,9 @@ class RolloutJobSpec(_Model):
     evaluation: EvaluationSpec | None = None
     """``{workers, episodes, explore, seed, ...}``: evaluation workers that play whole episodes of
     each new weights version and publish its return (:mod:`rolloutfleet.spec.sections.evaluation`)."""
+    league: LeagueSpec | None = None
+    """``{opponent, cachedPolicies, planRefreshSeconds}``: a multi-agent job's opponent seats
+    play league snapshots, episode by episode (:mod:`rolloutfleet.spec.sections.league_spec`)."""
 
     @field_validator("tolerations")
     @classmethod
@@ -163,6 +167,21 @@ class RolloutJobSpec(_Model):
             raise _SubfieldError("sampling.infos", f"records single-agent env infos; leave it out with {what}")
         if self.sampling.infos and self.env.vectorization == "async":
             raise _SubfieldError("sampling.infos", "needs the step infos, which env.vectorization 'async' drops")
+        if self.league is not None:
+            if self.multi_agent is None:
+                raise _SubfieldError("league", "plays multi-agent jobs' opponents; give spec.multiAgent too")
+            if self.league.opponent not in self.multi_agent.policies:
+                known = ", ".join(self.multi_agent.policies)
+                raise _SubfieldError(
+                    "league.opponent",
+                    f"unknown policy id {self.league.opponent!r}; spec.multiAgent.policies has {known}",
+                )
+            if self.league.opponent in self.multi_agent.trained_policies:
+                raise _SubfieldError(
+                    "league.opponent",
+                    f"policy {self.league.opponent!r} is trained; leave it out of spec.multiAgent.policiesToTrain "
+                    "(without policiesToTrain every policy is trained)",
+                )
         if self.multi_agent is not None:
             if self.env.external is not None:
                 raise _SubfieldError("env.external", "serves single-agent simulators; leave out multiAgent")

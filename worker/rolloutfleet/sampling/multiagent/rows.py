@@ -257,6 +257,8 @@ class SubEnv:
         "agent_t",
         "env",
         "eps_id",
+        "league_name",
+        "league_slot",
         "length",
         "mapping",
         "obs",
@@ -277,6 +279,8 @@ class SubEnv:
         self.length = 0  # env steps
         self.rows = 0  # agent steps
         self.state: dict[Any, list[np.ndarray]] = {}  # agent -> its model state (stateful policies)
+        self.league_slot: int | None = None  # spec.league: the slot this episode's opponent plays
+        self.league_name: str | None = None  # ... and the snapshot that slot held when it began
 
     def episode_returns(self) -> tuple[float, dict[str, dict[str, float]]]:
         """The episode's return (summed over agents), and per ``"agent"`` and per ``"policy"``."""
@@ -290,3 +294,4 @@ class SubEnv:
         self.obs, self.eps_id = obs, eps_id
         self.open, self.mapping, self.agent_t, self.returns, self.state = {}, {}, {}, {}, {}
         self.length = self.rows = 0
+        self.league_slot = self.league_name = None

@@ -5,8 +5,9 @@ job's keys (:mod:`.redis_keys`: all start with ``rolloutfleet:{<namespace>/<job>
 shard, ``rolloutfleet:{<namespace>/<job>/``; Kubernetes names hold no glob character, and
 the namespace is part of every key and user name, so equal job names in two namespaces
 never meet). Workers append to their batch streams and write their filters, heartbeats,
-columns, backpressure and shard count; they may *read* the weights, the global step, the
-learners' stamps and the room signal (``%R~``)
+columns, backpressure and shard count, and append to the league's results stream; they may
+*read* the weights, the global step, the learners' stamps, the room signal and the league's
+plan and snapshots (``%R~``)
 but write no weights key except ``held`` and ``model``, which they own. Workers may subscribe
 to their job's weights announcements (``&``), and learners publish them. Learners may read and
 write every key of their job. Neither may run ``FLUSHALL``, ``CONFIG``, ``KEYS``, ``SCAN``,
@@ -99,7 +100,9 @@ def worker_keys(namespace: str, job: str) -> tuple[str, ...]:
     owned += [f"{tag}:{name}{suffix}" for name in ("shards", "columns", "filters") for suffix in ("", ":*")]
     owned += [f"{tag}:heartbeats"]
     owned += [f"{tag}:weights:{mid}{name}" for name in ("held", "model") for mid in ("", "*:")]
-    read = [f"{tag}:weights:*", f"{tag}:global-step"]
+    owned += [f"{tag}:league:results"]  # spec.league: the matches its episodes played
+    read = [f"{tag}:weights:*", f"{tag}:global-step", f"{tag}:league:plan", f"{tag}:league:snapshots",
+            f"{tag}:league:blob:*"]  # fmt: skip
     read += [f"{t}:{name}{suffix}" for t in (tag, shard_tag) for name in ("learners", "room") for suffix in ("", ":*")]
     return (*(f"~{p}" for p in owned), *(f"%R~{p}" for p in read))
 

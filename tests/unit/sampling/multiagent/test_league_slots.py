@@ -1,0 +1,117 @@
+"""A league in the multi-agent runner: the opponent's seats play the snapshots a source
+picks, held in a bounded number of slots, and every finished game is reported with who
+played each seat (tic-tac-toe's own rules: a win is +1 against -1, a draw 0 and 0)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
+from rolloutfleet.sampling.multiagent.league_slots import SlotTable, slot_policy_id
+from rolloutfleet.spec.job import RolloutJob, SpecError
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def league_job(cached: int = 2, num_envs: int = 4) -> RolloutJob:
+    manifest = RolloutJob.from_file(ROOT / "examples/tictactoe.yaml").to_dict()
+    manifest["spec"]["env"]["numEnvs"] = num_envs
+    manifest["spec"]["league"] = {"opponent": "main_v1", "cachedPolicies": cached}
+    return RolloutJob.from_dict(manifest)
+
+
+class Source:
+    """Snapshots in memory, picked in turn."""
+
+    def __init__(self, snapshots: Mapping[str, Mapping[str, np.ndarray]], order: list[str | None]) -> None:
+        self.snapshots, self.order, self.turn = snapshots, order, 0
+        self.loaded: list[str] = []
+        self.games: list[tuple[dict[str, str], dict[str, float]]] = []
+
+    def pick(self) -> str | None:
+        name = self.order[self.turn % len(self.order)]
+        self.turn += 1
+        return name
+
+    def load(self, name: str) -> Mapping[str, Any]:
+        self.loaded.append(name)
+        return self.snapshots[name]
+
+    def finished(self, seats: Mapping[str, str], returns: Mapping[str, float]) -> None:
+        self.games.append((dict(seats), dict(returns)))
+
+
+def snapshots_of(runner: MultiAgentEnvRunner, names: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    base = runner.get_weights(["main_v1"])["main_v1"]
+    return {name: {k: v + i + 1 for k, v in base.items()} for i, name in enumerate(names)}
+
+
+def test_slot_table_evicts_the_least_recently_used_free_slot() -> None:
+    table = SlotTable(3)
+    assert [table.assign(n, set()) for n in ("a", "b", "c")] == [(0, True), (1, True), (2, True)]
+    table.assign("a", set())  # a used again: b is now the least recently used
+    assert table.assign("d", set()) == (1, True) and table.held == ["a", "d", "c"]
+    assert table.assign("e", {2}) == (0, True)  # c is in play: a goes
+    assert table.assign("f", {0, 1, 2}) == (2, False) and table.busy == 1  # all in play: the LRU one's
+    table.forget(1)
+    assert table.assign("g", {0, 2}) == (1, True) and table.loads == 6
+    with pytest.raises(ValueError, match="at least one slot"):
+        SlotTable(0)
+
+
+def test_the_opponent_seats_play_the_picked_snapshots_from_bounded_slots() -> None:
+    job = league_job(cached=2, num_envs=4)
+    runner = MultiAgentEnvRunner(job, worker_index=0)
+    names = ["s1", "s2", "s3"]
+    source = Source(snapshots_of(runner, names), ["s1", "s2", "s3", "s1"])
+    runner.attach_league(source)
+    slots = [slot_policy_id("main_v1", k) for k in range(2)]
+    assert set(runner.policies) == {"main", "main_v1", *slots}
+    for _ in range(20):
+        runner.sample()
+    assert len(source.games) >= 20
+    for seats, returns in source.games:
+        assert sorted(seats) == ["player_1", "player_2"] and "main" in seats.values()
+        (opponent,) = [name for name in seats.values() if name != "main"]
+        assert opponent in names
+        assert sorted(returns.values()) in ([-1.0, 1.0], [0.0, 0.0])  # tic-tac-toe: +1 / -1, or a draw
+    # A slot holds a snapshot's own weights, and never more than 2 are held.
+    assert runner.slots is not None and len(runner.slots.held) <= 2
+    for k, name in enumerate(runner.slots.slots):
+        if name is not None:
+            held = runner.get_weights([slots[k]])[slots[k]]
+            assert all(np.array_equal(held[key], source.snapshots[name][key]) for key in held)
+    assert set(source.loaded) <= set(names) and runner.slots.loads == len(source.loaded)
+    # The opponent's own policy never acted: every opponent seat played a slot.
+    assert all(seats[p] != "main_v1" for seats, _ in source.games for p in seats)
+
+
+def test_with_nothing_picked_the_opponent_plays_as_it_is_and_a_bad_snapshot_is_counted() -> None:
+    job = league_job(cached=1, num_envs=2)
+    runner = MultiAgentEnvRunner(job)
+    wrong = {"s1": {"not.a.weight": np.zeros(3, np.float32)}}
+    source = Source(wrong, [None, "s1"])
+    runner.attach_league(source)
+    for _ in range(10):
+        runner.sample()
+    opponents = {name for seats, _ in source.games for name in seats.values() if name != "main"}
+    assert opponents == {"main_v1"}  # no plan yet, and a snapshot that does not fit the model
+    assert runner.league_refused >= 1 and runner.slots is not None and runner.slots.held == []
+
+
+def test_a_league_needs_its_opponent_untrained_and_a_multi_agent_job() -> None:
+    manifest = RolloutJob.from_file(ROOT / "examples/tictactoe.yaml").to_dict()
+    manifest["spec"]["league"] = {"opponent": "main"}
+    with pytest.raises(SpecError, match=r"spec\.league\.opponent: policy 'main' is trained"):
+        RolloutJob.from_dict(manifest)
+    single = RolloutJob.from_file(ROOT / "examples/cartpole.yaml").to_dict()
+    single["spec"]["league"] = {"opponent": "x"}
+    with pytest.raises(SpecError, match=r"spec\.league: plays multi-agent jobs' opponents"):
+        RolloutJob.from_dict(single)
+    with pytest.raises(SpecError, match="no league"):
+        MultiAgentEnvRunner(RolloutJob.from_file(ROOT / "examples/tictactoe.yaml")).attach_league(Source({}, [None]))
