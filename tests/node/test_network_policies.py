@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.node.nodekit import Node, chart_app_version, wait_for
+from tests.node import probes
+from tests.node.nodekit import Node, wait_for
 
 NS = "netpol"
 RELEASE = "rolloutfleet"
 JOB = "fenced"
-SLIM = f"ghcr.io/rolloutfleet/worker:{chart_app_version()}-slim"
-TARGET_PORT = 8000
+TARGET_PORT = probes.PORT
 SCRAPER = {"rolloutfleet.io/scraper": "true"}
 # Pods of the namespace: one with the learner label, one with the label the operator's
 # metrics policy admits, one with neither. Each serves HTTP on TARGET_PORT.
@@ -34,52 +34,13 @@ PROBES = {
 }
 BLOCKED = "refused"  # kube-router's REJECT; an enforcer that drops would make it "timeout"
 
-PROBE = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
-    print("connected")
-except TimeoutError:
-    print("timeout")
-except ConnectionRefusedError:
-    print("refused")
-except OSError as error:
-    print(type(error).__name__, error)
-"""
-
-
-def probe_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
-                  "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
-    container = {
-        "name": "probe",
-        "image": SLIM,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", "http.server", str(TARGET_PORT), "--directory", "/tmp"],
-        "securityContext": restricted,
-        "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
-        "readinessProbe": {"tcpSocket": {"port": TARGET_PORT}, "periodSeconds": 2},
-    }
-    spec = {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1, "containers": [container]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
-
 
 def reach(node: Node, pod: str, host: str, port: int) -> str:
-    """What a new TCP connection from ``pod`` to ``host:port`` gets."""
-    out = node.kubectl("-n", NS, "exec", pod, "--", "python3", "-c", PROBE, host, str(port), timeout=60)
-    return out.strip().splitlines()[-1]
+    return probes.reach(node, NS, pod, host, port)
 
 
 def settles(node: Node, pod: str, host: str, port: int, want: str, timeout: float = 60) -> None:
-    """``pod`` gets ``want`` at ``host:port`` within ``timeout`` s (the controller applies a
-    changed policy or a new pod within seconds)."""
-    seen: list[str] = []
-
-    def got() -> bool:
-        seen.append(reach(node, pod, host, port))
-        return seen[-1] == want
-
-    wait_for(got, timeout, lambda: f"{pod} -> {host}:{port}: wanted {want}, got {seen[-5:]}. {node.diagnostics(NS)}")
+    probes.settles(node, NS, pod, host, port, want, timeout)
 
 
 def pod_ip(node: Node, name: str) -> str:
@@ -110,7 +71,7 @@ def test_install_the_chart_and_the_probes(node: Node) -> None:
     node.helm("install", RELEASE, "charts/rolloutfleet", "-n", NS, "--create-namespace",
               "--set-json", f"networkPolicy.operatorMetricsFrom={scraper_peer}")  # fmt: skip
     for name, labels in PROBES.items():
-        node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(probe_pod(name, labels)))
+        node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(probes.probe_pod(name, labels)))
     node.kubectl("-n", NS, "rollout", "status", "deployment/rolloutfleet-operator", "--timeout=240s", timeout=250)
     node.kubectl("-n", NS, "rollout", "status", "statefulset/rolloutfleet-redis", "--timeout=240s", timeout=250)
     node.kubectl("-n", NS, "wait", "--for=condition=Ready", "pod", *PROBES, "--timeout=180s", timeout=190)

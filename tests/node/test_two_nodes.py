@@ -17,32 +17,24 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from rolloutfleet import BatchConsumer
-from tests.node.nodekit import REPO, Node, Seen, chart_app_version, chart_redis, wait_for
+from tests.node import probes
+from tests.node.nodekit import REPO, Node, Seen, chart_redis, wait_for
 
 NS = "two"
 RELEASE = "rolloutfleet"
 JOB = "spread"
-SLIM = f"ghcr.io/rolloutfleet/worker:{chart_app_version()}-slim"
 NODE_LOSS_SECONDS = 10
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-PROBE = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
-    print("connected")
-except OSError as error:
-    print(type(error).__name__)
-"""
-
 
 @pytest.fixture(scope="module")
-def second(node: Node) -> str:
+def second(node: Node) -> Iterator[str]:
     """Node 2's name, uncordoned for this module's tests."""
     if int(node.facts.get("NODES", "1")) < 2:
         reason = "one node only: make e2e-node starts two (NODES=2)"
@@ -75,38 +67,12 @@ def node_ready(node: Node, name: str) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in got["status"]["conditions"])
 
 
-def probe_pod(name: str, node_name: str) -> dict[str, Any]:
-    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
-                  "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
-    container = {
-        "name": "probe",
-        "image": SLIM,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", "http.server", "8000", "--directory", "/tmp"],
-        "securityContext": restricted,
-        "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
-        "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 2},
-    }
-    # A learner's label: the chart's Redis admits it (its NetworkPolicy, enforced here).
-    labels = {"probe": name, "rolloutfleet.io/learner": "true"}
-    spec = {"nodeName": node_name, "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
-            "containers": [container]}  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
-
-
 def reach(node: Node, pod: str, host: str, port: int) -> str:
-    out = node.kubectl("-n", NS, "exec", pod, "--", "python3", "-c", PROBE, host, str(port), timeout=60)
-    return out.strip().splitlines()[-1]
+    return probes.reach(node, NS, pod, host, port)
 
 
 def connects(node: Node, pod: str, host: str, port: int) -> None:
-    seen: list[str] = []
-
-    def connected() -> bool:
-        seen.append(reach(node, pod, host, port))
-        return seen[-1] == "connected"
-
-    wait_for(connected, 60, lambda: f"{pod} -> {host}:{port}: {seen[-5:]}. {node.diagnostics(NS)}")
+    probes.settles(node, NS, pod, host, port, "connected")
 
 
 def status(node: Node) -> dict[str, Any]:
@@ -156,9 +122,11 @@ def test_two_nodes_ready_and_their_pods_reach_each_other(node: Node, second: str
     conditions = {n["metadata"]["name"]: {c["type"]: c["status"] for c in n["status"]["conditions"]} for n in ready}
     assert conditions[first]["Ready"] == conditions[second]["Ready"] == "True"
     for name, where in (("probe-1", first), ("probe-2", second)):
-        node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(probe_pod(name, where)))
+        # A learner's label: the chart's Redis admits it (its NetworkPolicy, enforced here).
+        labels = {"probe": name, "rolloutfleet.io/learner": "true"}
+        node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(probes.probe_pod(name, labels, where)))
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "probe-2"},
-               "spec": {"selector": {"probe": "probe-2"}, "ports": [{"port": 80, "targetPort": 8000}]}}  # fmt: skip
+               "spec": {"selector": {"probe": "probe-2"}, "ports": [{"port": 80, "targetPort": probes.PORT}]}}  # fmt: skip
     node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(service))
     node.kubectl("-n", NS, "wait", "--for=condition=Ready", "pod", "probe-1", "probe-2", "--timeout=180s", timeout=190)
     pods = {p["metadata"]["name"]: p for p in node.get(NS, "pods")["items"]}
@@ -166,9 +134,9 @@ def test_two_nodes_ready_and_their_pods_reach_each_other(node: Node, second: str
     assert ip_2.startswith(node.facts["NODE_2_IP"].rsplit(".", 1)[0] + "."), ip_2  # node 2's own pod CIDR
     # kube-proxy programs a new Service's rules on each node within seconds of its endpoints:
     # each path is tried until it connects (a minute at most).
-    connects(node, "probe-1", ip_2, 8000)  # pod to pod, across nodes
+    connects(node, "probe-1", ip_2, probes.PORT)  # pod to pod, across nodes
     connects(node, "probe-1", f"probe-2.{NS}.svc", 80)  # a Service by name, its endpoint on node 2
-    connects(node, "probe-2", pods["probe-1"]["status"]["podIP"], 8000)
+    connects(node, "probe-2", pods["probe-1"]["status"]["podIP"], probes.PORT)
     connects(node, "probe-2", f"{RELEASE}-redis", 6379)  # the chart's Redis, on node 1
     connects(node, "probe-2", "kubernetes.default.svc", 443)  # the API server, on node 1
 
@@ -193,7 +161,7 @@ def test_four_workers_run_two_per_node(node: Node, second: str) -> None:
     node.kubectl("-n", NS, "apply", "-f", "-", input=json.dumps(manifest))
     wait_for(lambda: status(node).get("readyReplicas") == 4, 300, lambda: node.diagnostics(NS))
     assert on_nodes(node) == {node.facts["NODE_NAME"]: 2, second: 2}, placement(node)
-    assert status(node)["image"] == SLIM
+    assert status(node)["image"] == probes.SLIM
 
 
 @pytest.mark.timeout(900)
