@@ -68,8 +68,10 @@ def test_retired_weights_go_once_no_match_and_no_other_name_holds_them(redis_url
         store.snapshot("twin", state(1))
         store.snapshot("played", state(2))
         store.pin(["played"])  # an open match plays it
+        store.publish_plan({"played": 1, "twin": 1})
         assert store.retire("old") == []  # "twin" shares its weights
         assert store.retire("played") == []  # the open match refers to it
+        assert store.plan() == {"twin": 1.0}  # and workers no longer pick it
         with pytest.raises(ValueError, match="'played' is retired and its weights not yet collected"):
             store.snapshot("played", state(4))
         assert [s.name for s in store.snapshots()] == ["twin"]

@@ -261,8 +261,9 @@ class PolicyStore(JobClient):
         return decode_tensors(bytearray(payload))
 
     def retire(self, name: str) -> list[str]:
-        """Take ``name`` out of the league; returns the snapshots whose weights went (this one
-        unless an open match or another name holds them)."""
+        """Take ``name`` out of the league (and out of the plan, if it is in it); returns the
+        snapshots whose weights went (this one unless an open match or another name holds
+        them)."""
 
         def move() -> None:
             raw = self.client.hget(self.snapshots_key, name)
@@ -274,6 +275,9 @@ class PolicyStore(JobClient):
             pipe.execute()
 
         self._retry.call(move)
+        plan = self.plan()
+        if name in plan:  # workers stop picking it at their next read of the plan
+            self.publish_plan({other: weight for other, weight in plan.items() if other != name})
         return self.collect()
 
     def collect(self) -> list[str]:
