@@ -101,7 +101,12 @@ def test_with_nothing_picked_the_opponent_plays_as_it_is_and_a_bad_snapshot_is_c
         runner.sample()
     opponents = {name for seats, _ in source.games for name in seats.values() if name != "main"}
     assert opponents == {"main_v1"}  # no plan yet, and a snapshot that does not fit the model
-    assert runner.league_refused >= 1 and runner.slots is not None and runner.slots.held == []
+    assert (
+        runner.league is not None
+        and runner.league.refused >= 1
+        and runner.slots is not None
+        and runner.slots.held == []
+    )
 
 
 def test_a_league_needs_its_opponent_untrained_and_a_multi_agent_job() -> None:

@@ -31,7 +31,7 @@ from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env.calls import ENV_CALL
 from rolloutfleet.sampling.env.creators import derive_seed, episode_id_base
 from rolloutfleet.sampling.multiagent.acting import PolicyActing
-from rolloutfleet.sampling.multiagent.league_slots import OpponentSource, SlotTable, slot_policy_id
+from rolloutfleet.sampling.multiagent.league_slots import LeagueSeats, OpponentSource, SlotTable
 from rolloutfleet.sampling.multiagent.pettingzoo_env import MultiAgentEnvAdapter, MultiAgentStep, multiagent_env_creator
 from rolloutfleet.sampling.multiagent.policy_mapping import (
     EpisodeInfo,
@@ -89,20 +89,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             self._index_of(agent)
         self._rows: dict[str, PolicyRows] = {}
         self._checked: set[tuple[Any, str]] = set()
-        # spec.league: the opponent's seats play snapshots, each episode the one the source
-        # (attach_league) picks, held in slots "<opponent>#<k>" (policies built here, never
-        # trained or published).
-        self._league: OpponentSource | None = None
-        self._opponent = spec.league.opponent if spec.league is not None else None
-        self.slots = SlotTable(spec.league.cached_policies) if spec.league is not None else None
-        self.league_refused = 0
-        if spec.league is not None and spec.league.cached_policies < self.num_envs:
-            log.warning(
-                "spec.league.cachedPolicies %d < spec.env.numEnvs %d: the games running at once share the "
-                "snapshots the slots hold, and a new one is loaded only when a slot is free of games",
-                spec.league.cached_policies, self.num_envs,
-            )  # fmt: skip
-        """Snapshots that did not load (wrong model, gone): their episodes played the opponent as it is."""
+        # spec.league: the opponent's seats play snapshots, held in slots (policies built with
+        # the others, never trained or published); attach_league gives the snapshots' source.
+        self.league = None if spec.league is None else LeagueSeats(
+            spec.league.opponent, spec.league.cached_policies, self.num_envs
+        )  # fmt: skip
         self._build_policies(envs[0])
         self._acting = PolicyActing(self.policies, self._rows, self.sampling.clip_actions)
         self._arrivals = Arrivals()  # meanStd: this step's observations, filtered together
@@ -127,9 +118,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             # meanStd: one filter per policy (its agents' observations), like RLlib's per-policy filters.
             policy = self._add_policy(policy_id, specs[policy_id], obs_space, act_space, (policy_seed_path(policy_id),))
             self._rows[policy_id] = PolicyRows(policy_id, policy, self.sampling.observation_filter == "meanStd")
-            if policy_id == self._opponent and self.slots is not None:
-                for k in range(len(self.slots.slots)):
-                    slot_id = slot_policy_id(policy_id, k)
+            if self.league is not None and policy_id == self.league.opponent:
+                for k, slot_id in enumerate(self.league.slot_ids()):
                     seeds = (policy_seed_path(policy_id), k + 1)
                     slot = self._add_policy(slot_id, specs[policy_id], obs_space, act_space, seeds)
                     self._rows[slot_id] = PolicyRows(slot_id, slot, self.sampling.observation_filter == "meanStd")
@@ -137,8 +127,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     def _map(self, sub: SubEnv, env_index: int, agent: Any) -> str:
         """The agent's policy for this episode (the mapper's answer, checked once per agent and policy)."""
         policy_id = self.mapper(agent, EpisodeInfo(env_index, sub.eps_id, self.worker_index))
-        if policy_id == self._opponent and sub.league_slot is not None:
-            policy_id = slot_policy_id(policy_id, sub.league_slot)
+        if self.league is not None:
+            policy_id = self.league.policy_for(policy_id, sub)
         if (agent, policy_id) not in self._checked:
             policy = self.policies[policy_id]
             obs_space, act_space = sub.env.observation_space(agent), sub.env.action_space(agent)
@@ -163,8 +153,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         with ENV_CALL.calling("reset", env_index):
             obs = sub.env.reset(seed=seed)
         sub.start(obs, self._new_eps_id())
-        if self._league is not None:
-            self._assign_opponent(env_index, sub)
+        if self.league is not None:
+            self.league.start(env_index, self.subenvs, self.set_weights)
         if self.filters:
             for agent, agent_obs in obs.items():
                 policy_id = sub.mapping.get(agent) or self._map(sub, env_index, agent)
@@ -175,32 +165,14 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     def attach_league(self, source: OpponentSource) -> None:
         """Where ``spec.league``'s snapshots come from (the worker's Redis); until attached,
         the opponent plays as it is."""
-        if self.slots is None:
+        if self.league is None:
             raise SpecError("spec.league: this job has no league to attach a source of snapshots to")
-        self._league = source
+        self.league.source = source
 
-    def _assign_opponent(self, env_index: int, sub: SubEnv) -> None:
-        """The snapshot this episode's opponent seats play: a slot holding it (loaded into the
-        least recently used free slot if none does); none picked, the opponent as it is."""
-        assert self._league is not None and self.slots is not None and self._opponent is not None
-        name = self._league.pick()
-        if name is None:
-            return
-        busy = {other.league_slot for j, other in enumerate(self.subenvs) if j != env_index}
-        slot, load = self.slots.assign(name, {b for b in busy if b is not None})
-        if load:
-            try:
-                self.set_weights(slot_policy_id(self._opponent, slot), self._league.load(name))
-            except Exception as exc:  # noqa: BLE001 - a snapshot that does not load: counted, the game goes on
-                self.slots.forget(slot)
-                self.league_refused += 1
-                log.warning(
-                    "league snapshot %r did not load into %s (%s: %s); this episode plays %s as it is",
-                    name, slot_policy_id(self._opponent, slot), type(exc).__name__, exc, self._opponent,
-                )  # fmt: skip
-                return
-        sub.league_slot = slot
-        sub.league_name = self.slots.slots[slot]
+    @property
+    def slots(self) -> SlotTable | None:
+        """``spec.league``'s slots: which snapshot each holds."""
+        return None if self.league is None else self.league.table
 
     def _start(self) -> None:
         for j in range(self.num_envs):
@@ -225,9 +197,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._ended[sub.eps_id] = (sub.length, sub.rows)
         total, keyed = sub.episode_returns()
         self.stats.episode(total, sub.length, keyed)
-        if self._league is not None:
-            seats = {str(agent): self._seat_name(sub, policy_id) for agent, policy_id in sub.mapping.items()}
-            self._league.finished(seats, {str(agent): float(sub.returns.get(agent, 0.0)) for agent in sub.mapping})
+        if self.league is not None:
+            self.league.finished(sub)
         if self._call_end:
             self.callbacks.on_episode_end(
                 runner=self,
@@ -240,12 +211,6 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             )
         self._end_custom_metrics(env_index, ended=True)
         self._reset(env_index, None)
-
-    def _seat_name(self, sub: SubEnv, policy_id: str) -> str:
-        """What played a seat: the snapshot's name for a league slot, else the policy id."""
-        if self._opponent is not None and policy_id.startswith(f"{self._opponent}#") and sub.league_name is not None:
-            return sub.league_name
-        return policy_id
 
     def _drop_episode(self, env_index: int, exc: Exception) -> None:
         """The sub-env raised: forget its episode's rows, rebuild it (or re-raise, per spec)."""

@@ -1,6 +1,6 @@
 """A league's snapshots in a worker: a fixed number of policy *slots* (each a model like the
 opponent policy's) holding the snapshots its episodes play, least recently used first out
-(pure; the snapshots themselves come from an :class:`OpponentSource`).
+(no I/O; the snapshots themselves come from an :class:`OpponentSource`).
 
 Slots are built once with the runner, so a league never adds or drops a policy while it
 samples: a snapshot that no slot holds is loaded into the least recently used slot that no
@@ -22,8 +22,14 @@ episode plays its own pick::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rolloutfleet.sampling.multiagent.rows import SubEnv
+
+log = logging.getLogger(__name__)
 
 
 def slot_policy_id(opponent: str, slot: int) -> str:
@@ -93,3 +99,64 @@ class SlotTable:
     def forget(self, slot: int) -> None:
         """Slot ``slot``'s load failed: it holds nothing."""
         self.slots[slot] = None
+
+
+class LeagueSeats:
+    """``spec.league`` in a multi-agent runner: the opponent's slots, which slot each
+    episode plays (:meth:`start`), the policy an agent of the opponent acts with
+    (:meth:`policy_for`), and each finished game reported to the source (:meth:`finished`).
+    Until a source is attached, the opponent plays as it is."""
+
+    def __init__(self, opponent: str, cached_policies: int, num_envs: int) -> None:
+        self.opponent = opponent
+        self.table = SlotTable(cached_policies)
+        self.source: OpponentSource | None = None
+        self.refused = 0
+        """Snapshots that did not load (wrong model, gone): their games played the opponent as it is."""
+        if cached_policies < num_envs:
+            log.warning(
+                "spec.league.cachedPolicies %d < spec.env.numEnvs %d: the games running at once share the "
+                "snapshots the slots hold, and a new one is loaded only when a slot is free of games",
+                cached_policies, num_envs,
+            )  # fmt: skip
+
+    def slot_ids(self) -> list[str]:
+        return [slot_policy_id(self.opponent, k) for k in range(len(self.table.slots))]
+
+    def policy_for(self, policy_id: str, sub: SubEnv) -> str:
+        """The mapper's answer for an agent of ``sub``'s game: the opponent's slot, if it plays one."""
+        if policy_id == self.opponent and sub.league_slot is not None:
+            return slot_policy_id(policy_id, sub.league_slot)
+        return policy_id
+
+    def start(self, env_index: int, subenvs: Sequence[SubEnv], set_weights: Callable[[str, Any], Any]) -> None:
+        """A new game in ``subenvs[env_index]``: the slot holding the source's pick (loaded into
+        the least recently used slot no other game plays if none holds it); none picked, or a
+        snapshot that does not load (logged, counted), the opponent as it is."""
+        sub = subenvs[env_index]
+        name = None if self.source is None else self.source.pick()
+        if self.source is None or name is None:
+            return
+        busy = {other.league_slot for j, other in enumerate(subenvs) if j != env_index}
+        slot, load = self.table.assign(name, {b for b in busy if b is not None})
+        if load:
+            try:
+                set_weights(slot_policy_id(self.opponent, slot), self.source.load(name))
+            except Exception as exc:  # noqa: BLE001 - a snapshot that does not load: counted, the game goes on
+                self.table.forget(slot)
+                self.refused += 1
+                log.warning(
+                    "league snapshot %r did not load into %s (%s: %s); this game plays %s as it is",
+                    name, slot_policy_id(self.opponent, slot), type(exc).__name__, exc, self.opponent,
+                )  # fmt: skip
+                return
+        sub.league_slot, sub.league_name = slot, self.table.slots[slot]
+
+    def finished(self, sub: SubEnv) -> None:
+        """``sub``'s game ended: who played each seat (a slot by its snapshot's name) and the returns."""
+        if self.source is None:
+            return
+        slots = set(self.slot_ids())
+        seats = {str(agent): sub.league_name if policy_id in slots and sub.league_name else policy_id
+                 for agent, policy_id in sub.mapping.items()}  # fmt: skip
+        self.source.finished(seats, {str(agent): float(sub.returns.get(agent, 0.0)) for agent in sub.mapping})
