@@ -49,8 +49,9 @@ def run_league(args: argparse.Namespace) -> int:
 
     with PolicyStore(args.redis, args.job, args.namespace, reconnect_timeout_s=args.timeout) as store:
         snapshots = store.snapshots()
-        table = store.ratings(k=args.k)
-        matches = len(store.results())
+        results = [result for _, result in store.results()]  # read once: the table and the count agree
+        table = store.ratings(k=args.k, results=results)
+        matches = len(results)
     rows = table.table(top=args.top)
     if args.output == "json":
         print(json.dumps({

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.league.store import RESULTS_MAXLEN, MatchResult, PolicyStore
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.errors import BackendError
 
@@ -84,7 +84,7 @@ class LeagueOpponents:
             return 0
         pipe = self.store.client.pipeline(transaction=False)
         for result in self.pending:
-            pipe.xadd(self.store.results_key, result.fields())  # type: ignore[arg-type]
+            pipe.xadd(self.store.results_key, result.fields(), maxlen=RESULTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
         pipe.execute()
         written, self.pending = len(self.pending), []
         self.results += written

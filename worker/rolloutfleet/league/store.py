@@ -38,6 +38,9 @@ from rolloutfleet.transport.weights import WEIGHTS_SOCKET_TIMEOUT_S, to_numpy_st
 
 MAX_SNAPSHOT_BYTES = 512 << 20
 """Redis's limit of one value."""
+RESULTS_MAXLEN = 100_000
+"""Games the results stream keeps (about: trimmed as Redis finds cheap); ratings and records
+replay what it keeps."""
 
 # KEYS: snapshots hash, blob, retired hash. ARGV: name, metadata JSON, payload.
 # Returns 0 (the name is taken), -1 (retired, weights not yet collected) or 1.
@@ -338,7 +341,9 @@ class PolicyStore(JobClient):
 
     def record_result(self, result: MatchResult) -> str:
         """Append a finished match to the results stream; returns its entry id."""
-        entry = self._retry.call(lambda: self.client.xadd(self.results_key, result.fields()))  # type: ignore[arg-type]
+        entry = self._retry.call(
+            lambda: self.client.xadd(self.results_key, result.fields(), maxlen=RESULTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+        )
         return entry.decode() if isinstance(entry, bytes) else str(entry)
 
     def results(self, start: str = "-", count: int | None = None) -> list[tuple[str, MatchResult]]:
@@ -349,10 +354,14 @@ class PolicyStore(JobClient):
         )
         return [(eid.decode(), MatchResult.from_fields(fields)) for eid, fields in raw]
 
-    def ratings(self, *, k: float = DEFAULT_K, initial: float = DEFAULT_INITIAL) -> Elo:
-        """Every recorded result replayed into an Elo table, in the stream's order."""
+    def ratings(
+        self, *, k: float = DEFAULT_K, initial: float = DEFAULT_INITIAL, results: Iterable[MatchResult] | None = None
+    ) -> Elo:
+        """Every recorded result (or ``results``, read before) replayed into an Elo table, in
+        the stream's order."""
         table = Elo(k=k, initial=initial)
-        table.record_all(result.policy_returns() for _, result in self.results())
+        played = (r for _, r in self.results()) if results is None else results
+        table.record_all(result.policy_returns() for result in played)
         return table
 
     def league(self, main: str) -> League:
