@@ -120,7 +120,7 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int) -> dict
             store.snapshot(f"s{i:04d}", {k: v * (1 + i / snapshots) for k, v in base.items()}, step=i)
         store.publish_plan({f"s{i:04d}": 1.0 for i in range(snapshots)})
         used_memory = int(store.client.info("memory")["used_memory"])
-        fixed_rates, league_rates, loads, rss, busy = [], [], [], [], []
+        fixed_rates, league_rates, loads, reads, rss, busy = [], [], [], [], [], []
         for _ in range(repeats):
             with MultiAgentEnvRunner(tictactoe(False, cached)) as runner:
                 fixed_rates.append(steps_per_s(runner, seconds))
@@ -132,6 +132,7 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int) -> dict
                 before = rss_mb()
                 league_rates.append(steps_per_s(runner, seconds))
                 loads.append(opponents.loads / seconds)
+                reads.append(opponents.reads / seconds)
                 assert runner.slots is not None
                 busy.append(runner.slots.busy / max(1, runner.slots.assigned))
                 rss.append(rss_mb() - before)
@@ -143,6 +144,7 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int) -> dict
         "fixed_steps_per_s": statistics.median(fixed_rates),
         "league_steps_per_s": statistics.median(league_rates),
         "loads_per_s": statistics.median(loads),
+        "reads_per_s": statistics.median(reads),
         "rss_growth_mb": max(rss),
         "busy_share": statistics.median(busy),
         "redis_used_mb": used_memory / 2**20,
@@ -173,14 +175,14 @@ def main() -> None:
     print(f"\n# A worker switching opponents every episode among {args.snapshots} snapshots, a uniform plan "
           f"(tic-tac-toe, 16 envs, medians of {args.repeats} runs of {args.seconds:g} s)\n")  # fmt: skip
     print(
-        "| cachedPolicies | env steps/s against one fixed opponent | against the league | ratio | snapshot loads/s | "
+        "| cachedPolicies | env steps/s against one fixed opponent | against the league | ratio | snapshot loads/s (reads/s) | "
         "episodes given a held snapshot (all slots in play) | worker RSS growth while sampling | Redis used_memory |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     switch = Table("League: switching opponents", "cached", ["fixed_steps_per_s", "league_steps_per_s"])
     for sw in rows:
         print(f"| {sw['cached']} | {sw['fixed_steps_per_s']:,.0f} | {sw['league_steps_per_s']:,.0f} | "
-              f"{sw['league_steps_per_s'] / sw['fixed_steps_per_s']:.2f} | {sw['loads_per_s']:,.1f} | "
+              f"{sw['league_steps_per_s'] / sw['fixed_steps_per_s']:.2f} | {sw['loads_per_s']:,.1f} ({sw['reads_per_s']:,.1f}) | "
               f"{sw['busy_share']:.1%} | {sw['rss_growth_mb']:+.1f} MB | {sw['redis_used_mb']:,.1f} MB |")  # fmt: skip
         switch.rows.append({key: round(value, 2) for key, value in sw.items()})
     write("bench_league", [table, switch], where)

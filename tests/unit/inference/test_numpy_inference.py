@@ -13,7 +13,7 @@ from gymnasium import spaces
 from rolloutfleet.inference.default_mlp import MLPLayout
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.models import DefaultModel
-from rolloutfleet.inference.numpy_inference import NumpyMLP
+from rolloutfleet.inference.numpy_inference import NumpyMLP, forward_rows, rows_batchable
 
 
 def _numpy_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -85,3 +85,43 @@ def test_logits_bound_is_proven_only_for_tanh_heads_with_small_weights() -> None
     assert not mirror.bounded
     worst = mirror(np.full((1, 4), 1.0, np.float32))[0]  # the bound itself still holds
     assert np.abs(worst).max() <= 64 + 1e-3
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize(
+    ("obs_space", "act_space", "activation"),
+    [
+        (spaces.Box(-1, 1, (4,)), spaces.Discrete(3), "tanh"),
+        (spaces.Box(-1, 1, (3,)), spaces.Box(-2, 2, (2,)), "relu"),
+        (spaces.Box(0, 255, (5, 2), np.uint8), spaces.Discrete(3), "tanh"),
+    ],
+)
+def test_rows_with_their_own_models_act_as_each_model_alone(
+    obs_space: Any, act_space: Any, activation: str, shared: bool
+) -> None:
+    """A league's slots in one forward pass: row r through model r's torch forward."""
+    torch.manual_seed(1)
+    models, mirrors = [], []
+    for _ in range(3):
+        model, layout = _pair(obs_space, act_space, hidden=[16, 8], activation=activation, vf_share_layers=shared)
+        with torch.no_grad():
+            for param in model.parameters():
+                param.add_(torch.randn_like(param) * 0.3)
+        models.append(model)
+        mirrors.append(NumpyMLP(layout, _numpy_state(model)))
+    assert all(rows_batchable(m) for m in mirrors)
+    obs_space.seed(1)
+    obs = np.stack([obs_space.sample() for _ in range(7)])
+    which = [2, 0, 1, 1, 2, 0, 2]
+    logits, values = forward_rows([mirrors[k] for k in which], obs)
+    for row, k in enumerate(which):
+        with torch.no_grad():
+            own_logits, own_values = models[k](torch.from_numpy(obs[row : row + 1]))
+        np.testing.assert_allclose(logits[row], own_logits[0].numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(values[row], own_values[0].numpy(), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(logits[0], logits[5])  # the same observation space, other weights
+
+
+def test_lookup_encodings_do_not_batch_across_models() -> None:
+    model, layout = _pair(spaces.Discrete(5), spaces.Discrete(2), hidden=[8])
+    assert not rows_batchable(NumpyMLP(layout, _numpy_state(model)))

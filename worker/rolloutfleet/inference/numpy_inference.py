@@ -13,7 +13,7 @@ plain numpy arrays named as the torch module's ``state_dict()``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -136,6 +136,45 @@ class NumpyMLP:
         if self.log_std is not None:
             out = np.concatenate([out, np.broadcast_to(self.log_std, out.shape)], axis=1)
         return out, values
+
+
+def forward_rows(mlps: Sequence[NumpyMLP], obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`NumpyMLP.__call__` for a batch whose rows each have their own model of one
+    layout (``mlps[r]`` acts for ``obs[r]``): one batched matmul a layer over the rows'
+    stacked ``[W | b]``, instead of a call a model. Box encodings only (:func:`rows_batchable`).
+    A league's slots act this way: a dozen snapshots, a row or two each, every step."""
+    n, first = len(obs), mlps[0]
+    x = np.ones((n, first.actor[0].shape[1]), np.float32)
+    flat = obs.reshape(n, -1)
+    x[:, :-1] = flat if first.scale is None else flat * np.float32(first.scale)
+
+    def trunk(x: np.ndarray, layers: list[list[np.ndarray]]) -> np.ndarray:
+        for per_row in layers:
+            block = np.matmul(np.stack(per_row), x[:, :, None])[:, :, 0]
+            x = np.ones((n, block.shape[1] + 1), np.float32)
+            x[:, :-1] = np.tanh(block) if not first.relu else np.maximum(block, 0)
+        return x
+
+    def layers(part: str) -> list[list[np.ndarray]]:
+        return [list(stack) for stack in zip(*(getattr(m, part) for m in mlps), strict=True)]
+
+    features = trunk(x, layers("actor"))
+    k = first.num_outputs
+    if first.shared:
+        both = np.matmul(np.stack([m.head for m in mlps]), features[:, :, None])[:, :, 0]
+        out, values = both[:, :k], both[:, k]
+    else:
+        out = np.matmul(np.stack([m.pi for m in mlps]), features[:, :, None])[:, :, 0]
+        critic = trunk(x, layers("critic"))
+        values = np.matmul(np.stack([m.vf for m in mlps]), critic[:, :, None])[:, 0, 0]
+    if first.log_std is not None:
+        out = np.concatenate([out, np.stack([m.log_std for m in mlps])], axis=1)  # type: ignore[misc]
+    return out, values
+
+
+def rows_batchable(mlp: NumpyMLP) -> bool:
+    """Whether :func:`forward_rows` runs ``mlp``'s layout (a Box observation: no lookup tables)."""
+    return bool(mlp.box)
 
 
 class _Plan(NamedTuple):

@@ -199,9 +199,13 @@ class Policy:
         """Whether the numpy forward pass proves its logits small enough to skip the max-shift."""
         return self.backend.bounded
 
-    def _chooser(self, explore: bool) -> Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, np.ndarray]]:
-        """``(dist_inputs, mask) -> (actions, logp)``: how actions are drawn from the model's outputs."""
-        sample, rng, bounded, distribution = self.distribution.sample, self.rng, self.logits_bounded, self.distribution
+    def chooser(
+        self, explore: bool, bounded: bool | None = None
+    ) -> Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, np.ndarray]]:
+        """``(dist_inputs, mask) -> (actions, logp)``: how actions are drawn from the model's
+        outputs; ``bounded``: whether those logits are proven small (default: this model's)."""
+        sample, rng, distribution = self.distribution.sample, self.rng, self.distribution
+        bounded = self.logits_bounded if bounded is None else bounded
         if explore and self.exploration is not None:
             explorer = self.exploration.sample
 
@@ -224,7 +228,7 @@ class Policy:
         """A function ``(obs, mask=None) -> (actions, logp, dist_inputs, values)`` bound for the
         sampling loop; with a ``mask`` (``action_mask`` rows, Discrete actions) only allowed
         actions are drawn (``dist_inputs`` stay the model's unmasked logits)."""
-        forward, choose = self.forward, self._chooser(explore)
+        forward, choose = self.forward, self.chooser(explore)
 
         def act(
             obs: np.ndarray, mask: np.ndarray | None = None
@@ -240,7 +244,7 @@ class Policy:
         dist_inputs, values, new_state)``. With ``random_actions`` the actions are uniform
         (:meth:`random_actions`) but the model still steps the state, so a row's recorded state
         is what replaying its episode's observations gives whatever acted."""
-        forward, choose = self.backend.forward_state, self._chooser(explore)
+        forward, choose = self.backend.forward_state, self.chooser(explore)
 
         def act(
             obs: np.ndarray, state: list[np.ndarray], mask: np.ndarray | None = None

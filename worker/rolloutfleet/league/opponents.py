@@ -6,12 +6,19 @@ It is the :class:`~rolloutfleet.sampling.multiagent.league_slots.OpponentSource`
 attaches to its multi-agent runner. The plan is read at most every ``planRefreshSeconds``;
 a plan that cannot be read (Redis away) leaves the last one in force, said once a streak.
 Results wait in the worker until Redis takes them (a failed flush keeps them).
+
+Picks are drawn ahead, and a snapshot that must be loaded is read together with the next
+picks' (:meth:`~.store.PolicyStore.load_many`: two round trips for up to ``READ_AHEAD``
+snapshots). How far ahead follows the share of picks that needed a load so far: a worker
+whose slots hold most of its picks reads one at a time, one that loads every game reads
+``READ_AHEAD``. So a worker holds at most ``READ_AHEAD - 1`` snapshots besides its slots.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +29,9 @@ from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.errors import BackendError
 
 log = logging.getLogger(__name__)
+
+READ_AHEAD = 8
+"""The most snapshots one read fetches: the one a game needs and the next picks'."""
 
 
 class LeagueOpponents:
@@ -40,6 +50,13 @@ class LeagueOpponents:
         self.rng = np.random.default_rng(seed)
         self.names: tuple[str, ...] = ()
         self.probabilities: np.ndarray = np.zeros(0)
+        self._cdf: np.ndarray = np.zeros(0)
+        self._ahead: deque[str] = deque()  # picks drawn, not yet given
+        self._fetched: dict[str, Mapping[str, Any] | Exception] = {}  # read ahead for the picks in _ahead
+        self._last: str | None = None
+        self.picks = 0
+        self.reads = 0
+        """Reads of snapshots from Redis (each two round trips for one or more snapshots)."""
         self._read_at = float("-inf")
         self._failing = False
         self.pending: list[MatchResult] = []
@@ -53,7 +70,15 @@ class LeagueOpponents:
             self._read_plan()
         if not self.names:
             return None
-        return self.names[int(self.rng.choice(len(self.names), p=self.probabilities))]
+        if self._last is not None:  # the last pick was held by a slot if it was not loaded
+            self._fetched.pop(self._last, None)
+        self.picks += 1
+        self._last = self._ahead.popleft() if self._ahead else self._draw()
+        return self._last
+
+    def _draw(self) -> str:
+        index = int(np.searchsorted(self._cdf, self.rng.random() * self._cdf[-1], side="right"))
+        return self.names[min(index, len(self.names) - 1)]
 
     def _read_plan(self) -> None:
         try:
@@ -64,15 +89,39 @@ class LeagueOpponents:
             self._failing = True
             return
         self._failing = False
-        self.names = tuple(sorted(plan))
+        names = tuple(sorted(plan))
         total = sum(plan.values())
-        self.probabilities = np.array([plan[name] / total for name in self.names]) if total > 0 else np.zeros(0)
+        probabilities = np.array([plan[name] / total for name in names]) if total > 0 else np.zeros(0)
         if total <= 0:
-            self.names = ()
+            names = ()
+        if names != self.names or not np.array_equal(probabilities, self.probabilities):
+            self.names, self.probabilities = names, probabilities
+            self._cdf = np.cumsum(probabilities)
+            self._ahead.clear()  # drawn from the old plan
+            self._fetched.clear()
 
     def load(self, name: str) -> Mapping[str, Any]:
         self.loads += 1
-        return self.store.load(name)
+        self._last = None
+        loaded = self._fetched.pop(name, None)
+        if loaded is None:
+            loaded = self._read(name)
+        if isinstance(loaded, Exception):
+            raise loaded
+        return loaded
+
+    def _read(self, name: str) -> Mapping[str, Any] | Exception:
+        """``name`` with the next picks' snapshots (as many as the share of picks loaded says)."""
+        share = self.loads / max(1, self.picks)
+        wanted = max(1, round(READ_AHEAD * share)) - 1
+        while len(self._ahead) < wanted and self.names:
+            self._ahead.append(self._draw())
+        batch = [name] + [other for other in list(self._ahead)[:wanted] if other not in self._fetched]
+        self.reads += 1
+        loaded = self.store.load_many(batch)
+        for other in batch[1:]:
+            self._fetched[other] = loaded[other]
+        return loaded[name]
 
     def finished(self, seats: Mapping[str, str], returns: Mapping[str, float]) -> None:
         if len(seats) >= 2:

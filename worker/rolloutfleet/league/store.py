@@ -255,13 +255,41 @@ class PolicyStore(JobClient):
 
     def load(self, name: str) -> dict[str, np.ndarray]:
         """Snapshot ``name``'s weights (name -> array), checked against its digest."""
-        meta = self.get(name)
-        payload = self._retry.call(lambda: self.client.get(self.blob_prefix + meta.digest))
-        if not isinstance(payload, bytes):
-            raise KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{meta.digest} are gone")
-        if hashlib.sha256(payload).hexdigest() != meta.digest:
-            raise ValueError(f"snapshot {name!r}: its weights do not match their digest {meta.digest}")
-        return decode_tensors(bytearray(payload))
+        loaded = self.load_many([name])[name]
+        if isinstance(loaded, Exception):
+            raise loaded
+        return loaded
+
+    def load_many(self, names: Sequence[str]) -> dict[str, dict[str, np.ndarray] | Exception]:
+        """Several snapshots' weights in two round trips (their metadata, then their weights),
+        each checked against its digest; a snapshot or weights that are gone, or weights that
+        miss their digest, map to the error (``KeyError``, ``ValueError``) instead."""
+        unique = list(dict.fromkeys(names))
+        raw = self._retry.call(lambda: self.client.hmget(self.snapshots_key, unique))
+        loaded: dict[str, dict[str, np.ndarray] | Exception] = {}
+        metas = {}
+        for name, item in zip(unique, raw, strict=True):
+            if item is None:
+                loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
+            else:
+                metas[name] = Snapshot.from_json(item)
+        if not metas:
+            return loaded
+
+        def blobs() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for meta in metas.values():
+                pipe.get(self.blob_prefix + meta.digest)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        for (name, meta), payload in zip(metas.items(), self._retry.call(blobs), strict=True):
+            if not isinstance(payload, bytes):
+                loaded[name] = KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{meta.digest} are gone")
+            elif hashlib.sha256(payload).hexdigest() != meta.digest:
+                loaded[name] = ValueError(f"snapshot {name!r}: its weights do not match their digest {meta.digest}")
+            else:
+                loaded[name] = decode_tensors(bytearray(payload))
+        return loaded
 
     def retire(self, name: str) -> list[str]:
         """Take ``name`` out of the league (and out of the plan, if it is in it); returns the
@@ -316,7 +344,8 @@ class PolicyStore(JobClient):
         active = {s.name for s in self.snapshots()}
         unknown = sorted(set(weights) - active)
         if unknown:
-            raise KeyError(f"not in the league {self.snapshots_key}: {', '.join(unknown)}")
+            more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+            raise KeyError(f"not in the league {self.snapshots_key}: {', '.join(unknown[:8])}{more}")
         if any(not value >= 0 for value in weights.values()):
             raise ValueError(f"plan weights must be >= 0, got {dict(weights)}")
         total = float(sum(weights.values()))

@@ -10,7 +10,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
+from rolloutfleet.inference.numpy_inference import forward_rows
+from rolloutfleet.sampling.multiagent import acting
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.multiagent.league_slots import SlotTable, slot_policy_id
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -89,6 +92,36 @@ def test_the_opponent_seats_play_the_picked_snapshots_from_bounded_slots() -> No
     assert set(source.loaded) <= set(names) and runner.slots.loads == len(source.loaded)
     # The opponent's own policy never acted: every opponent seat played a slot.
     assert all(seats[p] != "main_v1" for seats, _ in source.games for p in seats)
+
+
+def test_the_slots_acting_in_one_forward_pass_act_with_their_own_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every slot acting in a step shares one numpy forward pass; each row's logits are its
+    slot's snapshot's, as that snapshot's own torch module computes them."""
+    job = league_job(cached=4, num_envs=8)
+    runner = MultiAgentEnvRunner(job, worker_index=0)
+    names = ["s1", "s2", "s3", "s4", "s5"]
+    source = Source(snapshots_of(runner, names), names)
+    runner.attach_league(source)
+    calls: list[tuple[list[Any], np.ndarray, np.ndarray]] = []
+
+    def recorded(mlps: list[Any], obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits, values = forward_rows(mlps, obs)
+        calls.append((list(mlps), obs.copy(), logits.copy()))
+        return logits, values
+
+    monkeypatch.setattr(acting, "forward_rows", recorded)
+    for _ in range(5):
+        runner.sample()
+    owner = {id(runner.policies[pid].backend.mlp): pid for pid in runner.policies}  # type: ignore[attr-defined]
+    shared = [call for call in calls if len({id(m) for m in call[0]}) > 1]
+    assert shared, "no step had two slots acting together"
+    for mlps, obs, logits in shared[:10]:
+        for row, mlp in enumerate(mlps):
+            module = runner.policies[owner[id(mlp)]].torch_model()
+            with torch.no_grad():
+                own = module(torch.from_numpy(obs[row : row + 1]))[0][0].numpy()
+            np.testing.assert_allclose(logits[row], own, rtol=1e-5, atol=1e-5)
+    assert {owner[id(m)] for call in shared for m in call[0]} <= set(runner.league.slot_ids())  # type: ignore[union-attr]
 
 
 def test_with_nothing_picked_the_opponent_plays_as_it_is_and_a_bad_snapshot_is_counted() -> None:

@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
+from rolloutfleet.inference.numpy_inference import forward_rows, rows_batchable
 from rolloutfleet.inference.policy import ActFn, Policy, RecurrentActFn
 from rolloutfleet.sampling.multiagent.rows import Outputs, PolicyRows, SubEnv
 
@@ -35,12 +36,15 @@ class PolicyActing:
         self.scales: dict[str, float] = {}  # policy id -> this call's ε or σ (not stochastic)
         self.noise: dict[str, OrnsteinUhlenbeckNoise] = {}  # policies acting with Ornstein-Uhlenbeck noise
         self.stateful: dict[str, RecurrentActFn] = {}  # stateful policies: their act for this call
+        self.exploring: dict[str, bool] = {}  # policy id -> whether it explores in this call
+        self.random_actions = False
 
     def begin(self, explore: bool | None, random_actions: bool) -> None:
         """A ``sample()`` call's acting; ``explore`` (when given) overrides every policy's."""
         self.acts, self.scales, self.noise, self.stateful = {}, {}, {}, {}  # only the policies these apply to
+        self.random_actions = random_actions
         for policy_id, policy in self.policies.items():
-            exploring = policy.spec.explore if explore is None else explore
+            exploring = self.exploring[policy_id] = policy.spec.explore if explore is None else explore
             if policy.recurrent:
                 self.stateful[policy_id] = policy.act_recurrent(exploring, random_actions)
             if random_actions:
@@ -71,6 +75,49 @@ class PolicyActing:
         rows.open_rows(start, envs, outputs, self.scales.get(policy_id) if self.scales else None)
         clip = self.clips[policy_id]
         return start, outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
+
+    def together(self, policy_id: str) -> bool:
+        """Whether ``policy_id`` can act in :meth:`act_together`'s shared forward pass: the
+        default MLP in numpy on a Box observation, stateless, its own actions, no OU noise."""
+        backend = getattr(self.policies[policy_id].backend, "mlp", None)
+        return (
+            backend is not None
+            and rows_batchable(backend)
+            and not self.random_actions
+            and policy_id not in self.stateful
+            and policy_id not in self.noise
+        )
+
+    def act_together(
+        self, policy_ids: list[str], groups: Mapping[str, tuple[list[int], list[Any], list[Any]]]
+    ) -> list[tuple[int, np.ndarray]]:
+        """:meth:`act` for several policies of one layout (``together`` for each) in one
+        forward pass, each row with its own policy's weights: a league's slots, a dozen
+        snapshots acting for a row or two each. Returns each policy's ``(start, actions)``."""
+        starts, inputs, masks, mlps = [], [], [], []
+        for policy_id in policy_ids:
+            envs, agents, obs_list = groups[policy_id]
+            start = self.rows[policy_id].reserve(len(envs))
+            obs, mask = self.rows[policy_id].write_obs(obs_list, start, agents)
+            starts.append(start)
+            inputs.append(obs)
+            masks.append(mask)
+            mlps += [self.policies[policy_id].backend.mlp] * len(envs)  # type: ignore[attr-defined]
+        dist_inputs, values = forward_rows(mlps, np.concatenate(inputs))
+        first = self.policies[policy_ids[0]]
+        choose = first.chooser(self.exploring[policy_ids[0]], all(m.bounded for m in mlps))
+        mask = None if any(m is None for m in masks) else np.concatenate([m for m in masks if m is not None])
+        actions, logp = choose(dist_inputs, mask)
+        taken, offset = [], 0
+        for policy_id, start in zip(policy_ids, starts, strict=True):
+            envs = groups[policy_id][0]
+            end = offset + len(envs)
+            outputs = (actions[offset:end], logp[offset:end], dist_inputs[offset:end], values[offset:end])
+            self.rows[policy_id].open_rows(start, envs, outputs, self.scales.get(policy_id) if self.scales else None)
+            clip = self.clips[policy_id]
+            taken.append((start, outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])))
+            offset = end
+        return taken
 
     def _act_stateful(
         self,

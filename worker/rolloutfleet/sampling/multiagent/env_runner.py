@@ -247,8 +247,13 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         subenvs = self.subenvs
         groups = self._group_by_policy()
         actions: list[dict[Any, Any]] = [{} for _ in subenvs]
+        together = self.league.together(groups, self._acting) if self.league is not None else []
+        if together:  # a league's slots acting this step: one forward pass for all of them
+            for policy_id, taken in zip(together, self._acting.act_together(together, groups), strict=True):
+                self._opened(policy_id, *groups[policy_id][:2], taken, actions)
         for policy_id, (envs, agents, obs_list) in groups.items():
-            self._act_for(policy_id, envs, agents, obs_list, actions)
+            if not together or policy_id not in together:
+                self._act_for(policy_id, envs, agents, obs_list, actions)
         # step every sub-env and close the rows whose agents got their next observation
         clip_rewards = self.sampling.clip_rewards
         for j, sub in enumerate(subenvs):
@@ -290,8 +295,15 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
     ) -> None:
         """One batched forward pass of ``policy_id`` for its acting agents: their rows opened
         (episode, ``t``, agent index), their actions into ``actions`` (per sub-env, by agent)."""
-        subenvs = self.subenvs
-        start, env_action = self._acting.act(policy_id, envs, agents, obs_list, subenvs)
+        self._opened(
+            policy_id, envs, agents, self._acting.act(policy_id, envs, agents, obs_list, self.subenvs), actions
+        )
+
+    def _opened(
+        self, policy_id: str, envs: list[int], agents: list[Any], taken: tuple[int, Any], actions: list[dict[Any, Any]]
+    ) -> None:
+        """``policy_id`` acted for ``agents``: rows ``start:`` of ``taken`` opened, its actions in ``actions``."""
+        subenvs, (start, env_action) = self.subenvs, taken
         columns = self._rows[policy_id].columns
         eps_col, t_col, index_col = columns[sb.EPS_ID], columns[sb.T], columns[sb.AGENT_INDEX]
         agent_index = self._agent_index

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from rolloutfleet.sampling.multiagent.acting import PolicyActing
     from rolloutfleet.sampling.multiagent.rows import SubEnv
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ class LeagueSeats:
         self.opponent = opponent
         self.table = SlotTable(cached_policies)
         self.source: OpponentSource | None = None
+        self._slot_ids = [slot_policy_id(opponent, k) for k in range(cached_policies)]
+        self._slot_set = frozenset(self._slot_ids)
         self.refused = 0
         """Snapshots that did not load (wrong model, gone): their games played the opponent as it is."""
         if cached_policies < num_envs:
@@ -121,7 +124,12 @@ class LeagueSeats:
             )  # fmt: skip
 
     def slot_ids(self) -> list[str]:
-        return [slot_policy_id(self.opponent, k) for k in range(len(self.table.slots))]
+        return list(self._slot_ids)
+
+    def together(self, groups: Mapping[str, Any], acting: PolicyActing) -> list[str]:
+        """The slots acting this step that share one forward pass (none if fewer than two can)."""
+        slots = [policy_id for policy_id in self._slot_ids if policy_id in groups and acting.together(policy_id)]
+        return slots if len(slots) > 1 else []
 
     def policy_for(self, policy_id: str, sub: SubEnv) -> str:
         """The mapper's answer for an agent of ``sub``'s game: the opponent's slot, if it plays one."""
@@ -156,7 +164,7 @@ class LeagueSeats:
         """``sub``'s game ended: who played each seat (a slot by its snapshot's name) and the returns."""
         if self.source is None:
             return
-        slots = set(self.slot_ids())
+        slots = self._slot_set
         seats = {str(agent): sub.league_name if policy_id in slots and sub.league_name else policy_id
                  for agent, policy_id in sub.mapping.items()}  # fmt: skip
         self.source.finished(seats, {str(agent): float(sub.returns.get(agent, 0.0)) for agent in sub.mapping})

@@ -37,7 +37,7 @@ _TRANSACTIONS = ("+multi", "+exec", "+discard", "+watch", "+unwatch")
 _WORKER_DATA = (
     "+xadd", "+xlen", "+xpending", "+xtrim", "+xrevrange", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers", "+xread",
     "+get", "+set", "+del", "+exists", "+type", "+expire", "+pexpire", "+persist", "+ttl", "+pttl",
-    "+hget", "+hset", "+hdel", "+hgetall", "+hlen",
+    "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hlen",
 )  # fmt: skip
 _WORKER_NEWS = ("+subscribe", "+unsubscribe")
 """The weights announcements (:attr:`~rolloutfleet.transport.redis.keys.JobKeys.weights_news`)."""

@@ -1,0 +1,77 @@
+"""A worker's league opponents against a real redis-server: every load returns the picked
+snapshot's own weights, the next picks' snapshots come in the same read when games load
+often, a snapshot gone between picks fails only its own game, and a new plan drops what was
+read ahead of the old one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rolloutfleet.league.opponents import READ_AHEAD, LeagueOpponents
+from rolloutfleet.league.store import PolicyStore
+from rolloutfleet.spec.sections.league_spec import LeagueSpec
+
+JOB = "league-opponents"
+
+
+def state(seed: int) -> dict[str, np.ndarray]:
+    return {"pi.weight": np.full((3, 5), float(seed), np.float32), "pi.bias": np.arange(3, dtype=np.float32) + seed}
+
+
+def league(store: PolicyStore, count: int) -> list[str]:
+    names = [f"s{i:03d}" for i in range(count)]
+    for i, name in enumerate(names):
+        store.snapshot(name, state(i), step=i)
+    store.publish_plan(dict.fromkeys(names, 1.0))
+    return names
+
+
+def test_games_that_all_load_read_their_snapshots_ahead_and_each_gets_its_own(redis_url: str) -> None:
+    with PolicyStore(redis_url, JOB) as store:
+        names = league(store, 200)
+        opponents = LeagueOpponents(store, LeagueSpec(opponent="b"), seed=0, worker_index=0)
+        for _ in range(400):  # as a worker whose slots never hold the pick: every game loads
+            name = opponents.pick()
+            assert name is not None
+            weights = opponents.load(name)
+            seed = names.index(name)
+            assert np.array_equal(weights["pi.weight"], state(seed)["pi.weight"])
+            assert np.array_equal(weights["pi.bias"], state(seed)["pi.bias"])
+        assert opponents.loads == 400
+        assert opponents.reads < 400 / (READ_AHEAD / 2)  # most reads brought several snapshots
+        assert len(opponents._fetched) < READ_AHEAD
+
+
+def test_games_whose_slots_hold_the_pick_read_one_snapshot_at_a_time(redis_url: str) -> None:
+    with PolicyStore(redis_url, JOB + "-held") as store:
+        league(store, 50)
+        opponents = LeagueOpponents(store, LeagueSpec(opponent="b"), seed=1, worker_index=0)
+        picks = [opponents.pick() for _ in range(200)]  # held by a slot: no load
+        first = picks[-1]
+        assert first is not None
+        opponents.load(first)
+        assert opponents.reads == 1 and not opponents._fetched  # nothing read ahead for picks rarely loaded
+
+
+def test_a_snapshot_gone_fails_its_own_game_and_a_new_plan_drops_the_old_read_ahead(redis_url: str) -> None:
+    with PolicyStore(redis_url, JOB + "-gone") as store:
+        league(store, 20)
+        loaded = store.load_many(["s001", "nope", "s002"])
+        assert isinstance(loaded["nope"], KeyError) and "nope" in str(loaded["nope"])
+        assert np.array_equal(loaded["s002"]["pi.weight"], state(2)["pi.weight"])  # type: ignore[index]
+        clock = [0.0]
+        spec = LeagueSpec(opponent="b", plan_refresh_seconds=5)
+        opponents = LeagueOpponents(store, spec, seed=2, worker_index=0, clock=lambda: clock[0])
+        for _ in range(30):
+            name = opponents.pick()
+            assert name is not None
+            opponents.load(name)
+        assert opponents._ahead  # picks drawn ahead from the first plan
+        store.publish_plan({"s019": 1.0})
+        clock[0] = 10.0
+        assert {opponents.pick() for _ in range(20)} == {"s019"}  # none of the old plan's read-ahead
+        store.retire("s019")
+        store.collect()
+        with pytest.raises(KeyError, match="s019"):
+            opponents.load("s019")
