@@ -76,7 +76,7 @@ def test_evaluation_pods_judge_each_version_and_the_status_shows_it(
     judged = jobs.status("judged")["evaluation"]
     assert (judged["returnMean"], judged["returnLow"], judged["returnHigh"]) == (500.0, 500.0, 500.0)
     wide = cluster.kubectl("-n", namespace, "get", "rj", "judged", "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-1] == "EVAL" and "version 2: return 500 ± 0 (95 % CI, 3 episodes)" in wide[1]
+    assert wide[0].split()[-2:] == ["EVAL", "LEAGUE"] and "version 2: return 500 ± 0 (95 % CI, 3 episodes)" in wide[1]
 
     # No evaluation workers wanted: the evaluation pod goes, the worker stays as it was.
     worker_uid = jobs.pods("judged")["judged-worker-0"]["metadata"]["uid"]

@@ -47,6 +47,7 @@ from rolloutfleet_operator.loop.runtime import JobRuntime, Key, Runtime
 from rolloutfleet_operator.loop.status import (
     build_status,
     invalid_spec_status,
+    league_status,
     redis_conditions,
     status_changed,
 )
@@ -186,6 +187,7 @@ def _add_status_parts(
     the callbacks' per-episode metrics, the RedisIsolated condition, and the operator's look at
     the job's Redis (a Warning Event for each condition that turns False, once per message)."""
     status |= evaluation_status(job, evaluators, state.evaluation, now)
+    status |= league_status(job.spec.league, state.league)
     status |= custom_metrics_status(state.beats, the_plan.desired)
     generation = int(body["metadata"]["generation"])
     old_conditions = (own_status or {}).get("conditions") or []

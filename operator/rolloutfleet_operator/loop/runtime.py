@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rolloutfleet.league.standings import Standings
 from rolloutfleet_operator.config import OperatorConfig
 from rolloutfleet_operator.loop.api_calls import Api
 from rolloutfleet_operator.loop.coalescing import Rounds
@@ -34,6 +35,7 @@ class JobRuntime:
     memory: PodMemory = field(default_factory=PodMemory)
     beats: dict[int, dict[str, float]] = field(default_factory=dict)  # worker index -> last heartbeat
     evaluation: dict[str, Any] | None = None  # the newest evaluation summary read from Redis (spec.evaluation)
+    league: Standings | None = None  # the league's standings read from Redis (spec.league)
     # The last reason reported in an Event, so that each is reported once, not every round.
     reported_invalid: str = ""
     reported_refusal: str = ""

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from rolloutfleet.league.standings import Standings
 from rolloutfleet.rules.missing_modules import stays_down
 from rolloutfleet.rules.refusals import refused_line, refused_versions
 from rolloutfleet.transport.redis.keys import job_keys
@@ -212,6 +213,21 @@ def invalid_spec_status(
             condition("Failed", True, "InvalidSpec", error, generation, now, old),
         ],
     }
+
+
+def league_status(league: object | None, standings: Standings | None) -> dict[str, Any]:
+    """``{"league": ...}`` for the job's status (null without ``spec.league``, so that a merge
+    patch removes it): the standings the learner published last (top policies by Elo, the
+    main agent's rating), or why there are none."""
+    if league is None:
+        return {"league": None}
+    if standings is None:
+        empty = dict.fromkeys(("main", "mainRating", "mainRank", "snapshots", "matches", "top", "updatedAt"))
+        message = (
+            "no standings yet: the learner publishes them (PolicyStore.publish_standings, publish_matchmaker_plan)"
+        )
+        return {"league": {**empty, "message": message}}
+    return {"league": standings.status()}
 
 
 def status_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -12,8 +12,11 @@ import redis
 import torch
 
 from rolloutfleet.data.codec import decode_tensors
+from rolloutfleet.league.matchmaking import Uniform
 from rolloutfleet.league.opponents import LeagueOpponents
+from rolloutfleet.league.standings import read_standings
 from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.acl import job_users, password_hash
 from tests.integration.redis_server import RedisServer
@@ -24,6 +27,11 @@ JOB = "league"
 def state(seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {"pi.weight": rng.standard_normal((4, 8)).astype(np.float32), "pi.bias": np.zeros(4, np.float32)}
+
+
+def job_body(name: str) -> dict[str, object]:
+    return {"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob", "metadata": {"name": name},
+            "spec": {"env": {"id": "CartPole-v1"}}}  # fmt: skip
 
 
 def blobs(client: redis.Redis, store: PolicyStore) -> list[bytes]:
@@ -102,6 +110,12 @@ def test_ratings_and_mains_records_from_the_results_stream(redis_url: str) -> No
         league = store.league("main")
         assert league.snapshots == ("v1", "v2")
         assert (league.record("v1").wins, league.record("v2").draws, league.record("v2").losses) == (3, 1, 1)
+        # The learner's plan comes with the standings the operator shows, in one value it reads.
+        assert read_standings(redis_url, RolloutJob.from_dict(job_body(JOB))) is None
+        store.publish_matchmaker_plan(Uniform(), "main")
+        standings = read_standings(redis_url, RolloutJob.from_dict(job_body(JOB)))
+        assert standings is not None and (standings.main, standings.matches, standings.snapshots) == ("main", 5, 2)
+        assert standings.main_rating == table.rating("main") and standings.top[0][0] == table.table()[0][0]
 
 
 def test_a_result_naming_different_seats_is_refused() -> None:

@@ -52,9 +52,11 @@ def test_every_printer_column_and_scale_path_exists_in_the_schema() -> None:
         "Image",
         "Autoscaling",
         "Eval",
+        "League",
     ]
-    # The image, the autoscaler's reason and the evaluation only under `kubectl get rj -o wide`: they are long.
-    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0] * 7 + [1, 1, 1]
+    # The image, the autoscaler's reason, the evaluation and the league's standings only under
+    # `kubectl get rj -o wide`: they are long.
+    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0] * 7 + [1, 1, 1, 1]
 
 
 def _model_fields(model: type[BaseModel]) -> dict[str, Any]:

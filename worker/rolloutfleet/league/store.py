@@ -31,6 +31,7 @@ import numpy as np
 from rolloutfleet.data.codec import decode_tensors, encode_tensors
 from rolloutfleet.league.matchmaking import League, Record
 from rolloutfleet.league.ratings import DEFAULT_INITIAL, DEFAULT_K, Elo, pair_score
+from rolloutfleet.league.standings import Standings, standings_key, standings_of
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.redis.keys import job_keys
@@ -203,6 +204,7 @@ class PolicyStore(JobClient):
         self.blob_prefix = f"{keys.tag}:league:blob:"
         self.results_key = f"{keys.tag}:league:results"
         self.plan_key = f"{keys.tag}:league:plan"
+        self.standings_key = standings_key(keys.tag)
         super().__init__(
             redis_url,
             password,
@@ -354,10 +356,25 @@ class PolicyStore(JobClient):
         return plan
 
     def publish_matchmaker_plan(self, matchmaker: Any, main: str) -> dict[str, float]:
-        """The plan a matchmaker (:mod:`.matchmaking`) makes of main's record so far."""
-        league = self.league(main)
+        """The plan a matchmaker (:mod:`.matchmaking`) makes of main's record so far; the
+        standings of the same results are published with it (:meth:`publish_standings`)."""
+        results = [result for _, result in self.results()]
+        league = self.league(main, results=results)
         weights = matchmaker.weights(league)
-        return self.publish_plan(dict(zip(league.snapshots, (float(w) for w in weights), strict=True)))
+        plan = self.publish_plan(dict(zip(league.snapshots, (float(w) for w in weights), strict=True)))
+        self.publish_standings(main, results=results, snapshots=len(league.snapshots))
+        return plan
+
+    def publish_standings(
+        self, main: str, *, results: Sequence[MatchResult] | None = None, snapshots: int | None = None
+    ) -> Standings:
+        """The Elo standings of every result (or ``results``, read before), for the job's
+        status: the operator shows the best policies and ``main``'s rating."""
+        played = [result for _, result in self.results()] if results is None else results
+        count = len(self.snapshots()) if snapshots is None else snapshots
+        standings = standings_of(self.ratings(results=played), main, snapshots=count, matches=len(played))
+        self._retry.call(lambda: self.client.set(self.standings_key, standings.to_json()))
+        return standings
 
     def plan(self) -> dict[str, float]:
         """The plan the learner published last (``{}``: none)."""
@@ -393,10 +410,11 @@ class PolicyStore(JobClient):
         table.record_all(result.policy_returns() for result in played)
         return table
 
-    def league(self, main: str) -> League:
-        """What a matchmaker needs: the active snapshots and main's record against each."""
+    def league(self, main: str, *, results: Iterable[MatchResult] | None = None) -> League:
+        """What a matchmaker needs: the active snapshots and main's record against each (from
+        every result, or ``results``, read before)."""
         records: dict[str, Record] = {}
-        for _, result in self.results():
+        for result in (r for _, r in self.results()) if results is None else results:
             returns = result.policy_returns()
             if main not in returns:
                 continue

@@ -8,6 +8,7 @@ from rolloutfleet_operator.loop.status import (
     build_status,
     connections_condition,
     invalid_spec_status,
+    league_status,
     nonfinite,
     progress,
     status_changed,
@@ -266,3 +267,41 @@ def test_the_connections_condition_moves_its_transition_time_only_when_it_flips(
     assert again["lastTransitionTime"] == first["lastTransitionTime"] and again["observedGeneration"] == 2
     flipped = connections_condition(100, 0, 2, 10, 0, 3, 300.0, [again])
     assert flipped["status"] == "True" and flipped["lastTransitionTime"] != first["lastTransitionTime"]
+
+
+def test_the_league_status_shows_the_standings_or_why_there_are_none_and_leaves_without_a_league() -> None:
+    from rolloutfleet.league.ratings import Elo
+    from rolloutfleet.league.standings import standings_of
+    from rolloutfleet.spec.sections.league_spec import LeagueSpec
+
+    assert league_status(None, None) == {"league": None}  # null: a merge patch removes the field
+    waiting = league_status(LeagueSpec(opponent="main_v1"), None)["league"]
+    assert waiting["mainRating"] is None and waiting["message"].startswith("no standings yet")
+    elo = Elo()
+    elo.record({"main": 1.0, "main-000010": -1.0})
+    shown = league_status(LeagueSpec(opponent="main_v1"), standings_of(elo, "main", snapshots=1, matches=1, at=0.0))
+    assert shown["league"]["mainRank"] == 1 and shown["league"]["top"][0] == {
+        "policy": "main",
+        "rating": 1016.0,
+        "games": 1,
+    }
+
+
+def test_the_crd_allows_every_field_of_the_league_status() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from rolloutfleet.league.ratings import Elo
+    from rolloutfleet.league.standings import standings_of
+    from rolloutfleet.spec.sections.league_spec import LeagueSpec
+
+    elo = Elo()
+    elo.record({"main": 1.0, "v1": -1.0})
+    status = league_status(LeagueSpec(opponent="v1"), standings_of(elo, "main", snapshots=1, matches=1))["league"]
+    root = Path(__file__).resolve().parents[4]
+    for path in (root / "crds", root / "charts" / "rolloutfleet" / "crds"):
+        crd = next(d for d in yaml.safe_load_all((path / "rolloutjobs.rolloutfleet.io.yaml").read_text()) if d)
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        assert set(schema["league"]["properties"]) == set(status)
+        assert set(schema["league"]["properties"]["top"]["items"]["properties"]) == set(status["top"][0])
