@@ -69,15 +69,13 @@ WEIGHTS_BYTES = 1 << 20
 CLUSTER_MASTERS = 3
 
 
-def job_of(workers: int, max_len: int = MAX_LEN, shards: int = 1) -> RolloutJob:
+def job_of(workers: int, max_len: int = MAX_LEN, shards: int = 1, read_replicas: list[str] | None = None) -> RolloutJob:
+    redis_spec = {"maxLen": max_len, "backpressure": "block", "blockTimeoutSeconds": 3600, "shards": shards,
+                  "readReplicas": read_replicas or []}  # fmt: skip
     return RolloutJob.from_dict(
         {
             "metadata": {"name": JOB, "namespace": "default"},
-            "spec": {
-                "replicas": workers,
-                "env": {"id": "CartPole-v1"},
-                "redis": {"maxLen": max_len, "backpressure": "block", "blockTimeoutSeconds": 3600, "shards": shards},
-            },
+            "spec": {"replicas": workers, "env": {"id": "CartPole-v1"}, "redis": redis_spec},
         }
     )
 
@@ -199,13 +197,13 @@ class RedisCounters:
     def __init__(self, urls: list[str]) -> None:
         self.clients = [redis.Redis.from_url(url) for url in urls]
 
-    def reset(self) -> tuple[list[float], int, float]:
+    def reset(self) -> tuple[list[float], int, int, float]:
         for client in self.clients:
             client.config_resetstat()
-        return self._cpus(), self._net_out(), time.monotonic()
+        return self._cpus(), self._net_out(), self._net_out("total_net_repl_output_bytes"), time.monotonic()
 
-    def since(self, start: tuple[list[float], int, float]) -> dict[str, Any]:
-        cpus0, out0, t0 = start
+    def since(self, start: tuple[list[float], int, int, float]) -> dict[str, Any]:
+        cpus0, out0, repl0, t0 = start
         commands: dict[str, int] = {}
         calls_by_node = []
         for client in self.clients:
@@ -223,6 +221,7 @@ class RedisCounters:
             "cpu_s_by_node": per_node,
             "calls_by_node": calls_by_node,
             "net_out": self._net_out() - out0,
+            "repl_out": self._net_out("total_net_repl_output_bytes") - repl0,
             "commands": commands,
         }
 
@@ -230,8 +229,9 @@ class RedisCounters:
         memory = sum(int(client.info("memory")["used_memory"]) for client in self.clients)
         return memory, sum(int(client.info("clients")["connected_clients"]) for client in self.clients)
 
-    def _net_out(self) -> int:
-        return sum(int(client.info("stats")["total_net_output_bytes"]) for client in self.clients)
+    def _net_out(self, counter: str = "total_net_output_bytes") -> int:
+        """Bytes sent: to clients (Redis 7 counts its replicas apart, ``total_net_repl_output_bytes``)."""
+        return sum(int(client.info("stats").get(counter, 0)) for client in self.clients)
 
     def _cpus(self) -> list[float]:
         return [
@@ -277,27 +277,42 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_size(
-    workers: int, seconds: float, max_len: int = MAX_LEN, weights: bool = True, cluster: bool = False
+    workers: int,
+    seconds: float,
+    max_len: int = MAX_LEN,
+    weights: bool = True,
+    cluster: bool = False,
+    replicas: int = 0,
 ) -> dict[str, Any]:
     """Every phase for a fleet of ``workers`` hollow workers on a fresh redis-server, or with
     ``cluster`` a fresh 3-master Redis Cluster and the job's stream in 3 shards (``max_len``:
     the stream's, which the fleet fills before it waits; ``weights``: run the weights phase,
-    whose N downloads and checks all happen in this one process)."""
+    whose N downloads and checks all happen in this one process; ``replicas``: read replicas
+    of the redis-server that serve the weights, ``spec.redis.readReplicas``)."""
+    followers: list[EmbeddedRedis] = []
     if cluster:
         server: Any = LocalCluster(masters=CLUSTER_MASTERS, replicas=0).start()
         urls = [node.url for node in server.nodes]
     else:
-        server = EmbeddedRedis(extra_args=("--maxclients", str(max(10_000, 3 * workers + 100)))).start()
+        limit = ("--maxclients", str(max(10_000, 3 * workers + 100)))
+        server = EmbeddedRedis(extra_args=limit).start()
         urls = [server.url]
+        for _ in range(replicas):
+            followers.append(EmbeddedRedis(extra_args=(*limit, "--replicaof", "127.0.0.1", str(server.port))).start())
+        for follower in followers:
+            link = lambda f=follower: redis.Redis.from_url(f.url).info("replication")["master_link_status"] == "up"  # noqa: E731
+            wait_for(link, 60, "the replica's link to the primary")
     counters = RedisCounters(urls)
+    replica_counters = RedisCounters([f.url for f in followers]) if followers else None
     mark = counters.reset()
     time.sleep(min(seconds, 5.0))
     idle = counters.since(mark)  # Redis's own background work (serverCron), counted apart
     memory_before, clients_before = counters.memory_and_clients()
-    job, stop = job_of(workers, max_len, shards=CLUSTER_MASTERS if cluster else 1), threading.Event()
+    shards = CLUSTER_MASTERS if cluster else 1
+    job, stop = job_of(workers, max_len, shards, [f.url for f in followers]), threading.Event()
     fleet = [HollowWorker(server.url, job, index, workers, stop) for index in range(workers)]
     result: dict[str, Any] = {"workers": workers, "redis_idle_cpu_s_per_s": idle["cpu_s"] / idle["seconds"],
-                              "nodes": len(urls)}  # fmt: skip
+                              "nodes": len(urls), "replicas": replicas}  # fmt: skip
     try:
         started = time.monotonic()
         for worker in fleet:
@@ -337,7 +352,7 @@ def run_size(
 
         # 4. a weights version (workers load it between fragments).
         if weights:
-            result["weights"] = weights_phase(server.url, counters, fleet)
+            result["weights"] = weights_phase(server.url, counters, fleet, replica_counters)
 
         # 5. the operator's heartbeat read.
         reads = []
@@ -360,23 +375,32 @@ def run_size(
             server.close()
         else:
             server.stop()
+        for follower in followers:
+            follower.stop()
     return result
 
 
-def weights_phase(url: str, counters: RedisCounters, fleet: list[HollowWorker]) -> dict[str, Any]:
-    """A 1 MB version published: when each worker loaded it, the bytes Redis sent, and the
-    same N downloads by bare GETs (the ceiling)."""
+def weights_phase(
+    url: str, counters: RedisCounters, fleet: list[HollowWorker], replicas: RedisCounters | None = None
+) -> dict[str, Any]:
+    """A 1 MB version published: when each worker loaded it, the bytes Redis sent (the
+    primary's to clients and to its replicas, the replicas' to clients), and the same N
+    downloads by bare GETs from the primary (the ceiling)."""
     mark = counters.reset()
+    replica_mark = None if replicas is None else replicas.reset()
     publisher = WeightPublisher(url, JOB)
     published_at = time.monotonic()
     seq = publisher.publish({"pi": np.zeros(WEIGHTS_BYTES // 4, np.float32)})
     wait_for(lambda: all(seq in w.runner.loaded_at for w in fleet), 300, f"weights version {seq} everywhere")
     reached = [w.runner.loaded_at[seq] - published_at for w in fleet]
     sent = counters.since(mark)
+    replicas_sent = None if replicas is None or replica_mark is None else replicas.since(replica_mark)
     publisher.close()
     return {
         "p50": percentile(reached, 0.5), "p99": percentile(reached, 0.99), "max": max(reached),
-        "net_out": sent["net_out"], "bound": len(fleet) * WEIGHTS_BYTES,
+        # Redis 7.0 counts what it sends its replicas in total_net_output_bytes too: taken out.
+        "net_out": sent["net_out"] - sent["repl_out"], "bound": len(fleet) * WEIGHTS_BYTES, "repl_out": sent["repl_out"],
+        "replicas_net_out": 0 if replicas_sent is None else replicas_sent["net_out"],
         "raw_s": raw_fanout(url, job_keys("default", JOB).weights_chunk(seq, 0), len(fleet)),
     }  # fmt: skip
 
@@ -388,6 +412,24 @@ def per_worker_s(result: dict[str, Any], phase: str) -> tuple[float, float]:
     calls = sum(measured["commands"].values())
     cpu_s_per_s = measured["cpu_s"] / measured["seconds"] - result["redis_idle_cpu_s_per_s"]
     return calls / workers / measured["seconds"], max(0.0, cpu_s_per_s) * 1e6 / workers
+
+
+def weights_table(results: list[dict[str, Any]]) -> str:
+    """Where a version's bytes came from, with and without read replicas."""
+    lines = [
+        "\n| workers | read replicas | 1 MB version everywhere p50 / p99 / max | the primary sent to workers "
+        "(/ N x size) | the primary sent to its replicas | the replicas sent to workers |",
+        "| --- " * 6 + "|",
+    ]
+    for r in results:
+        if (w := r.get("weights")) is None:
+            continue
+        lines.append(
+            f"| {r['workers']:,} | {r['replicas']} | {w['p50']:.2f} / {w['p99']:.2f} / {w['max']:.2f} s | "
+            f"{w['net_out'] / 2**20:,.1f} MiB ({w['net_out'] / w['bound']:.2f}) | {w['repl_out'] / 2**20:,.1f} MiB | "
+            f"{w['replicas_net_out'] / 2**20:,.1f} MiB |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -406,12 +448,25 @@ def main() -> None:
         help=f"a {CLUSTER_MASTERS}-master Redis Cluster (no replicas) and the job's stream in {CLUSTER_MASTERS} shards "
         "instead of one redis-server",
     )
+    parser.add_argument(
+        "--replicas",
+        default="0",
+        help="read replicas serving the weights (spec.redis.readReplicas), comma-separated: each fleet size is run "
+        "with each count (one redis-server only)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    replica_counts = [int(r) for r in args.replicas.split(",")]
+    if args.cluster and replica_counts != [0]:
+        parser.error("--replicas: read replicas of one redis-server, not of a --cluster")
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # redis-server inherits it
     where = machine(fd_limit=hard)
-    results = [run_size(n, args.seconds, weights=n <= args.weights_up_to, cluster=args.cluster) for n in sizes]
+    results = [
+        run_size(n, args.seconds, weights=n <= args.weights_up_to, cluster=args.cluster, replicas=r)
+        for n in sizes
+        for r in replica_counts
+    ]
     on = f"a {CLUSTER_MASTERS}-master Redis Cluster, {CLUSTER_MASTERS} shards" if args.cluster else "one redis-server"
     print(f"# The data plane with hollow workers on {on} ({where['cores']} cores, {where['date']}; "
           f"{ROWS}-row fragments, {FRAGMENTS_PER_S:g}/s a worker, maxLen {MAX_LEN}, {args.seconds:g} s phases)\n")  # fmt: skip
@@ -432,17 +487,20 @@ def main() -> None:
         rows = r["flowing"]["rows_per_s"]
         vs = f" ({rows / (n * ROWS * FRAGMENTS_PER_S):.0%} of offered)"
         res, w = r["resume_s"], r.get("weights")
+        label = f" ({r['replicas']} replicas)" if r["replicas"] else ""
         spread = "not run | not run" if w is None else (
             f"{w['p50']:.2f} / {w['p99']:.2f} / {w['max']:.2f} s ({w['net_out'] / w['bound']:.2f}) | {w['raw_s']:.2f} s"
         )  # fmt: skip
         lines.append(
-            f"| {n:,} | {wait_calls:.2f} | {wait_cpu:.0f} | {flow_calls:.1f} | {flow_cpu:.0f} | "
+            f"| {n:,}{label} | {wait_calls:.2f} | {wait_cpu:.0f} | {flow_calls:.1f} | {flow_cpu:.0f} | "
             f"{r['connections_per_worker']:.1f} | {r['memory_per_worker'] / 1024:.1f} KiB | {rows:,.0f}{vs} | "
             f"{res['p50']:.2f} / {res['p99']:.2f} / {res['max']:.2f} s | {spread} | "
             f"{r['heartbeat_read_s'] * 1000:.1f} ms |"
         )
         table.rows.append({"workers": n, "commands/s": round(wait_calls, 2), "CPU us/s": round(wait_cpu, 1)})
     print("\n".join(lines))
+    if replica_counts != [0]:
+        print(weights_table(results))
     worst = max(results, key=lambda r: r["workers"])
     for phase in ("waiting", "flowing"):
         calls = sorted(worst[phase]["commands"].items(), key=lambda item: -item[1])

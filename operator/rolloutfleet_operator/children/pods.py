@@ -58,6 +58,8 @@ def template_hash(job: RolloutJob, config: OperatorConfig) -> str:
     spec["disruption"] = {k: v for k, v in spec["disruption"].items() if k not in _OPERATOR_ONLY_DISRUPTION}
     # Fields added later, unset: hashed as before they existed (an operator upgrade replaces no pod).
     spec["redis"] = {k: v for k, v in spec["redis"].items() if k not in ("tls", "adminSecret") or v is not None}
+    if not spec["redis"].get("readReplicas"):
+        spec["redis"].pop("readReplicas", None)
     spec["sampling"] = {k: v for k, v in spec["sampling"].items() if k != "infos" or v}
     for later in ("topologySpreadConstraints", "league"):
         if spec.get(later) is None:

@@ -39,3 +39,17 @@ def test_on_a_redis_cluster_the_fleet_spreads_its_stream_over_the_masters() -> N
     waiting_calls, _ = per_worker_s(result, "waiting")
     assert 0 < waiting_calls <= 3.0, result["waiting"]["commands"]
     assert result["weights"]["net_out"] >= result["weights"]["bound"] == 6 * WEIGHTS_BYTES
+
+
+def test_with_read_replicas_the_version_leaves_the_primary_once_a_replica() -> None:
+    redis_server_binary()
+    result = run_size(6, seconds=3.0, max_len=6, replicas=2)
+    weights = result["weights"]
+    assert result["replicas"] == 2 and weights["bound"] == 6 * WEIGHTS_BYTES
+    # Redis's own byte counters: the workers' copies came from the replicas (3 workers each),
+    # the primary sent the version once to each replica (with the batches written meanwhile,
+    # which a replica copies too), and to its clients only the learner's batches.
+    assert weights["replicas_net_out"] >= weights["bound"]
+    assert 2 * WEIGHTS_BYTES <= weights["repl_out"] < 4 * WEIGHTS_BYTES
+    assert weights["net_out"] < WEIGHTS_BYTES / 2
+    assert result["connections_per_worker"] < 1.5  # on the primary: the publisher's; the weights' are the replica's

@@ -46,6 +46,7 @@ ITEMS: dict[str, dict[str, Any]] = {
 """A valid item of an array of objects, around the field tried."""
 VALID: dict[str, Any] = {
     "redis.url": "redis://redis.rl.svc:6379/0",
+    "redis.readReplicas[0]": "redis://redis-replica-0.redis.rl.svc:6379/0",
     "env.id": "CartPole-v1",
     "env.entryPoint": "pkg.mod:make",
     "env.wrappers[0].name": "ClipAction",

@@ -29,11 +29,11 @@ from rolloutfleet.transport.filter_sync import FilterSync
 from rolloutfleet.transport.global_step import GlobalStepReader
 from rolloutfleet.transport.heartbeat import write_heartbeat
 from rolloutfleet.transport.publisher import BackpressureTimeout, BatchPublisher
-from rolloutfleet.transport.redis.connection import RETRYABLE
+from rolloutfleet.transport.redis.connection import RETRYABLE, connect_lazily
 from rolloutfleet.transport.redis.errors import BackendError, ConcurrentChange
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.redis.stream_load import StreamLoad
-from rolloutfleet.transport.weights import WeightSubscriber, WeightsUpdate
+from rolloutfleet.transport.weights import WEIGHTS_SOCKET_TIMEOUT_S, WeightSubscriber, WeightsUpdate
 from rolloutfleet.transport.weights_news import WeightsNews
 
 log = logging.getLogger(__name__)
@@ -78,13 +78,23 @@ class WorkerTransport:
         }
         self.publisher = next(iter(self.publishers.values()))
         self.client = self.publisher.job_client  # the job's keys: weights, filters, heartbeats
-        # The weights are read on the publisher's connection, when announced (one more connection).
+        # The weights are read on the publisher's connection, when announced (one more connection),
+        # or from this worker's read replica (spec.redis.readReplicas): its announcements and its
+        # copy of the versions, both on the replica, so an announcement heard there finds its version.
+        replicas = job.spec.redis.read_replicas
+        self.reader = None
+        if replicas:
+            replica = replicas[self.worker_index % len(replicas)]
+            self.reader = connect_lazily(replica, password, socket_timeout=WEIGHTS_SOCKET_TIMEOUT_S)
         self.subscribers = {
-            policy: WeightSubscriber(url, job, password=password, policy=redis_policy, client=self.client)
+            policy: WeightSubscriber(
+                url, job, password=password, policy=redis_policy, client=self.client, reader=self.reader
+            )
             for policy, redis_policy in self._redis_policy.items()
         }
         self.weights = next(iter(self.subscribers.values()))
-        self.news = WeightsNews(self.client, {p: s.keys.weights_news for p, s in self.subscribers.items()})
+        announced = {p: s.keys.weights_news for p, s in self.subscribers.items()}
+        self.news = WeightsNews(self.reader or self.client, announced)
         self._sent: tuple[object, set[str]] = (None, set())  # (the batch being published, policies done)
         self._filter_syncs: dict[str, FilterSync] = {}
         self._declared: set[str] = set()  # policies whose batch columns this worker declared
@@ -243,3 +253,5 @@ class WorkerTransport:
         for publisher in self.publishers.values():
             publisher.close()
         self.news.close()
+        if self.reader is not None:
+            self.reader.close()

@@ -28,7 +28,7 @@ from rolloutfleet.data.codec import Compression, DecodeError, decode_tensors, en
 from rolloutfleet.data.weights_check import Signature, check_weights, parse_signature, signature_json
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
-from rolloutfleet.transport.redis.errors import Client, OutOfMemory
+from rolloutfleet.transport.redis.errors import BackendError, Client, OutOfMemory
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights_news import RECHECK_S
 
@@ -282,11 +282,17 @@ class WeightSubscriber(JobClient):
         policy: str | None = None,
         socket_timeout_s: float = WEIGHTS_SOCKET_TIMEOUT_S,
         client: Client | None = None,
+        reader: Client | None = None,
     ) -> None:
         if isinstance(job, RolloutJob):
             namespace, job = job.namespace, job.name
         self.keys = job_keys(namespace, job, policy)
         self.seq_no = seq_no
+        self.reader = reader
+        """A read replica to read versions from (``spec.redis.readReplicas``); writes stay on ``client``."""
+        self.replica_failures = 0
+        """Polls that found the read replica away and read the primary instead."""
+        self._replica_down = False
         # One try (no reconnect window): a worker's own loop backs off and polls again.
         super().__init__(redis_url, password, reconnect_timeout_s=0.0, socket_timeout_s=socket_timeout_s, client=client)
         self._held = self.client.register_script(_HELD_LUA)
@@ -329,16 +335,34 @@ class WeightSubscriber(JobClient):
         """
         if held is not None:
             self.seq_no = held
+        if self.reader is not None:
+            try:
+                update = self._poll(self.reader)
+            except BackendError as exc:  # the replica away: the primary serves this poll
+                self.replica_failures += 1
+                if not self._replica_down:
+                    log.warning("weights replica unreadable (%s): reading the primary until it is back", exc)
+                self._replica_down = True
+            else:
+                if self._replica_down:
+                    log.info("weights replica readable again: weights come from it")
+                self._replica_down = False
+                return update
+        return self._poll(self.client)
+
+    def _poll(self, source: Client) -> WeightsUpdate | None:
         for _ in range(8):
-            version = _parse_version(self.client.get(self.keys.weights_version))
+            version = _parse_version(source.get(self.keys.weights_version))
             if self.seq_no > 0 and (version is None or version[0] < self.seq_no):
+                if source is not self.client:  # a replica behind what we hold: the primary says whether Redis reset
+                    return self._poll(self.client)
                 self._went_back(None if version is None else version[0])
                 return None
             refused = 0 if self.refused is None else self.refused[0]
             if version is None or version[0] <= max(self.seq_no, refused):
                 return None  # nothing newer (a refused version is not downloaded again)
             seq, count, size = version
-            pipe = self.client.pipeline(transaction=False)
+            pipe = source.pipeline(transaction=False)
             for index in range(count):
                 pipe.get(self.keys.weights_chunk(seq, index))
             parts = pipe.execute()

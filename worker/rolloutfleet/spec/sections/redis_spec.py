@@ -12,6 +12,8 @@ from rolloutfleet.spec.sections.network_spec import RedisTLSSpec
 
 MAX_SHARDS = 64
 """The most batch streams one job may spread over (``spec.redis.shards``)."""
+MAX_READ_REPLICAS = 64
+"""The most read replicas a job's weights may come from (``spec.redis.readReplicas``)."""
 
 
 class PasswordSecretRef(_Model):
@@ -44,6 +46,12 @@ class RedisSpec(_Model):
     its masters); worker ``i`` writes shard ``i % shards``. Unset: 1 on a plain Redis, one
     per master (at most 16) on a Redis Cluster."""
 
+    read_replicas: list[str] = Field(default_factory=list, max_length=MAX_READ_REPLICAS)
+    """Replicas of the Redis at ``url`` (``replicaof`` it, the same users and passwords) that
+    serve the weights: worker ``i`` reads versions and hears announcements from replica
+    ``i % len``, so a new version leaves the primary once per replica, not once per worker.
+    A replica that cannot be read sends that worker's reads to the primary meanwhile."""
+
     @field_validator("url")
     @classmethod
     def _scheme(cls, value: str) -> str:
@@ -51,6 +59,20 @@ class RedisSpec(_Model):
         if parsed.password is not None:
             raise ValueError("must not contain a password; use passwordSecret")
         return value
+
+    @field_validator("read_replicas")
+    @classmethod
+    def _replica_urls(cls, values: list[str]) -> list[str]:
+        for index, value in enumerate(values):
+            try:
+                parsed = parse_redis_url(value)
+            except ValueError as exc:
+                raise ValueError(f"[{index}]: {exc}") from None
+            if parsed.password is not None:
+                raise ValueError(f"[{index}]: must not contain a password; replicas take the url's")
+            if parsed.scheme == "unix":
+                raise ValueError(f"[{index}]: a replica is a redis:// or rediss:// server, not a unix socket")
+        return values
 
     @model_validator(mode="after")
     def _tls_needs_rediss(self) -> RedisSpec:
@@ -63,4 +85,11 @@ class RedisSpec(_Model):
             and not self.url.lower().startswith("rediss://")
         ):
             raise ValueError("tls.caSecret verifies a TLS server: the url must start with rediss://")
+        tls = self.url.lower().startswith("rediss://")
+        for index, replica in enumerate(self.read_replicas):
+            if given and replica.lower().startswith("rediss://") != tls:
+                raise ValueError(
+                    f"readReplicas[{index}]: use the url's scheme ({self.url.split(':', 1)[0]}://): "
+                    "replicas are read with the same credentials and TLS"
+                )
         return self

@@ -149,6 +149,15 @@ def connect(
     return cast(redis.Redis, made)  # the same command API; is_cluster() tells them apart
 
 
+def connect_lazily(url: str, password: str | None = None, *, socket_timeout: float = 30.0) -> redis.Redis:
+    """:func:`connect` for a plain Redis (a read replica) without asking it anything: the
+    client connects at its first command, so a replica away now is an error of that command
+    (the caller reads elsewhere meanwhile), not of making the client."""
+    parsed = parse_redis_url(url)
+    options = client_options(password, socket_timeout, 5.0, parsed)
+    return redis.Redis.from_url(parsed.client_url, health_check_interval=30, **options)
+
+
 def _cluster_state(client: redis.Redis) -> str | None:
     """``None`` for a Redis not in cluster mode, else its ``cluster_state`` (``ok``, ``fail``)."""
     try:
