@@ -2,7 +2,7 @@
 
 :func:`build_network_policy`: the job's NetworkPolicy ``<job>-egress`` (owned by the job,
 written before its first pod): its workers reach DNS (port 53 anywhere), Redis (the URL's
-port, at ``ROLLOUTFLEET_REDIS_PEERS`` when the chart names its Redis pods) and what
+port and its read replicas', at ``ROLLOUTFLEET_REDIS_PEERS`` when the chart names its Redis pods) and what
 ``spec.network.egress`` adds; nothing else. Ingress is left alone (metrics scrapes, an
 external env's simulators). :func:`ca_mount`: ``spec.redis.tls.caSecret`` as a read-only
 volume and ``ROLLOUTFLEET_REDIS_CA_FILE``. Pure functions of the job and the configuration.
@@ -30,7 +30,8 @@ def egress_rules(job: RolloutJob, config: OperatorConfig) -> list[dict[str, Any]
     rules: list[dict[str, Any]] = [{"ports": [dict(p) for p in DNS_PORTS]}]
     url = parse_redis_url(job.spec.redis.url)
     if url.scheme != "unix":  # a socket on the pod's own filesystem needs no network
-        redis_rule: dict[str, Any] = {"ports": [{"port": url.port, "protocol": "TCP"}]}
+        ports = dict.fromkeys([url.port, *(parse_redis_url(r).port for r in job.spec.redis.read_replicas)])
+        redis_rule: dict[str, Any] = {"ports": [{"port": port, "protocol": "TCP"} for port in ports]}
         if config.redis_peers:
             redis_rule["to"] = [dict(peer) for peer in config.redis_peers]
         rules.append(redis_rule)

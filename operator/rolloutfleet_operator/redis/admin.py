@@ -31,6 +31,9 @@ class Admin:
     password: str | None = field(repr=False)
     source: str = "operator"
     """Where the credential came from, for messages: ``operator`` or ``Secret <name>``."""
+    replicas: tuple[str, ...] = ()
+    """Read replicas of the URL's Redis (``spec.redis.readReplicas``): ACLs are not replicated,
+    so the users are set on each too, with the same admin login."""
 
 
 def _client(admin: Admin, host: str | None = None, port: int | None = None) -> redis.Redis:
@@ -73,14 +76,15 @@ def cluster_nodes(text: str) -> list[tuple[str, int]]:
 
 
 def _nodes(admin: Admin) -> list[redis.Redis]:
-    """A client per node: the one of the URL, or every node of its Redis Cluster."""
+    """A client per node: the one of the URL and its read replicas, or every node of its
+    Redis Cluster."""
     seed = _client(admin)
     try:
         enabled = seed.info("cluster").get("cluster_enabled")
     except redis.ResponseError:
         enabled = 0
     if not enabled:
-        return [seed]
+        return [seed, *(_client(Admin(url, admin.username, admin.password)) for url in admin.replicas)]
     reply: Any = seed.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
     text = reply.decode() if isinstance(reply, bytes) else str(reply)
     seed.close()
@@ -97,6 +101,9 @@ def apply_users(admin: Admin, users: list[tuple[AclUser, list[str]]]) -> int:
                 for user, hashes in users:
                     pipe.execute_command("ACL", "SETUSER", *user.setuser_args(hashes))  # type: ignore[no-untyped-call]
                 pipe.execute()
+            except (redis.RedisError, OSError) as error:
+                kwargs = node.connection_pool.connection_kwargs
+                raise AdminError(_line(admin, error, f"{kwargs.get('host')}:{kwargs.get('port')}")) from None
             finally:
                 node.close()
         return len(nodes)
@@ -116,8 +123,8 @@ def current_hashes(admin: Admin, user: str) -> list[str]:
     return [h.decode() if isinstance(h, bytes) else str(h) for h in (found or {}).get("passwords", [])]
 
 
-def _line(admin: Admin, error: BaseException) -> str:
-    where = parse_redis_url(admin.url).address if not isinstance(error, BadRedisURL) else "?"
+def _line(admin: Admin, error: BaseException, node: str | None = None) -> str:
+    where = node or (parse_redis_url(admin.url).address if not isinstance(error, BadRedisURL) else "?")
     text = " ".join(str(error).split())
     if admin.password:
         text = text.replace(admin.password, "***")

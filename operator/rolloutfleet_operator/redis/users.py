@@ -146,7 +146,10 @@ async def _admin(runtime: Runtime, job: RolloutJob, source: str) -> Admin | Isol
     config = runtime.config
     if source == "operator":
         assert config.redis_admin_url is not None
-        return Admin(config.redis_admin_url, config.redis_admin_username, config.redis_admin_password)
+        replicas = tuple(job.spec.redis.read_replicas)
+        return Admin(
+            config.redis_admin_url, config.redis_admin_username, config.redis_admin_password, replicas=replicas
+        )
     ref = job.spec.redis.admin_secret
     assert ref is not None
     password = await read_secret_value(runtime.api, job.namespace, ref.name, ref.key)
@@ -154,7 +157,7 @@ async def _admin(runtime: Runtime, job: RolloutJob, source: str) -> Admin | Isol
         return Isolation(False, "AdminSecretMissing", f"spec.redis.adminSecret: Secret {ref.name} with key "
                          f"{ref.key} is missing or not readable by the operator")  # fmt: skip
     username = await read_secret_value(runtime.api, job.namespace, ref.name, "username")
-    return Admin(job.spec.redis.url, username, password, f"Secret {ref.name}")
+    return Admin(job.spec.redis.url, username, password, f"Secret {ref.name}", tuple(job.spec.redis.read_replicas))
 
 
 async def _read_secret(api: Api, namespace: str, name: str) -> dict[str, Any] | None:

@@ -47,6 +47,15 @@ def test_workers_reach_dns_and_redis_on_its_port_only() -> None:
     assert not policy["spec"]["podSelector"]["matchLabels"].items() <= other["metadata"]["labels"].items()
 
 
+def test_workers_reach_their_read_replicas_ports_too() -> None:
+    urls = ["rediss://redis-replica-0.rl.svc:6380/0", "rediss://redis-replica-1.rl.svc:7000/0"]
+    the_job = job(redis={"url": "rediss://redis.rl.svc:6380/0", "readReplicas": urls})
+    assert egress_rules(the_job, ON)[1] == {
+        "ports": [{"port": 6380, "protocol": "TCP"}, {"port": 7000, "protocol": "TCP"}]
+    }
+    assert template_hash(the_job, ON) != template_hash(job(redis={"url": "rediss://redis.rl.svc:6380/0"}), ON)
+
+
 def test_the_jobs_own_rules_follow_as_the_api_reads_them() -> None:
     rules = [
         {"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}], "ports": [{"port": 443}, {"port": 8000, "endPort": 8100}]},
