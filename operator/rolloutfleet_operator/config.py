@@ -42,6 +42,8 @@ class OperatorConfig:
     redis_admin_password: str | None = field(default=None, repr=False)  # never printed
     default_redis_url: str | None = None
     """The Redis of a job whose manifest names none (the chart's): :mod:`.redis_defaults`."""
+    default_redis_replicas: tuple[str, ...] = ()
+    """The read replicas of that Redis (the chart's ``redis.readReplicas``), for the same jobs."""
     redis_ca_file: str | None = None
     """The CA that verifies the operator's ``rediss://`` Redis (the chart's), copied into the
     namespace of each job that uses the default Redis."""
@@ -71,6 +73,11 @@ class OperatorConfig:
             worker_memory=env.memory("WORKER_MEMORY", cls.worker_memory),
             worker_torch_memory=env.memory("WORKER_TORCH_MEMORY", cls.worker_torch_memory),
             redis_peers=_peers(env.get("REDIS_PEERS")),
+            default_redis_replicas=tuple(
+                str(_admin_url(url.strip(), "DEFAULT_REDIS_REPLICAS"))
+                for url in (env.get("DEFAULT_REDIS_REPLICAS") or "").split(",")
+                if url.strip()
+            ),
             **{k: v for k, v in found.items() if v is not None},  # type: ignore[arg-type]
         )
 

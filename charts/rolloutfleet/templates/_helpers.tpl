@@ -43,6 +43,23 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/component: redis
 {{- end -}}
 
+{{- define "rolloutfleet.redis.replicaSelectorLabels" -}}
+{{ include "rolloutfleet.selectorLabels" . }}
+app.kubernetes.io/component: redis-replica
+{{- end -}}
+
+{{/* The URLs of the chart Redis's read replicas (redis.readReplicas), comma-separated; empty for none. */}}
+{{- define "rolloutfleet.redis.replicaUrls" -}}
+{{- if and .Values.redis.enabled (gt (int .Values.redis.readReplicas) 0) -}}
+{{- $fullname := include "rolloutfleet.redis.fullname" . -}}
+{{- $urls := list -}}
+{{- range $i := until (int .Values.redis.readReplicas) -}}
+{{- $urls = append $urls (printf "%s://%s-replica-%d.%s-replica.%s.svc:6379/0" (ternary "rediss" "redis" $.Values.redis.tls.enabled) $fullname $i $fullname $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $urls -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "rolloutfleet.serviceAccountName" -}}
 {{- if .Values.operator.serviceAccount.create -}}
 {{- default (include "rolloutfleet.fullname" .) .Values.operator.serviceAccount.name -}}

@@ -59,6 +59,8 @@ def with_defaults(job: RolloutJob, config: OperatorConfig) -> RolloutJob:
         return job
     redis = job.spec.redis
     update: dict[str, Any] = {"url": url}
+    if config.default_redis_replicas and not redis.read_replicas:
+        update["read_replicas"] = list(config.default_redis_replicas)
     if _copies_ca(job, config):
         update["tls"] = RedisTLSSpec(ca_secret=CASecretRef(name=ca_secret_name(job.name), key=CA_KEY))
     filled = redis.model_copy(update=update)
@@ -83,6 +85,8 @@ def defaults_status(spec: Mapping[str, Any], job: RolloutJob, config: OperatorCo
     tls = job.spec.redis.tls
     if tls is not None and tls.ca_secret is not None and tls.ca_secret.name == ca_secret_name(job.name):
         shown["caSecret"] = ca_secret_name(job.name)
+    if config.default_redis_replicas and not (spec.get("redis") or {}).get("readReplicas"):
+        shown["readReplicas"] = list(config.default_redis_replicas)
     return shown
 
 

@@ -92,3 +92,19 @@ def test_a_bad_default_url_stops_the_start_naming_the_variable(value: str, messa
 def test_the_settings_are_read() -> None:
     config = OperatorConfig.from_environ({"ROLLOUTFLEET_DEFAULT_REDIS_URL": TLS, "ROLLOUTFLEET_REDIS_CA_FILE": "/c"})
     assert (config.default_redis_url, config.redis_ca_file) == (TLS, "/c")
+
+
+def test_the_chart_redis_read_replicas_come_with_its_url_unless_the_job_names_its_own() -> None:
+    replicas = "rediss://fleet-redis-replica-0.fleet-redis-replica.ops.svc:6379/0,rediss://fleet-redis-replica-1.fleet-redis-replica.ops.svc:6379/0"
+    config = OperatorConfig.from_environ(
+        {"ROLLOUTFLEET_DEFAULT_REDIS_URL": TLS, "ROLLOUTFLEET_DEFAULT_REDIS_REPLICAS": replicas}
+    )
+    assert config.default_redis_replicas == tuple(replicas.split(","))
+    job = job_of(KEY, spec(), config)
+    assert job.spec.redis.read_replicas == replicas.split(",")
+    assert defaults_status(spec(), job, config) == {"url": TLS, "readReplicas": replicas.split(",")}
+    own = spec(readReplicas=["rediss://mine-0:6379/0"])
+    assert job_of(KEY, own, config).spec.redis.read_replicas == ["rediss://mine-0:6379/0"]
+    assert job_of(KEY, spec(url="redis://elsewhere:6379/0"), config).spec.redis.read_replicas == []
+    with pytest.raises(ConfigError, match="ROLLOUTFLEET_DEFAULT_REDIS_REPLICAS: must hold no password"):
+        OperatorConfig.from_environ({"ROLLOUTFLEET_DEFAULT_REDIS_REPLICAS": "redis://:pw@r:6379/0"})
