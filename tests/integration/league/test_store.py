@@ -14,6 +14,7 @@ import torch
 from rolloutfleet.data.codec import decode_tensors
 from rolloutfleet.league.matchmaking import Uniform
 from rolloutfleet.league.opponents import LeagueOpponents
+from rolloutfleet.league.ratings import Elo
 from rolloutfleet.league.standings import read_standings
 from rolloutfleet.league.store import MatchResult, PolicyStore
 from rolloutfleet.spec.job import RolloutJob
@@ -116,6 +117,12 @@ def test_ratings_and_mains_records_from_the_results_stream(redis_url: str) -> No
         standings = read_standings(redis_url, RolloutJob.from_dict(job_body(JOB)))
         assert standings is not None and (standings.main, standings.matches, standings.snapshots) == ("main", 5, 2)
         assert standings.main_rating == table.rating("main") and standings.top[0][0] == table.table()[0][0]
+        # A learner that keeps its own Elo table (no replay of the stream) publishes that.
+        kept = Elo()
+        kept.record({"main": 1.0, "v1": -1.0})
+        published = store.publish_standings("main", ratings=kept, matches=1, snapshots=2)
+        assert read_standings(redis_url, RolloutJob.from_dict(job_body(JOB))) == published
+        assert (published.matches, published.main_rating) == (1, kept.rating("main"))
 
 
 def test_a_result_naming_different_seats_is_refused() -> None:

@@ -366,13 +366,23 @@ class PolicyStore(JobClient):
         return plan
 
     def publish_standings(
-        self, main: str, *, results: Sequence[MatchResult] | None = None, snapshots: int | None = None
+        self,
+        main: str,
+        *,
+        results: Sequence[MatchResult] | None = None,
+        snapshots: int | None = None,
+        ratings: Elo | None = None,
+        matches: int | None = None,
     ) -> Standings:
-        """The Elo standings of every result (or ``results``, read before), for the job's
-        status: the operator shows the best policies and ``main``'s rating."""
-        played = [result for _, result in self.results()] if results is None else results
+        """The Elo standings of every result (or ``results``, read before; or ``ratings``, an
+        Elo table the learner keeps itself, of ``matches`` games), for the job's status: the
+        operator shows the best policies and ``main``'s rating."""
+        if ratings is None:
+            played = [result for _, result in self.results()] if results is None else results
+            ratings, matches = self.ratings(results=played), len(played)
         count = len(self.snapshots()) if snapshots is None else snapshots
-        standings = standings_of(self.ratings(results=played), main, snapshots=count, matches=len(played))
+        total = sum(ratings.games.values()) // 2 if matches is None else matches
+        standings = standings_of(ratings, main, snapshots=count, matches=total)
         self._retry.call(lambda: self.client.set(self.standings_key, standings.to_json()))
         return standings
 
