@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import redis
 
 from rolloutfleet.league.opponents import READ_AHEAD, LeagueOpponents
 from rolloutfleet.league.store import PolicyStore
@@ -41,6 +42,17 @@ def test_games_that_all_load_read_their_snapshots_ahead_and_each_gets_its_own(re
         assert opponents.loads == 400
         assert opponents.reads < 400 / (READ_AHEAD / 2)  # most reads brought several snapshots
         assert len(opponents._fetched) < READ_AHEAD
+        # Names seen under this plan: their weights are read without their metadata (Redis's count).
+        admin = redis.Redis.from_url(redis_url)
+        seen, reads = set(opponents._digests), opponents.reads
+        admin.config_resetstat()
+        for _ in range(100):
+            name = opponents.pick()
+            assert name is not None
+            opponents.load(name)
+        calls = {k: int(v["calls"]) for k, v in admin.info("commandstats").items()}
+        new_names = len(set(opponents._digests) - seen)
+        assert calls.get("cmdstat_hmget", 0) <= new_names < 100 and opponents.reads > reads
 
 
 def test_games_whose_slots_hold_the_pick_read_one_snapshot_at_a_time(redis_url: str) -> None:

@@ -8,8 +8,8 @@ a plan that cannot be read (Redis away) leaves the last one in force, said once 
 Results wait in the worker until Redis takes them (a failed flush keeps them).
 
 Picks are drawn ahead, and a snapshot that must be loaded is read together with the next
-picks' (:meth:`~.store.PolicyStore.load_many`: two round trips for up to ``READ_AHEAD``
-snapshots). How far ahead follows the share of picks that needed a load so far: a worker
+picks' (:meth:`~.store.PolicyStore.load_many`: one round trip for up to ``READ_AHEAD``
+snapshots, and one more for the metadata of those not read before under this plan). How far ahead follows the share of picks that needed a load so far: a worker
 whose slots hold most of its picks reads one at a time, one that loads every game reads
 ``READ_AHEAD``. So a worker holds at most ``READ_AHEAD - 1`` snapshots besides its slots.
 """
@@ -53,6 +53,9 @@ class LeagueOpponents:
         self._cdf: np.ndarray = np.zeros(0)
         self._ahead: deque[str] = deque()  # picks drawn, not yet given
         self._fetched: dict[str, Mapping[str, Any] | Exception] = {}  # read ahead for the picks in _ahead
+        # name -> digest of the plan's snapshots read so far: names are immutable while the plan
+        # stands (a snapshot's name is free again only once retired, which changes the plan)
+        self._digests: dict[str, str] = {}
         self._last: str | None = None
         self.picks = 0
         self.reads = 0
@@ -99,6 +102,7 @@ class LeagueOpponents:
             self._cdf = np.cumsum(probabilities)
             self._ahead.clear()  # drawn from the old plan
             self._fetched.clear()
+            self._digests.clear()
 
     def load(self, name: str) -> Mapping[str, Any]:
         self.loads += 1
@@ -118,7 +122,7 @@ class LeagueOpponents:
             self._ahead.append(self._draw())
         batch = [name] + [other for other in list(self._ahead)[:wanted] if other not in self._fetched]
         self.reads += 1
-        loaded = self.store.load_many(batch)
+        loaded = self.store.load_many(batch, self._digests)
         for other in batch[1:]:
             self._fetched[other] = loaded[other]
         return loaded[name]

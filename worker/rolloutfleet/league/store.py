@@ -262,33 +262,41 @@ class PolicyStore(JobClient):
             raise loaded
         return loaded
 
-    def load_many(self, names: Sequence[str]) -> dict[str, dict[str, np.ndarray] | Exception]:
-        """Several snapshots' weights in two round trips (their metadata, then their weights),
-        each checked against its digest; a snapshot or weights that are gone, or weights that
-        miss their digest, map to the error (``KeyError``, ``ValueError``) instead."""
+    def load_many(
+        self, names: Sequence[str], digests: dict[str, str] | None = None
+    ) -> dict[str, dict[str, np.ndarray] | Exception]:
+        """Several snapshots' weights, each checked against its digest, in two round trips:
+        their metadata, then their weights in one pipeline. ``digests``: name -> digest
+        already known (a worker's, kept while its plan stands); the metadata of those is not
+        read, and this call adds the digests it read. A snapshot or weights that are gone, or
+        weights that miss their digest, map to the error (``KeyError``, ``ValueError``)."""
+        known = {} if digests is None else digests
         unique = list(dict.fromkeys(names))
-        raw = self._retry.call(lambda: self.client.hmget(self.snapshots_key, unique))
         loaded: dict[str, dict[str, np.ndarray] | Exception] = {}
-        metas = {}
-        for name, item in zip(unique, raw, strict=True):
-            if item is None:
-                loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
-            else:
-                metas[name] = Snapshot.from_json(item)
-        if not metas:
+        unknown = [name for name in unique if name not in known]
+        if unknown:
+            raw = self._retry.call(lambda: self.client.hmget(self.snapshots_key, unknown))
+            for name, item in zip(unknown, raw, strict=True):
+                if item is None:
+                    loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
+                else:
+                    known[name] = Snapshot.from_json(item).digest
+        wanted = {name: known[name] for name in unique if name not in loaded}
+        if not wanted:
             return loaded
 
         def blobs() -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
-            for meta in metas.values():
-                pipe.get(self.blob_prefix + meta.digest)
+            for digest in wanted.values():
+                pipe.get(self.blob_prefix + digest)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        for (name, meta), payload in zip(metas.items(), self._retry.call(blobs), strict=True):
+        for (name, digest), payload in zip(wanted.items(), self._retry.call(blobs), strict=True):
             if not isinstance(payload, bytes):
-                loaded[name] = KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{meta.digest} are gone")
-            elif hashlib.sha256(payload).hexdigest() != meta.digest:
-                loaded[name] = ValueError(f"snapshot {name!r}: its weights do not match their digest {meta.digest}")
+                known.pop(name, None)  # read its metadata again next time
+                loaded[name] = KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{digest} are gone")
+            elif hashlib.sha256(payload).hexdigest() != digest:
+                loaded[name] = ValueError(f"snapshot {name!r}: its weights do not match their digest {digest}")
             else:
                 loaded[name] = decode_tensors(bytearray(payload))
         return loaded
