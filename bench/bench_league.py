@@ -23,6 +23,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,8 +96,13 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def tictactoe(league: bool, cached: int) -> RolloutJob:
+GAMES = {"tictactoe": "pettingzoo.classic.tictactoe_v3", "connect_four": "pettingzoo.classic.connect_four_v3"}
+
+
+def tictactoe(league: bool, cached: int, game: str = "tictactoe") -> RolloutJob:
+    """``examples/tictactoe.yaml`` (16 envs), or the same job on another PettingZoo classic game."""
     manifest = RolloutJob.from_file(ROOT / "examples/tictactoe.yaml").to_dict()
+    manifest["spec"]["env"]["id"] = GAMES[game]
     if league:
         manifest["spec"]["league"] = {"opponent": "main_v1", "cachedPolicies": cached, "planRefreshSeconds": 3600}
     return RolloutJob.from_dict(manifest)
@@ -110,21 +116,21 @@ def steps_per_s(runner: MultiAgentEnvRunner, seconds: float) -> float:
     return steps / (time.perf_counter() - began)
 
 
-def switching(snapshots: int, cached: int, seconds: float, repeats: int) -> dict[str, float]:
+def switching(snapshots: int, cached: int, seconds: float, repeats: int, game: str = "tictactoe") -> dict[str, Any]:
     """A worker whose opponent changes every episode among ``snapshots`` (uniform plan), next
     to the same job against one fixed opponent: env steps/s, snapshot loads/s, RSS."""
     with EmbeddedRedis() as server:
         store = PolicyStore(server.url, "league")
-        base = MultiAgentEnvRunner(tictactoe(False, cached)).get_weights(["main_v1"])["main_v1"]
+        base = MultiAgentEnvRunner(tictactoe(False, cached, game)).get_weights(["main_v1"])["main_v1"]
         for i in range(snapshots):
             store.snapshot(f"s{i:04d}", {k: v * (1 + i / snapshots) for k, v in base.items()}, step=i)
         store.publish_plan({f"s{i:04d}": 1.0 for i in range(snapshots)})
         used_memory = int(store.client.info("memory")["used_memory"])
         fixed_rates, league_rates, loads, reads, rss, busy = [], [], [], [], [], []
         for _ in range(repeats):
-            with MultiAgentEnvRunner(tictactoe(False, cached)) as runner:
+            with MultiAgentEnvRunner(tictactoe(False, cached, game)) as runner:
                 fixed_rates.append(steps_per_s(runner, seconds))
-            job = tictactoe(True, cached)
+            job = tictactoe(True, cached, game)
             with MultiAgentEnvRunner(job) as runner:
                 assert job.spec.league is not None
                 opponents = LeagueOpponents(store, job.spec.league, seed=0, worker_index=0)
@@ -139,6 +145,7 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int) -> dict
                 opponents.pending.clear()
         store.close()
     return {
+        "game": game,
         "snapshots": snapshots,
         "cached": cached,
         "fixed_steps_per_s": statistics.median(fixed_rates),
@@ -160,9 +167,13 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="sampling time of each switching run")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--games", default="tictactoe,connect_four", help=f"games of the switching worker, of {', '.join(GAMES)}"
+    )
+    parser.add_argument("--no-store", action="store_true", help="skip the store's table (writes, loads, memory)")
     args = parser.parse_args()
     where = machine()
-    results = [run(int(p), args.snapshots) for p in args.params.split(",")]
+    results = [] if args.no_store else [run(int(p), args.snapshots) for p in args.params.split(",")]
     print(f"# A league's store: {args.snapshots} snapshots a size ({where['cores']} cores, {where['date']})\n")
     print("| parameters | a snapshot | Redis memory a snapshot | writes/s (bare SET) | loads/s (bare GET) |")
     print("| --- | --- | --- | --- | --- |")
@@ -171,20 +182,24 @@ def main() -> None:
         print(f"| {r['params']:,.0f} | {r['snapshot_bytes'] / 1024:,.1f} KiB | {r['redis_bytes_per_snapshot'] / 1024:,.1f} KiB "
               f"| {r['writes_per_s']:,.0f} ({r['bare_sets_per_s']:,.0f}) | {r['loads_per_s']:,.0f} ({r['bare_gets_per_s']:,.0f}) |")  # fmt: skip
         table.rows.append({key: round(value, 1) for key, value in r.items()})
-    rows = [switching(args.snapshots, int(k), args.seconds, args.repeats) for k in args.cached.split(",")]
+    rows = [
+        switching(args.snapshots, int(k), args.seconds, args.repeats, game)
+        for game in args.games.split(",")
+        for k in args.cached.split(",")
+    ]
     print(f"\n# A worker switching opponents every episode among {args.snapshots} snapshots, a uniform plan "
-          f"(tic-tac-toe, 16 envs, medians of {args.repeats} runs of {args.seconds:g} s)\n")  # fmt: skip
+          f"(16 envs, medians of {args.repeats} runs of {args.seconds:g} s)\n")  # fmt: skip
     print(
-        "| cachedPolicies | env steps/s against one fixed opponent | against the league | ratio | snapshot loads/s (reads/s) | "
+        "| game | cachedPolicies | env steps/s against one fixed opponent | against the league | ratio | snapshot loads/s (reads/s) | "
         "episodes given a held snapshot (all slots in play) | worker RSS growth while sampling | Redis used_memory |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     switch = Table("League: switching opponents", "cached", ["fixed_steps_per_s", "league_steps_per_s"])
     for sw in rows:
-        print(f"| {sw['cached']} | {sw['fixed_steps_per_s']:,.0f} | {sw['league_steps_per_s']:,.0f} | "
+        print(f"| {sw['game']} | {sw['cached']} | {sw['fixed_steps_per_s']:,.0f} | {sw['league_steps_per_s']:,.0f} | "
               f"{sw['league_steps_per_s'] / sw['fixed_steps_per_s']:.2f} | {sw['loads_per_s']:,.1f} ({sw['reads_per_s']:,.1f}) | "
               f"{sw['busy_share']:.1%} | {sw['rss_growth_mb']:+.1f} MB | {sw['redis_used_mb']:,.1f} MB |")  # fmt: skip
-        switch.rows.append({key: round(value, 2) for key, value in sw.items()})
+        switch.rows.append({key: round(value, 2) if isinstance(value, float) else value for key, value in sw.items()})
     write("bench_league", [table, switch], where)
 
 

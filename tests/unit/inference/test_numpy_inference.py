@@ -13,7 +13,7 @@ from gymnasium import spaces
 from rolloutfleet.inference.default_mlp import MLPLayout
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.models import DefaultModel
-from rolloutfleet.inference.numpy_inference import NumpyMLP, forward_rows, rows_batchable
+from rolloutfleet.inference.numpy_inference import NumpyMLP, RowsBank, rows_batchable
 
 
 def _numpy_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -113,13 +113,23 @@ def test_rows_with_their_own_models_act_as_each_model_alone(
     obs_space.seed(1)
     obs = np.stack([obs_space.sample() for _ in range(7)])
     which = [2, 0, 1, 1, 2, 0, 2]
-    logits, values = forward_rows([mirrors[k] for k in which], obs)
+    bank = RowsBank(mirrors)
+    logits, values = bank.forward(np.array(which), obs)
     for row, k in enumerate(which):
         with torch.no_grad():
             own_logits, own_values = models[k](torch.from_numpy(obs[row : row + 1]))
         np.testing.assert_allclose(logits[row], own_logits[0].numpy(), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(values[row], own_values[0].numpy(), rtol=1e-5, atol=1e-5)
     assert not np.allclose(logits[0], logits[5])  # the same observation space, other weights
+    # A model refreshed with new weights is copied in again by keep(); untouched ones are not.
+    with torch.no_grad():
+        models[1].pi.bias.add_(1.0)
+    mirrors[1].refresh(_numpy_state(models[1]))
+    bank.keep(1, mirrors[1])
+    bank.keep(0, mirrors[0])
+    with torch.no_grad():
+        own_logits, _ = models[1](torch.from_numpy(obs[2:3]))
+    np.testing.assert_allclose(bank.forward(np.array([1]), obs[2:3])[0][0], own_logits[0].numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_lookup_encodings_do_not_batch_across_models() -> None:

@@ -138,42 +138,74 @@ class NumpyMLP:
         return out, values
 
 
-def forward_rows(mlps: Sequence[NumpyMLP], obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`NumpyMLP.__call__` for a batch whose rows each have their own model of one
-    layout (``mlps[r]`` acts for ``obs[r]``): one batched matmul a layer over the rows'
-    stacked ``[W | b]``, instead of a call a model. Box encodings only (:func:`rows_batchable`).
-    A league's slots act this way: a dozen snapshots, a row or two each, every step."""
-    n, first = len(obs), mlps[0]
-    x = np.ones((n, first.actor[0].shape[1]), np.float32)
-    flat = obs.reshape(n, -1)
-    x[:, :-1] = flat if first.scale is None else flat * np.float32(first.scale)
+class RowsBank:
+    """The ``[W | b]`` matrices of ``size`` models of one layout (a league's slots), stacked
+    per layer, for a batch whose rows each act with their own model: one gather and one
+    batched matmul a layer (:meth:`forward`), instead of a call a model. A model's matrices
+    are copied in by :meth:`keep`, which sees from their identity whether they changed
+    since (a :meth:`NumpyMLP.refresh` makes new ones). Box encodings only
+    (:func:`rows_batchable`)."""
 
-    def trunk(x: np.ndarray, layers: list[list[np.ndarray]]) -> np.ndarray:
-        for per_row in layers:
-            block = np.matmul(np.stack(per_row), x[:, :, None])[:, :, 0]
-            x = np.ones((n, block.shape[1] + 1), np.float32)
-            x[:, :-1] = np.tanh(block) if not first.relu else np.maximum(block, 0)
-        return x
+    def __init__(self, models: Sequence[NumpyMLP]) -> None:
+        first = self.first = models[0]
 
-    def layers(part: str) -> list[list[np.ndarray]]:
-        return [list(stack) for stack in zip(*(getattr(m, part) for m in mlps), strict=True)]
+        def stacked(matrices: list[np.ndarray]) -> list[np.ndarray]:
+            return [np.zeros((len(models), *m.shape), np.float32) for m in matrices]
 
-    features = trunk(x, layers("actor"))
-    k = first.num_outputs
-    if first.shared:
-        both = np.matmul(np.stack([m.head for m in mlps]), features[:, :, None])[:, :, 0]
-        out, values = both[:, :k], both[:, k]
-    else:
-        out = np.matmul(np.stack([m.pi for m in mlps]), features[:, :, None])[:, :, 0]
-        critic = trunk(x, layers("critic"))
-        values = np.matmul(np.stack([m.vf for m in mlps]), critic[:, :, None])[:, 0, 0]
-    if first.log_std is not None:
-        out = np.concatenate([out, np.stack([m.log_std for m in mlps])], axis=1)  # type: ignore[misc]
-    return out, values
+        self.actor, self.critic = stacked(first.actor), stacked(first.critic)
+        self.head = stacked([first.head] if first.shared else [first.pi, first.vf])
+        self.log_std = None if first.log_std is None else np.zeros((len(models), *first.log_std.shape), np.float32)
+        self.bounded = np.zeros(len(models), bool)
+        self._kept: list[Any] = [None] * len(models)
+        for k, model in enumerate(models):
+            self.keep(k, model)
+
+    def keep(self, k: int, model: NumpyMLP) -> None:
+        """Model ``k`` is ``model``: copied in unless its matrices are the ones already held."""
+        if self._kept[k] is model.actor[0]:
+            return
+        for bank, matrix in zip(self.actor, model.actor, strict=True):
+            bank[k] = matrix
+        for bank, matrix in zip(self.critic, model.critic, strict=True):
+            bank[k] = matrix
+        for bank, matrix in zip(self.head, [model.head] if model.shared else [model.pi, model.vf], strict=True):
+            bank[k] = matrix
+        if self.log_std is not None:
+            self.log_std[k] = model.log_std
+        self.bounded[k] = model.bounded
+        self._kept[k] = model.actor[0]
+
+    def forward(self, which: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`NumpyMLP.__call__` with row ``r`` through model ``which[r]``."""
+        n, first = len(obs), self.first
+        x = np.ones((n, first.actor[0].shape[1]), np.float32)
+        flat = obs.reshape(n, -1)
+        x[:, :-1] = flat if first.scale is None else flat * np.float32(first.scale)
+
+        def layer(bank: np.ndarray, x: np.ndarray) -> np.ndarray:
+            return np.matmul(bank[which], x[:, :, None])[:, :, 0]  # type: ignore[no-any-return]
+
+        def trunk(x: np.ndarray, banks: list[np.ndarray]) -> np.ndarray:
+            for bank in banks:
+                block = layer(bank, x)
+                x = np.ones((n, block.shape[1] + 1), np.float32)
+                x[:, :-1] = np.maximum(block, 0) if first.relu else np.tanh(block)
+            return x
+
+        features = trunk(x, self.actor)
+        k = first.num_outputs
+        if first.shared:
+            both = layer(self.head[0], features)
+            out, values = both[:, :k], both[:, k]
+        else:
+            out, values = layer(self.head[0], features), layer(self.head[1], trunk(x, self.critic))[:, 0]
+        if self.log_std is not None:
+            out = np.concatenate([out, self.log_std[which]], axis=1)
+        return out, values
 
 
 def rows_batchable(mlp: NumpyMLP) -> bool:
-    """Whether :func:`forward_rows` runs ``mlp``'s layout (a Box observation: no lookup tables)."""
+    """Whether a :class:`RowsBank` runs ``mlp``'s layout (a Box observation: no lookup tables)."""
     return bool(mlp.box)
 
 

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rolloutfleet.inference.numpy_inference import forward_rows
-from rolloutfleet.sampling.multiagent import acting
+from rolloutfleet.inference.numpy_inference import RowsBank
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.multiagent.league_slots import SlotTable, slot_policy_id
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -102,26 +101,31 @@ def test_the_slots_acting_in_one_forward_pass_act_with_their_own_snapshots(monke
     names = ["s1", "s2", "s3", "s4", "s5"]
     source = Source(snapshots_of(runner, names), names)
     runner.attach_league(source)
-    calls: list[tuple[list[Any], np.ndarray, np.ndarray]] = []
+    checked: list[int] = []
+    forward = RowsBank.forward
+    slots = runner.league.slot_ids()  # type: ignore[union-attr]
 
-    def recorded(mlps: list[Any], obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        logits, values = forward_rows(mlps, obs)
-        calls.append((list(mlps), obs.copy(), logits.copy()))
+    def checking(bank: RowsBank, which: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits, values = forward(bank, which, obs)
+        if len(set(which.tolist())) > 1:  # two slots or more at once: each row as its own slot acts alone
+            for row, k in enumerate(which):
+                own_logits, own_values = runner.policies[slots[k]].forward(obs[row : row + 1])
+                np.testing.assert_allclose(logits[row], own_logits[0], rtol=1e-5, atol=1e-5)
+                np.testing.assert_allclose(values[row], own_values[0], rtol=1e-5, atol=1e-5)
+            checked.append(len(which))
         return logits, values
 
-    monkeypatch.setattr(acting, "forward_rows", recorded)
+    monkeypatch.setattr(RowsBank, "forward", checking)
     for _ in range(5):
         runner.sample()
-    owner = {id(runner.policies[pid].backend.mlp): pid for pid in runner.policies}  # type: ignore[attr-defined]
-    shared = [call for call in calls if len({id(m) for m in call[0]}) > 1]
-    assert shared, "no step had two slots acting together"
-    for mlps, obs, logits in shared[:10]:
-        for row, mlp in enumerate(mlps):
-            module = runner.policies[owner[id(mlp)]].torch_model()
-            with torch.no_grad():
-                own = module(torch.from_numpy(obs[row : row + 1]))[0][0].numpy()
-            np.testing.assert_allclose(logits[row], own, rtol=1e-5, atol=1e-5)
-    assert {owner[id(m)] for call in shared for m in call[0]} <= set(runner.league.slot_ids())  # type: ignore[union-attr]
+    assert checked, "no step had two slots acting together"
+    # ...and the slots' own numpy forward is their torch module's (the snapshot's weights).
+    module = runner.policies[slots[0]].torch_model()
+    probe = np.zeros((1, 18), np.float32)
+    with torch.no_grad():
+        np.testing.assert_allclose(module(torch.from_numpy(probe))[0][0].numpy(),
+                                   runner.policies[slots[0]].forward(probe)[0][0], rtol=1e-5, atol=1e-5)  # fmt: skip
+    assert source.loaded  # snapshots were loaded into the slots while they acted
 
 
 def test_with_nothing_picked_the_opponent_plays_as_it_is_and_a_bad_snapshot_is_counted() -> None:

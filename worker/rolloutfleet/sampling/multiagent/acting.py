@@ -9,14 +9,14 @@ for all of them at once (noise and model state kept per (sub-env, agent)) and op
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
-from rolloutfleet.inference.numpy_inference import forward_rows, rows_batchable
+from rolloutfleet.inference.numpy_inference import RowsBank, rows_batchable
 from rolloutfleet.inference.policy import ActFn, Policy, RecurrentActFn
 from rolloutfleet.sampling.multiagent.rows import Outputs, PolicyRows, SubEnv
 
@@ -38,6 +38,8 @@ class PolicyActing:
         self.stateful: dict[str, RecurrentActFn] = {}  # stateful policies: their act for this call
         self.exploring: dict[str, bool] = {}  # policy id -> whether it explores in this call
         self.random_actions = False
+        self._bank: RowsBank | None = None  # share_forward's policies, stacked
+        self._bank_index: dict[str, int] = {}
 
     def begin(self, explore: bool | None, random_actions: bool) -> None:
         """A ``sample()`` call's acting; ``explore`` (when given) overrides every policy's."""
@@ -76,13 +78,19 @@ class PolicyActing:
         clip = self.clips[policy_id]
         return start, outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
 
+    def share_forward(self, policy_ids: Sequence[str]) -> None:
+        """``policy_ids`` (a league's slots: one layout) may act in one forward pass
+        (:meth:`act_together`) when they run the default MLP in numpy on a Box observation."""
+        models = [getattr(self.policies[p].backend, "mlp", None) for p in policy_ids]
+        if len(models) > 1 and all(m is not None and rows_batchable(m) for m in models):
+            self._bank = RowsBank(models)  # type: ignore[arg-type]
+            self._bank_index = {policy_id: k for k, policy_id in enumerate(policy_ids)}
+
     def together(self, policy_id: str) -> bool:
-        """Whether ``policy_id`` can act in :meth:`act_together`'s shared forward pass: the
-        default MLP in numpy on a Box observation, stateless, its own actions, no OU noise."""
-        backend = getattr(self.policies[policy_id].backend, "mlp", None)
+        """Whether ``policy_id`` can act in :meth:`act_together`'s shared forward pass: one of
+        :meth:`share_forward`'s, stateless, its own actions, no OU noise."""
         return (
-            backend is not None
-            and rows_batchable(backend)
+            policy_id in self._bank_index
             and not self.random_actions
             and policy_id not in self.stateful
             and policy_id not in self.noise
@@ -91,10 +99,12 @@ class PolicyActing:
     def act_together(
         self, policy_ids: list[str], groups: Mapping[str, tuple[list[int], list[Any], list[Any]]]
     ) -> list[tuple[int, np.ndarray]]:
-        """:meth:`act` for several policies of one layout (``together`` for each) in one
-        forward pass, each row with its own policy's weights: a league's slots, a dozen
+        """:meth:`act` for several of :meth:`share_forward`'s policies (``together`` for each)
+        in one forward pass, each row with its own policy's weights: a league's slots, a dozen
         snapshots acting for a row or two each. Returns each policy's ``(start, actions)``."""
-        starts, inputs, masks, mlps = [], [], [], []
+        bank = self._bank
+        assert bank is not None
+        starts, inputs, masks, which = [], [], [], []
         for policy_id in policy_ids:
             envs, agents, obs_list = groups[policy_id]
             start = self.rows[policy_id].reserve(len(envs))
@@ -102,10 +112,13 @@ class PolicyActing:
             starts.append(start)
             inputs.append(obs)
             masks.append(mask)
-            mlps += [self.policies[policy_id].backend.mlp] * len(envs)  # type: ignore[attr-defined]
-        dist_inputs, values = forward_rows(mlps, np.concatenate(inputs))
+            k = self._bank_index[policy_id]
+            bank.keep(k, self.policies[policy_id].backend.mlp)  # type: ignore[attr-defined]
+            which += [k] * len(envs)
+        rows = np.asarray(which)
+        dist_inputs, values = bank.forward(rows, np.concatenate(inputs))
         first = self.policies[policy_ids[0]]
-        choose = first.chooser(self.exploring[policy_ids[0]], all(m.bounded for m in mlps))
+        choose = first.chooser(self.exploring[policy_ids[0]], bool(bank.bounded[rows].all()))
         mask = None if any(m is None for m in masks) else np.concatenate([m for m in masks if m is not None])
         actions, logp = choose(dist_inputs, mask)
         taken, offset = [], 0

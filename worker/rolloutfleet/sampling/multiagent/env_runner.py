@@ -96,6 +96,8 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         )  # fmt: skip
         self._build_policies(envs[0])
         self._acting = PolicyActing(self.policies, self._rows, self.sampling.clip_actions)
+        if self.league is not None:
+            self._acting.share_forward(self.league.slot_ids())
         self._arrivals = Arrivals()  # meanStd: this step's observations, filtered together
         self._started = False
         self._ended: dict[int, tuple[int, int]] = {}  # eps_id -> (env steps, agent steps), not yet cut
