@@ -22,7 +22,7 @@ NODE ?= test
 NODES ?= 1
 VERSION ?= 0.1.0
 
-.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-league bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-rllib demo-selfplay install-rllib test-rllib bench-rllib lock clean images
+.PHONY: help install redis-server promtool docs lock-checkov test test-unit test-integration e2e lint fmt bench bench-autoscale bench-external bench-cluster bench-dataplane bench-league bench-compare bench-peer soak chaos demo demo-external demo-lstm demo-dqn demo-ddp demo-torchrl demo-rllib demo-selfplay demo-league install-rllib test-rllib bench-rllib lock clean images
 .PHONY: cluster-build kueue-build cluster-up cluster-down cluster-smoke tools e2e-node
 
 help: ## this list
@@ -133,8 +133,8 @@ bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards
 	$(BIN)/python -m bench.bench_cluster
 	$(BIN)/python -m bench.plot_results out/bench
 
-bench-dataplane: install ## the data plane at fleet scale: 10, 100 and 1 000 hollow workers (the real worker transport, sampling replaced) on one Redis with a real learner: per-worker Redis commands, CPU, connections and memory waiting and publishing, resume and weights-spread times (SIZES=10,100,1000 SECONDS=20; CLUSTER=1: a 3-master Redis Cluster, 3 shards); JSON in out/bench
-	$(BIN)/python -m bench.bench_dataplane --sizes $(or $(SIZES),10,100,1000) --seconds $(or $(SECONDS),20) $(if $(CLUSTER),--cluster)
+bench-dataplane: install ## the data plane at fleet scale: 10, 100 and 1 000 hollow workers (the real worker transport, sampling replaced) on one Redis with a real learner: per-worker Redis commands, CPU, connections and memory waiting and publishing, resume and weights-spread times (SIZES=10,100,1000 SECONDS=20; CLUSTER=1: a 3-master Redis Cluster, 3 shards; REPLICAS=0,2: read replicas serving the weights); JSON in out/bench
+	$(BIN)/python -m bench.bench_dataplane --sizes $(or $(SIZES),10,100,1000) --seconds $(or $(SECONDS),20) $(if $(CLUSTER),--cluster) $(if $(REPLICAS),--replicas $(REPLICAS))
 
 bench-league: install ## a league's store: Redis memory a snapshot, snapshot writes and loads/s next to bare SET/GET (SNAPSHOTS=500); JSON in out/bench
 	$(BIN)/python -m bench.bench_league --snapshots $(or $(SNAPSHOTS),500)
@@ -187,6 +187,10 @@ demo-rllib: install install-rllib ## RLlib's own PPO (new API stack) learns Cart
 demo-selfplay: install ## self-play on tic-tac-toe (PettingZoo): main trains against a frozen snapshot of itself until it beats a random player (10 min limit)
 	$(BIN)/rolloutfleet run examples/tictactoe.yaml --no-status -- \
 		$(BIN)/python -m rolloutfleet.examples.selfplay examples/tictactoe.yaml --time-limit 600
+
+demo-league: install ## tic-tac-toe against a league (PettingZoo): main trains against snapshots of itself picked by PFSP, for 10 min; exit 0 if main out-rates its first snapshot by 200 Elo
+	$(BIN)/rolloutfleet run examples/tictactoe-league.yaml --no-status -- \
+		$(BIN)/python -m rolloutfleet.examples.league_play examples/tictactoe-league.yaml --time-limit 600
 
 cluster-build: ## build the control plane, Kueue (and with NODE=real the node's binaries) from pinned Go modules (cached outside the repo)
 	hack/cluster/build.sh control-plane

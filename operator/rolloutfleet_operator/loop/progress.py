@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 
 async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Collection[dict[str, Any]]]) -> None:
     """Keep the job's last heartbeats in its :class:`.runtime.JobRuntime` (``beats``)."""
-    from rolloutfleet.league.standings import read_standings
+    from rolloutfleet.league.standings import parse_standings
     from rolloutfleet.transport.evaluation_results import read_latest
     from rolloutfleet.transport.heartbeat import read_heartbeats  # redis client: only when progress is read
+    from rolloutfleet.transport.league_standings import read_standings_json
     from rolloutfleet.transport.redis.clients import look
 
     bodies = list(job_index.get(key, []))
@@ -52,7 +53,7 @@ async def read_progress(key: Key, runtime: Runtime, job_index: Mapping[Key, Coll
         if job.spec.evaluation is not None:
             state.evaluation = await asyncio.to_thread(read_latest, url, job, password)
         if job.spec.league is not None:
-            state.league = await asyncio.to_thread(read_standings, url, job, password)
+            state.league = parse_standings(await asyncio.to_thread(read_standings_json, url, job, password))
     except Exception as error:  # noqa: BLE001 - progress is best effort; the reconcile must go on
         log.debug("no progress for %s/%s: %s", key[0], key[1], error)
 

@@ -15,10 +15,11 @@ from rolloutfleet.data.codec import decode_tensors
 from rolloutfleet.league.matchmaking import Uniform
 from rolloutfleet.league.opponents import LeagueOpponents
 from rolloutfleet.league.ratings import Elo
-from rolloutfleet.league.standings import read_standings
+from rolloutfleet.league.standings import Standings, parse_standings
 from rolloutfleet.league.store import MatchResult, PolicyStore
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
+from rolloutfleet.transport.league_standings import read_standings_json
 from rolloutfleet.transport.redis.acl import job_users, password_hash
 from tests.integration.redis_server import RedisServer
 
@@ -33,6 +34,10 @@ def state(seed: int) -> dict[str, np.ndarray]:
 def job_body(name: str) -> dict[str, object]:
     return {"apiVersion": "rolloutfleet.io/v1alpha1", "kind": "RolloutJob", "metadata": {"name": name},
             "spec": {"env": {"id": "CartPole-v1"}}}  # fmt: skip
+
+
+def read_standings(redis_url: str, job: RolloutJob) -> Standings | None:
+    return parse_standings(read_standings_json(redis_url, job))  # as the operator reads them
 
 
 def blobs(client: redis.Redis, store: PolicyStore) -> list[bytes]:

@@ -16,7 +16,8 @@ How good ``main`` is gets judged outside the fleet and our sampler: :func:`evalu
 env made by PettingZoo's own ``env()`` of the job's id, half the games in each seat, and
 reads the outcome from the env's own rewards. The learner stops (exit 0) when ``main`` wins
 ``--target-win-rate`` of those games and loses at most ``--max-loss-rate``; exit 1 at
-``--time-limit``.
+``--time-limit``, or at ``--env-steps`` rows of main when given (to compare learners at equal
+experience; ``--save`` keeps main's final weights).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import importlib
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -143,73 +144,144 @@ def env_maker(job: RolloutJob) -> Callable[[], Any]:
     return module.env  # type: ignore[no-any-return]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rolloutfleet import BatchConsumer, WeightPublisher, build_policy_models
+@dataclass(frozen=True)
+class Game:
+    """A two-player game with Discrete, masked moves, as the learner sees it."""
 
-    parser = argparse.ArgumentParser(description="Train a turn-based game's policy 'main' by self-play.")
+    make_env: Callable[[], Any]
+    first_seat: str
+    parts: ObsParts
+    action_space: spaces.Discrete
+
+
+def game_of(job: RolloutJob, who: str = "selfplay") -> Game:
+    """The job's game, checked: Discrete actions and an ``action_mask`` in the observations."""
+    make_env = env_maker(job)
+    probe = make_env()
+    seat = probe.possible_agents[0]
+    space = probe.action_space(seat)
+    parts = obs_parts(probe.observation_space(seat), space)
+    if not isinstance(space, spaces.Discrete) or not parts.masked:
+        raise SystemExit(f"{who}: the game must have Discrete actions and an action_mask in its observations")
+    return Game(make_env, seat, parts, space)
+
+
+def main_ppo(job: RolloutJob, game: Game, who: str = "selfplay") -> PPO:
+    """PPO for the job's policy ``main`` (the job's policies must be ``main`` and ``main_v1``)."""
+    from rolloutfleet import build_policy_models
+
+    models = build_policy_models(job)  # with spec.league, also the opponent's slots (main_v1#0, ...)
+    declared = sorted(job.spec.multi_agent.policies) if job.spec.multi_agent else sorted(models)
+    if set(declared) != {TRAINED, SNAPSHOT}:
+        raise SystemExit(f"{who}: the job's policies must be {TRAINED!r} and {SNAPSHOT!r}, not {declared}")
+    config = PPOConfig(lr=3e-4, ent_coef=0.01, epochs=4)
+    return PPO(models[TRAINED], game.action_space, config, inputs=game.parts.batch_input)
+
+
+def add_learning_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the PPO loop (:func:`ppo_updates`), its budget and its evaluation."""
     parser.add_argument("manifest", help="the job's RolloutJob YAML (policies main and main_v1)")
     parser.add_argument("--redis", default=os.environ.get("ROLLOUTFLEET_REDIS_URL", "redis://localhost:6379/0"))
-    parser.add_argument("--target-win-rate", type=float, default=0.85)
-    parser.add_argument("--max-loss-rate", type=float, default=0.10)
     parser.add_argument("--eval-games", type=int, default=400)
     parser.add_argument("--eval-every", type=int, default=5, help="updates between evaluations")
-    parser.add_argument("--snapshot-every", type=int, default=10, help="updates between copies of main into main_v1")
     parser.add_argument("--steps-per-update", type=int, default=4096, help="rows of main per PPO update")
     parser.add_argument("--max-policy-lag", type=int, default=2, help="drop rows sampled with older weights than this")
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds of learning before giving up")
+    parser.add_argument("--env-steps", type=int, default=0, help="stop after this many rows of main (0: no limit)")
+    parser.add_argument("--save", help="write main's final state_dict here (torch.save)")
     parser.add_argument("--seed", type=int, default=0)
+
+
+@dataclass
+class Progress:
+    """Where the PPO loop is: updates made, rows of main consumed, main's weights version."""
+
+    seq_no: int
+    started: float = field(default_factory=time.monotonic)
+    updates: int = 0
+    steps: int = 0
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def ppo_updates(
+    consumer: Any, ppo: PPO, publish: Any, seq_no: int, args: argparse.Namespace, who: str = "selfplay"
+) -> Iterator[Progress]:
+    """PPO on main's rows as they come, main's weights published after each update; yields
+    after each update until ``--time-limit`` or ``--env-steps`` (rows of main consumed)."""
+    progress = Progress(seq_no)
+    while progress.elapsed < args.time_limit and not 0 < args.env_steps <= progress.steps:
+        batch = consumer.get(min_steps=args.steps_per_update, timeout=60.0)
+        if batch is None or len(batch) == 0:
+            print(f"{who}: no experience of main for 60 s; are the workers running?", file=sys.stderr, flush=True)
+            continue
+        progress.steps += len(batch)
+        fresh = batch["weights_seq_no"] >= progress.seq_no - args.max_policy_lag
+        if not fresh.any():
+            continue
+        ppo.update(in_episode_order(SampleBatch(batch).rows(fresh)))
+        progress.seq_no = publish.publish(ppo.model)
+        progress.updates += 1
+        yield progress
+
+
+def budget_line(args: argparse.Namespace) -> str:
+    """``600 s`` or ``600 s / 400000 rows of main``: what the loop stopped at."""
+    return f"{args.time_limit:.0f} s" + (f" / {args.env_steps} rows of main" if args.env_steps else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rolloutfleet import BatchConsumer, WeightPublisher
+
+    parser = argparse.ArgumentParser(description="Train a turn-based game's policy 'main' by self-play.")
+    add_learning_arguments(parser)
+    parser.add_argument("--target-win-rate", type=float, default=0.85)
+    parser.add_argument("--max-loss-rate", type=float, default=0.10)
+    parser.add_argument("--snapshot-every", type=int, default=10, help="updates between copies of main into main_v1")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     job = RolloutJob.from_file(args.manifest)
-    make_env = env_maker(job)
-    probe = make_env()
-    seat = probe.possible_agents[0]
-    parts = obs_parts(probe.observation_space(seat), probe.action_space(seat))
-    if not isinstance(probe.action_space(seat), spaces.Discrete) or not parts.masked:
-        raise SystemExit("selfplay: the game must have Discrete actions and an action_mask in its observations")
-    models = build_policy_models(job)
-    if set(models) != {TRAINED, SNAPSHOT}:
-        raise SystemExit(f"selfplay: the job's policies must be {TRAINED!r} and {SNAPSHOT!r}, not {sorted(models)}")
-    model = models[TRAINED]
-    ppo = PPO(model, probe.action_space(seat), PPOConfig(lr=3e-4, ent_coef=0.01, epochs=4), inputs=parts.batch_input)
+    game = game_of(job)
+    ppo = main_ppo(job, game)
+    model = ppo.model
     publish = WeightPublisher(args.redis, job.name, namespace=job.namespace, policy=TRAINED)
     snapshot = WeightPublisher(args.redis, job.name, namespace=job.namespace, policy=SNAPSHOT)
     consumer = BatchConsumer(args.redis, job.name, namespace=job.namespace, group="selfplay-learner", policy=TRAINED)
     seq_no = publish.publish(model)
-    baseline = evaluate(make_env, lambda obs, rng: random_player(obs, rng), args.eval_games, args.seed)
+    baseline = evaluate(game.make_env, lambda obs, rng: random_player(obs, rng), args.eval_games, args.seed)
     print(f"selfplay: {job.name}: a random player against a random player {baseline['all']}", flush=True)
-    steps, updates, started = 0, 0, time.monotonic()
-    while time.monotonic() - started < args.time_limit:
-        batch = consumer.get(min_steps=args.steps_per_update, timeout=60.0)
-        if batch is None or len(batch) == 0:
-            print("selfplay: no experience of main for 60 s; are the workers running?", file=sys.stderr, flush=True)
-            continue
-        steps += len(batch)
-        fresh = batch["weights_seq_no"] >= seq_no - args.max_policy_lag
-        if not fresh.any():
-            continue
-        ppo.update(in_episode_order(SampleBatch(batch).rows(fresh)))
-        seq_no = publish.publish(model)
-        updates += 1
-        if updates % args.snapshot_every == 0:
+    learned = False
+    for progress in ppo_updates(consumer, ppo, publish, seq_no, args):
+        if progress.updates % args.snapshot_every == 0:
             snapshot.publish(model)
-        if updates % args.eval_every:
+        if progress.updates % args.eval_every:
             continue
-        results = evaluate(make_env, model_player(model, parts), args.eval_games, args.seed + updates)
-        elapsed = time.monotonic() - started
+        results = evaluate(
+            game.make_env, model_player(model, game.parts), args.eval_games, args.seed + progress.updates
+        )
         print(
-            f"selfplay: {steps:>8} rows of main  {elapsed:>5.0f} s  update {updates:>4}  weights v{seq_no}  "
-            f"vs random: {results['all']}  (first seat won {results[seat].win_rate:.0%})",
+            f"selfplay: {progress.steps:>8} rows of main  {progress.elapsed:>5.0f} s  update {progress.updates:>4}  "
+            f"weights v{progress.seq_no}  vs random: {results['all']}  "
+            f"(first seat won {results[game.first_seat].win_rate:.0%})",
             flush=True,
         )
         overall = results["all"]
         if overall.win_rate >= args.target_win_rate and overall.loss_rate <= args.max_loss_rate:
-            print(f"selfplay: learned: {overall} against a random player after {steps} rows of main, {elapsed:.0f} s")
-            return 0
-    print(f"selfplay: not learned within {args.time_limit:.0f} s", file=sys.stderr)
-    return 1
+            print(
+                f"selfplay: learned: {overall} against a random player after {progress.steps} rows of main, "
+                f"{progress.elapsed:.0f} s"
+            )
+            learned = True
+            break
+    if args.save:
+        torch.save(model.state_dict(), args.save)
+    if not learned:
+        print(f"selfplay: not learned within {budget_line(args)}", file=sys.stderr)
+    return 0 if learned else 1
 
 
 if __name__ == "__main__":

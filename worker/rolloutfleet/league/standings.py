@@ -23,16 +23,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rolloutfleet.league.ratings import Elo
-from rolloutfleet.spec.job import RolloutJob
-from rolloutfleet.transport.redis.connection import RETRYABLE, connect
-from rolloutfleet.transport.redis.keys import job_keys
 
 STATUS_TOP = 5
 """Policies listed in ``status.league.top``."""
-
-
-def standings_key(tag: str) -> str:
-    return f"{tag}:league:standings"
 
 
 @dataclass(frozen=True)
@@ -118,22 +111,12 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def read_standings(redis_url: str, job: RolloutJob, password: str | None = None) -> Standings | None:
-    """The standings the learner published last; None when there are none (or not readable:
-    logged by the caller's status) or Redis is away."""
-    try:
-        client = connect(redis_url, password, socket_timeout=2.0, connect_timeout=1.0)
-    except RETRYABLE:
-        return None
-    try:
-        raw = client.get(standings_key(job_keys(job.namespace, job.name).tag))
-    except RETRYABLE:
-        return None
-    finally:
-        client.close()
+def parse_standings(raw: str | bytes | None) -> Standings | None:
+    """:meth:`Standings.from_json` of what Redis held; None for nothing or for a value that is
+    not standings."""
     if raw is None:
         return None
     try:
-        return Standings.from_json(raw)  # type: ignore[arg-type]
+        return Standings.from_json(raw)
     except (KeyError, ValueError, TypeError):
         return None

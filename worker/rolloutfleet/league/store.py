@@ -31,8 +31,9 @@ import numpy as np
 from rolloutfleet.data.codec import decode_tensors, encode_tensors
 from rolloutfleet.league.matchmaking import League, Record
 from rolloutfleet.league.ratings import DEFAULT_INITIAL, DEFAULT_K, Elo, pair_score
-from rolloutfleet.league.standings import Standings, standings_key, standings_of
+from rolloutfleet.league.standings import Standings, standings_of
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.transport.league_standings import standings_key
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WEIGHTS_SOCKET_TIMEOUT_S, to_numpy_state
