@@ -130,7 +130,7 @@ class HollowWorker(threading.Thread):
         self.config = WorkerConfig(job=job, worker_index=index, num_workers=workers, redis_url=url)
         self.runner = HollowRunner(WEIGHTS_BYTES)
         self.columns = fragment(ROWS, index)
-        self.stop = stop
+        self.stop, self.index = stop, index
         self.waiting = threading.Event()
         self.started_up = threading.Event()
         self.transport: WorkerTransport | None = None
@@ -144,6 +144,8 @@ class HollowWorker(threading.Thread):
             transport.record_models(self.runner)  # type: ignore[arg-type]
             transport.pull_filters(self.runner)  # type: ignore[arg-type]
             self.started_up.set()
+            # Pods are not in step: each starts its fragments at its own phase of the second.
+            self.stop.wait(self.index * 0.618034 % 1.0 / FRAGMENTS_PER_S)
             while not self.stop.is_set():
                 self._fragment(transport)
             transport.close()
