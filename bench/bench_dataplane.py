@@ -6,9 +6,12 @@ A hollow worker is the real worker transport (:class:`~rolloutfleet.fleet.worker
 its publisher with ``block`` backpressure and the wait for room or for a learner, its
 weights subscriber, its heartbeats, its declared columns and filter sync) driven by the
 worker's loop (load newer weights, publish, heartbeat), with sampling replaced by a
-pre-built batch at a chosen rate. Many share one process, one thread each, each with its
-own connections, as separate pods would have. Against one real ``redis-server`` and a real
-``BatchConsumer`` learner, per fleet size, in phases:
+pre-built batch at a chosen rate. Many share a process, one thread each, each with its
+own connections, as separate pods would have; the fleet is spread over child processes of
+at most 2 500 workers (5 000 connections: a process's file descriptors are limited, 20 000
+on the machine this was written on), and the learner runs in the bench's own process.
+Against one real ``redis-server`` and a real ``BatchConsumer`` learner, per fleet size, in
+phases:
 
 1. **waiting**: no learner, the stream full: what a waiting worker costs Redis (commands
    and CPU a second, by Redis's own ``INFO commandstats`` and ``INFO cpu``, less the CPU of
@@ -24,20 +27,25 @@ own connections, as separate pods would have. Against one real ``redis-server`` 
 Results as a table and as JSON (``out/bench/bench_dataplane.json``).
 Usage: ``python -m bench.bench_dataplane [--sizes 10,100,1000] [--seconds 20]``
 (``make bench-dataplane``). Each hollow worker holds 2 connections (its publisher's, which
-its weights downloads and heartbeats share, and its subscription to the weights announcements): 1 000 workers need ~2 100 file descriptors in this process and in
-Redis, which this bench raises its soft limit to; 10 000 need more than this machine's hard
-limit of 20 000 (say ``--sizes 10000`` where it is higher).
+its weights downloads and heartbeats share, and its subscription to the weights
+announcements), both on the one redis-server; with read replicas (``--replicas``) the
+subscription is on a replica. So 10 000 workers on one redis-server need 20 000 of its
+file descriptors, more than a hard limit of 20 000 leaves it; with replicas they need 10 000
+on the primary. A fleet offers at most 1 000 fragments a second (200 000 rows: what the
+2-core machine's learner takes), so a worker of a fleet of 10 000 publishes one every 10 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import resource
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -63,21 +71,35 @@ JOB = "hollow"
 ROWS = 200
 """Rows of a hollow worker's batch: a CartPole fragment (obs 4 float32 and the usual columns)."""
 FRAGMENTS_PER_S = 1.0
-"""A hollow worker's rate: one fragment a second (a modest CPU worker's 200 steps/s)."""
+"""A hollow worker's rate: one fragment a second (a modest CPU worker's 200 steps/s)..."""
+FLEET_FRAGMENTS_PER_S = 1_000.0
+"""...as long as the fleet offers at most this many (200 000 rows a second: what one learner
+takes on the 2-core machine); a bigger fleet's workers publish less often each."""
+PROCESS_WORKERS = 2_500
+"""Hollow workers a child process holds: 5 000 connections, well inside a process's file
+descriptors."""
+FD_RESERVED = 32
+"""File descriptors Redis keeps for itself out of its limit (``maxclients`` is lowered to fit)."""
 MAX_LEN = 256
 WEIGHTS_BYTES = 1 << 20
 CLUSTER_MASTERS = 3
 
 
-def job_of(workers: int, max_len: int = MAX_LEN, shards: int = 1, read_replicas: list[str] | None = None) -> RolloutJob:
+def manifest_of(
+    workers: int, max_len: int = MAX_LEN, shards: int = 1, read_replicas: list[str] | None = None
+) -> dict[str, Any]:
     redis_spec = {"maxLen": max_len, "backpressure": "block", "blockTimeoutSeconds": 3600, "shards": shards,
                   "readReplicas": read_replicas or []}  # fmt: skip
-    return RolloutJob.from_dict(
-        {
-            "metadata": {"name": JOB, "namespace": "default"},
-            "spec": {"replicas": workers, "env": {"id": "CartPole-v1"}, "redis": redis_spec},
-        }
-    )
+    return {
+        "metadata": {"name": JOB, "namespace": "default"},
+        "spec": {"replicas": workers, "env": {"id": "CartPole-v1"}, "redis": redis_spec},
+    }
+
+
+def fragments_per_s(workers: int) -> float:
+    """A hollow worker's rate in a fleet of ``workers``: :data:`FRAGMENTS_PER_S`, or less where the
+    fleet would offer more than :data:`FLEET_FRAGMENTS_PER_S`."""
+    return min(FRAGMENTS_PER_S, FLEET_FRAGMENTS_PER_S / workers)
 
 
 def fragment(rows: int, worker: int) -> dict[str, np.ndarray]:
@@ -130,7 +152,7 @@ class HollowWorker(threading.Thread):
         self.config = WorkerConfig(job=job, worker_index=index, num_workers=workers, redis_url=url)
         self.runner = HollowRunner(WEIGHTS_BYTES)
         self.columns = fragment(ROWS, index)
-        self.stop, self.index = stop, index
+        self.stop, self.index, self.rate = stop, index, fragments_per_s(workers)
         self.waiting = threading.Event()
         self.started_up = threading.Event()
         self.transport: WorkerTransport | None = None
@@ -145,7 +167,7 @@ class HollowWorker(threading.Thread):
             transport.pull_filters(self.runner)  # type: ignore[arg-type]
             self.started_up.set()
             # Pods are not in step: each starts its fragments at its own phase of the second.
-            self.stop.wait(self.index * 0.618034 % 1.0 / FRAGMENTS_PER_S)
+            self.stop.wait(self.index * 0.618034 % 1.0 / self.rate)
             while not self.stop.is_set():
                 self._fragment(transport)
             transport.close()
@@ -160,14 +182,91 @@ class HollowWorker(threading.Thread):
             transport.publish(SampleBatch(self.columns))
             self.waiting.clear()
             self.published += 1
-            stats = {"env_steps": self.published * ROWS, "steps_per_s": ROWS * FRAGMENTS_PER_S}
+            stats = {"env_steps": self.published * ROWS, "steps_per_s": ROWS * self.rate}
             transport.heartbeat(stats, every_s=HEARTBEAT_EVERY_S)
         except (BackpressureTimeout, PublishInterrupted):
             return
         except RETRYABLE:
             self.stop.wait(0.5)
             return
-        self.stop.wait(max(0.0, 1 / FRAGMENTS_PER_S - (time.monotonic() - began)))
+        self.stop.wait(max(0.0, 1 / self.rate - (time.monotonic() - began)))
+
+
+def _serve_fleet(url: str, manifest: dict[str, Any], indices: Sequence[int], workers: int, control: Connection) -> None:
+    """A child process's share of the fleet, started at once, answering the bench over ``control``."""
+    threading.stack_size(512 * 1024)  # thousands of threads: their stacks' address space
+    job, stop = RolloutJob.from_dict(manifest), threading.Event()
+    fleet = [HollowWorker(url, job, index, workers, stop) for index in indices]
+    for worker in fleet:
+        worker.start()
+    while True:
+        request, *args = control.recv()
+        if request == "status":
+            errors = [f"hollow worker {w.index}: {w.error!r}" for w in fleet if w.error is not None]
+            control.send({"started": sum(w.started_up.is_set() for w in fleet), "errors": errors[:3],
+                          "waiting": sum(w.waiting.is_set() for w in fleet)})  # fmt: skip
+        elif request == "loaded":
+            control.send([w.runner.loaded_at.get(args[0]) for w in fleet])
+        else:  # stop
+            stop.set()
+            for worker in fleet:
+                if worker.transport is not None:
+                    worker.transport.interrupt()
+            deadline = time.monotonic() + 30
+            for worker in fleet:
+                worker.join(max(0.0, deadline - time.monotonic()))
+            control.send(None)
+            return
+
+
+class HollowFleet:
+    """``workers`` hollow workers in child processes of at most :data:`PROCESS_WORKERS` each
+    (their connections count against each process's file descriptors, as a pod's are its
+    own); the bench asks them over pipes whether they started, wait, or loaded a version."""
+
+    def __init__(self, url: str, manifest: dict[str, Any], workers: int) -> None:
+        self.workers = workers
+        context = multiprocessing.get_context("spawn")  # no copy of the bench's threads or locks
+        self.pipes: list[Connection] = []
+        self.processes: list[Any] = []
+        for first in range(0, workers, PROCESS_WORKERS):
+            ours, theirs = context.Pipe()
+            indices = range(first, min(workers, first + PROCESS_WORKERS))
+            process = context.Process(
+                target=_serve_fleet, args=(url, manifest, indices, workers, theirs), daemon=True, name=f"hollow-{first}"
+            )
+            process.start()
+            self.pipes.append(ours)
+            self.processes.append(process)
+
+    def _ask(self, *request: Any) -> list[Any]:
+        for pipe in self.pipes:
+            pipe.send(request)
+        return [pipe.recv() for pipe in self.pipes]
+
+    def status(self) -> dict[str, Any]:
+        answers = self._ask("status")
+        return {
+            "started": sum(a["started"] for a in answers),
+            "waiting": sum(a["waiting"] for a in answers),
+            "errors": [e for a in answers for e in a["errors"]],
+        }
+
+    def loaded(self, seq: int) -> list[float | None]:
+        """When each worker loaded weights version ``seq`` (``time.monotonic``, one clock for
+        every process of the machine), None where it has not."""
+        return [at for answer in self._ask("loaded", seq) for at in answer]
+
+    def stop(self) -> None:
+        for pipe, process in zip(self.pipes, self.processes, strict=True):
+            if process.is_alive():
+                pipe.send(("stop",))
+        for pipe, process in zip(self.pipes, self.processes, strict=True):
+            if process.is_alive() and pipe.poll(60):
+                pipe.recv()
+            process.join(10)
+            if process.is_alive():
+                process.terminate()
 
 
 class Learner(threading.Thread):
@@ -289,7 +388,7 @@ def run_size(
     """Every phase for a fleet of ``workers`` hollow workers on a fresh redis-server, or with
     ``cluster`` a fresh 3-master Redis Cluster and the job's stream in 3 shards (``max_len``:
     the stream's, which the fleet fills before it waits; ``weights``: run the weights phase,
-    whose N downloads and checks all happen in this one process; ``replicas``: read replicas
+    whose N downloads and checks all happen on this machine; ``replicas``: read replicas
     of the redis-server that serve the weights, ``spec.redis.readReplicas``)."""
     followers: list[EmbeddedRedis] = []
     if cluster:
@@ -311,23 +410,26 @@ def run_size(
     idle = counters.since(mark)  # Redis's own background work (serverCron), counted apart
     memory_before, clients_before = counters.memory_and_clients()
     shards = CLUSTER_MASTERS if cluster else 1
-    job, stop = job_of(workers, max_len, shards, [f.url for f in followers]), threading.Event()
-    fleet = [HollowWorker(server.url, job, index, workers, stop) for index in range(workers)]
+    manifest = manifest_of(workers, max_len, shards, [f.url for f in followers])
+    job = RolloutJob.from_dict(manifest)
     result: dict[str, Any] = {"workers": workers, "redis_idle_cpu_s_per_s": idle["cpu_s"] / idle["seconds"],
-                              "nodes": len(urls), "replicas": replicas}  # fmt: skip
+                              "nodes": len(urls), "replicas": replicas,
+                              "fragments_per_s": fragments_per_s(workers)}  # fmt: skip
+    started = time.monotonic()
+    fleet = HollowFleet(server.url, manifest, workers)
     try:
-        started = time.monotonic()
-        for worker in fleet:
-            worker.start()
-        for worker in fleet:
-            worker.started_up.wait(300)
-        dead = [w for w in fleet if w.error is not None]
-        if dead:
-            raise RuntimeError(f"{len(dead)} hollow workers failed to start: {dead[0].error!r}")
+
+        def up() -> bool:
+            status = fleet.status()
+            if status["errors"]:
+                raise RuntimeError(f"hollow workers failed to start: {status['errors']}")
+            return bool(status["started"] == workers)
+
+        wait_for(up, 300 + workers / 10, "every hollow worker started")
         result["start_s"] = time.monotonic() - started
 
         # 1. waiting: no learner, the stream full.
-        wait_for(lambda: all(w.waiting.is_set() for w in fleet), 120 + workers / 10, "every worker waiting")
+        wait_for(lambda: fleet.status()["waiting"] == workers, 120 + workers / 10, "every worker waiting")
         time.sleep(3)
         mark = counters.reset()
         time.sleep(seconds)
@@ -367,12 +469,7 @@ def run_size(
         learner.stop.set()
         learner.join(30)
     finally:
-        stop.set()
-        for worker in fleet:
-            if worker.transport is not None:
-                worker.transport.interrupt()
-        for worker in fleet:
-            worker.join(10)
+        fleet.stop()
         if cluster:
             server.close()
         else:
@@ -383,7 +480,7 @@ def run_size(
 
 
 def weights_phase(
-    url: str, counters: RedisCounters, fleet: list[HollowWorker], replicas: RedisCounters | None = None
+    url: str, counters: RedisCounters, fleet: HollowFleet, replicas: RedisCounters | None = None
 ) -> dict[str, Any]:
     """A 1 MB version published: when each worker loaded it, the bytes Redis sent (the
     primary's to clients and to its replicas, the replicas' to clients), and the same N
@@ -393,17 +490,24 @@ def weights_phase(
     publisher = WeightPublisher(url, JOB)
     published_at = time.monotonic()
     seq = publisher.publish({"pi": np.zeros(WEIGHTS_BYTES // 4, np.float32)})
-    wait_for(lambda: all(seq in w.runner.loaded_at for w in fleet), 300, f"weights version {seq} everywhere")
-    reached = [w.runner.loaded_at[seq] - published_at for w in fleet]
+    loaded: list[float | None] = []
+
+    def everywhere() -> bool:
+        nonlocal loaded
+        loaded = fleet.loaded(seq)
+        return all(at is not None for at in loaded)
+
+    wait_for(everywhere, 300, f"weights version {seq} everywhere")
+    reached = [at - published_at for at in loaded if at is not None]
     sent = counters.since(mark)
     replicas_sent = None if replicas is None or replica_mark is None else replicas.since(replica_mark)
     publisher.close()
     return {
         "p50": percentile(reached, 0.5), "p99": percentile(reached, 0.99), "max": max(reached),
         # Redis 7.0 counts what it sends its replicas in total_net_output_bytes too: taken out.
-        "net_out": sent["net_out"] - sent["repl_out"], "bound": len(fleet) * WEIGHTS_BYTES, "repl_out": sent["repl_out"],
+        "net_out": sent["net_out"] - sent["repl_out"], "bound": fleet.workers * WEIGHTS_BYTES, "repl_out": sent["repl_out"],
         "replicas_net_out": 0 if replicas_sent is None else replicas_sent["net_out"],
-        "raw_s": raw_fanout(url, job_keys("default", JOB).weights_chunk(seq, 0), len(fleet)),
+        "raw_s": raw_fanout(url, job_keys("default", JOB).weights_chunk(seq, 0), fleet.workers),
     }  # fmt: skip
 
 
@@ -462,7 +566,17 @@ def main() -> None:
     if args.cluster and replica_counts != [0]:
         parser.error("--replicas: read replicas of one redis-server, not of a --cluster")
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # redis-server inherits it
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # redis-server and the fleet's processes inherit it
+    for size in sizes:
+        for count in replica_counts:
+            # A worker's two connections are both on the primary, unless replicas take its subscription.
+            on_primary = size * (1 if count else 2) + 2 * count + 16  # the learner's, the replicas', the bench's own
+            if not args.cluster and on_primary > hard - FD_RESERVED:
+                parser.error(
+                    f"--sizes {size} with --replicas {count}: {on_primary:,} connections on the primary redis-server, past "
+                    f"the {hard - FD_RESERVED:,} its file-descriptor limit ({hard:,}, ulimit -Hn) allows: raise it, "
+                    "or add --replicas (the weights' subscriptions go to them)"
+                )
     where = machine(fd_limit=hard)
     results = [
         run_size(n, args.seconds, weights=n <= args.weights_up_to, cluster=args.cluster, replicas=r)
@@ -471,9 +585,15 @@ def main() -> None:
     ]
     on = f"a {CLUSTER_MASTERS}-master Redis Cluster, {CLUSTER_MASTERS} shards" if args.cluster else "one redis-server"
     print(f"# The data plane with hollow workers on {on} ({where['cores']} cores, {where['date']}; "
-          f"{ROWS}-row fragments, {FRAGMENTS_PER_S:g}/s a worker, maxLen {MAX_LEN}, {args.seconds:g} s phases)\n")  # fmt: skip
-    table = Table(
-        "Redis per waiting worker", "workers", ["commands/s", "CPU us/s"], unit="per waiting worker, a second"
+          f"{ROWS}-row fragments, {FRAGMENTS_PER_S:g}/s a worker up to {FLEET_FRAGMENTS_PER_S:,.0f}/s a fleet, "
+          f"maxLen {MAX_LEN}, {args.seconds:g} s phases)\n")  # fmt: skip
+    commands = Table("Redis commands a worker", "workers", ["waiting", "publishing"], unit="commands a second")
+    cpu = Table("Redis CPU a worker", "workers", ["waiting", "publishing"], unit="us of Redis CPU a second")
+    learner = Table(
+        "The learner",
+        "workers",
+        ["rows/s, % of offered", "a batch from every worker, p99 s"],
+        unit="% of what the fleet offers; seconds after a learner comes",
     )
     lines = [
         "| workers | waiting: commands/s | waiting: Redis CPU us/s | publishing: commands/s | publishing: "
@@ -487,9 +607,12 @@ def main() -> None:
         wait_calls, wait_cpu = per_worker_s(r, "waiting")
         flow_calls, flow_cpu = per_worker_s(r, "flowing")
         rows = r["flowing"]["rows_per_s"]
-        vs = f" ({rows / (n * ROWS * FRAGMENTS_PER_S):.0%} of offered)"
+        vs = f" ({rows / (n * ROWS * r['fragments_per_s']):.0%} of offered)"
         res, w = r["resume_s"], r.get("weights")
-        label = f" ({r['replicas']} replicas)" if r["replicas"] else ""
+        notes = [f"{r['replicas']} replicas"] if r["replicas"] else []
+        if r["fragments_per_s"] < FRAGMENTS_PER_S:
+            notes.append(f"a fragment every {1 / r['fragments_per_s']:g} s")
+        label = f" ({', '.join(notes)})" if notes else ""
         spread = "not run | not run" if w is None else (
             f"{w['p50']:.2f} / {w['p99']:.2f} / {w['max']:.2f} s ({w['net_out'] / w['bound']:.2f}) | {w['raw_s']:.2f} s"
         )  # fmt: skip
@@ -499,7 +622,12 @@ def main() -> None:
             f"{res['p50']:.2f} / {res['p99']:.2f} / {res['max']:.2f} s | {spread} | "
             f"{r['heartbeat_read_s'] * 1000:.1f} ms |"
         )
-        table.rows.append({"workers": n, "commands/s": round(wait_calls, 2), "CPU us/s": round(wait_cpu, 1)})
+        x = f"{n:,}{label}"
+        commands.rows.append({"workers": x, "waiting": round(wait_calls, 2), "publishing": round(flow_calls, 2)})
+        cpu.rows.append({"workers": x, "waiting": round(wait_cpu, 1), "publishing": round(flow_cpu, 1)})
+        offered = 100 * rows / (n * ROWS * r["fragments_per_s"])
+        learner.rows.append({"workers": x, "rows/s, % of offered": round(offered, 1),
+                             "a batch from every worker, p99 s": round(res["p99"], 2)})  # fmt: skip
     print("\n".join(lines))
     if replica_counts != [0]:
         print(weights_table(results))
@@ -513,7 +641,7 @@ def main() -> None:
             print(f"Redis CPU by master, {phase} (us a worker-second, idle included): "
                   + ", ".join(f"{share:.0f}" for share in shares))  # fmt: skip
     name = "bench_dataplane_cluster" if args.cluster else "bench_dataplane"
-    path = write(name, [table], where)
+    path = write(name, [commands, cpu, learner], where)
     path.with_name(f"{name}_phases.json").write_text(json.dumps(results, indent=2))
 
 
