@@ -567,21 +567,25 @@ def main() -> None:
         parser.error("--replicas: read replicas of one redis-server, not of a --cluster")
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # redis-server and the fleet's processes inherit it
+    runs, skipped = [], []
     for size in sizes:
         for count in replica_counts:
             # A worker's two connections are both on the primary, unless replicas take its subscription.
             on_primary = size * (1 if count else 2) + 2 * count + 16  # the learner's, the replicas', the bench's own
-            if not args.cluster and on_primary > hard - FD_RESERVED:
-                parser.error(
-                    f"--sizes {size} with --replicas {count}: {on_primary:,} connections on the primary redis-server, past "
-                    f"the {hard - FD_RESERVED:,} its file-descriptor limit ({hard:,}, ulimit -Hn) allows: raise it, "
-                    "or add --replicas (the weights' subscriptions go to them)"
+            if args.cluster or on_primary <= hard - FD_RESERVED:
+                runs.append((size, count))
+            else:
+                why = (
+                    f"{on_primary:,} connections on the primary redis-server, past the {hard - FD_RESERVED:,} its "
+                    f"file-descriptor limit ({hard:,}, ulimit -Hn) allows: raise the limit, or add --replicas "
+                    "(the weights' subscriptions go to them)"
                 )
+                skipped.append(f"{size:,} workers with {count} replicas: not run, {why}")
+        if not any(run[0] == size for run in runs):
+            parser.error(f"--sizes {size} with --replicas {args.replicas}: {why}")
     where = machine(fd_limit=hard)
     results = [
-        run_size(n, args.seconds, weights=n <= args.weights_up_to, cluster=args.cluster, replicas=r)
-        for n in sizes
-        for r in replica_counts
+        run_size(n, args.seconds, weights=n <= args.weights_up_to, cluster=args.cluster, replicas=r) for n, r in runs
     ]
     on = f"a {CLUSTER_MASTERS}-master Redis Cluster, {CLUSTER_MASTERS} shards" if args.cluster else "one redis-server"
     print(f"# The data plane with hollow workers on {on} ({where['cores']} cores, {where['date']}; "
@@ -628,7 +632,7 @@ def main() -> None:
         offered = 100 * rows / (n * ROWS * r["fragments_per_s"])
         learner.rows.append({"workers": x, "rows/s, % of offered": round(offered, 1),
                              "a batch from every worker, p99 s": round(res["p99"], 2)})  # fmt: skip
-    print("\n".join(lines))
+    print("\n".join(lines + [f"\n{line}" for line in skipped]))
     if replica_counts != [0]:
         print(weights_table(results))
     worst = max(results, key=lambda r: r["workers"])
