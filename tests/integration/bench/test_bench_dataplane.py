@@ -5,8 +5,10 @@ measured, and its figures agree with Redis and with the fleet's size."""
 from __future__ import annotations
 
 import pytest
+import redis
 
-from bench.bench_dataplane import WEIGHTS_BYTES, per_worker_s, run_size
+from bench.bench_dataplane import WEIGHTS_BYTES, per_worker_s, run_size, slowlog
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from tests.integration.redis_server import redis_server_binary
 
 pytestmark = pytest.mark.integration
@@ -53,3 +55,16 @@ def test_with_read_replicas_the_version_leaves_the_primary_once_a_replica() -> N
     assert 2 * WEIGHTS_BYTES <= weights["repl_out"] < 4 * WEIGHTS_BYTES
     assert weights["net_out"] < WEIGHTS_BYTES / 2
     assert result["connections_per_worker"] < 1.5  # on the primary: the publisher's; the weights' are the replica's
+
+
+def test_the_slowlog_gives_redis_own_time_for_each_command_and_restores_its_threshold() -> None:
+    redis_server_binary()
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        client.hset("beats", mapping={str(i): "x" * 100 for i in range(2_000)})
+        with slowlog(server.url, 0) as logged:  # 0: every command
+            client.hgetall("beats")
+        assert [b"HGETALL", b"beats"] in [command[:2] for command, _ in logged]
+        assert all(us >= 0 for _, us in logged)
+        assert client.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"] == "10000"  # Redis's default
+        client.close()
