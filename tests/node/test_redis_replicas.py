@@ -12,6 +12,7 @@ import urllib.parse
 from typing import Any
 
 import gymnasium as gym
+import pytest
 
 from rolloutfleet.inference.policy import Policy
 from rolloutfleet.spec.job import PolicySpec, RolloutJob
@@ -51,6 +52,15 @@ def learner_url(node: Node, url: str) -> str:
     user, password = (base64.b64decode(secret[key]).decode() for key in ("username", "password"))
     quoted = urllib.parse.quote(user, safe=""), urllib.parse.quote(password, safe="")
     return url.replace("rediss://", f"rediss://{quoted[0]}:{quoted[1]}@", 1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup(node: Node) -> Any:
+    """The release's cluster-wide objects (its ClusterRoles) go with it: the next module installs its own."""
+    yield
+    node.kubectl("-n", NS, "delete", "rj", "--all", "--timeout=120s", check=False, timeout=130)
+    node.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False, timeout=150)
+    node.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false", check=False)
 
 
 def test_a_worker_reads_its_weights_from_the_charts_read_replica(node: Node) -> None:
