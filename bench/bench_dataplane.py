@@ -80,6 +80,8 @@ takes on the 2-core machine); a bigger fleet's workers publish less often each."
 PROCESS_WORKERS = 2_500
 """Hollow workers a child process holds: 5 000 connections, well inside a process's file
 descriptors."""
+START_WAVE = 50
+"""Hollow workers of a process that start (connect, record their model, read the filters) at once."""
 FD_RESERVED = 32
 """File descriptors Redis keeps for itself out of its limit (``maxclients`` is lowered to fit)."""
 MAX_LEN = 256
@@ -195,12 +197,24 @@ class HollowWorker(threading.Thread):
 
 
 def _serve_fleet(url: str, manifest: dict[str, Any], indices: Sequence[int], workers: int, control: Connection) -> None:
-    """A child process's share of the fleet, started at once, answering the bench over ``control``."""
+    """A child process's share of the fleet, started in waves, answering the bench over ``control``."""
     threading.stack_size(512 * 1024)  # thousands of threads: their stacks' address space
     job, stop = RolloutJob.from_dict(manifest), threading.Event()
     fleet = [HollowWorker(url, job, index, workers, stop) for index in indices]
-    for worker in fleet:
-        worker.start()
+
+    def start() -> None:
+        """A wave at a time, as an operator creates pods: thousands of threads connecting at
+        once spend the process on handing its lock around (2 500 took over 10 minutes)."""
+        for first in range(0, len(fleet), START_WAVE):
+            wave = fleet[first : first + START_WAVE]
+            for worker in wave:
+                if not stop.is_set():
+                    worker.start()
+            for worker in wave:
+                worker.started_up.wait(60)
+
+    starter = threading.Thread(target=start, daemon=True, name="starter")
+    starter.start()
     while True:
         request, *args = control.recv()
         if request == "status":
@@ -211,12 +225,14 @@ def _serve_fleet(url: str, manifest: dict[str, Any], indices: Sequence[int], wor
             control.send([w.runner.loaded_at.get(args[0]) for w in fleet])
         else:  # stop
             stop.set()
+            starter.join(60)
             for worker in fleet:
                 if worker.transport is not None:
                     worker.transport.interrupt()
             deadline = time.monotonic() + 30
             for worker in fleet:
-                worker.join(max(0.0, deadline - time.monotonic()))
+                if worker.is_alive():
+                    worker.join(max(0.0, deadline - time.monotonic()))
             control.send(None)
             return
 
