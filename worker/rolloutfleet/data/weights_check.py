@@ -35,6 +35,25 @@ class WeightsRefused(ValueError):
     """A weights version that does not fit the model or holds NaN/inf; the message is one line."""
 
 
+class CheckedWeights(dict[str, np.ndarray]):
+    """Arrays that passed :func:`check_weights` against ``signature`` (read and checked ahead,
+    off the sampling thread: a league's snapshots). A model of that signature loads them
+    without checking them again; any other model checks them as usual.
+
+    >>> sig = {"pi.weight": ((2, 4), np.dtype("float32"))}
+    >>> CheckedWeights(check_weights({"pi.weight": np.zeros((2, 4))}, sig), sig).fits(dict(sig))
+    True
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], signature: Signature) -> None:
+        super().__init__(arrays)
+        self.signature = signature
+
+    def fits(self, signature: Signature) -> bool:
+        """Whether these were checked against ``signature`` (the same names, shapes and dtypes)."""
+        return self.signature is signature or dict(self.signature) == dict(signature)
+
+
 def check_weights(weights: Mapping[str, Any], signature: Signature | None = None) -> dict[str, np.ndarray]:
     """``weights`` as numpy arrays of the signature's dtypes, or :class:`WeightsRefused`.
 

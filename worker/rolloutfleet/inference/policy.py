@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from gymnasium import spaces
 
-from rolloutfleet.data.weights_check import check_weights
+from rolloutfleet.data.weights_check import CheckedWeights, check_weights
 from rolloutfleet.inference.default_mlp import MLPLayout, initial_weights, is_image_space
 from rolloutfleet.inference.device import resolve_device
 from rolloutfleet.inference.distributions import Categorical, distribution_for
@@ -327,11 +327,16 @@ class Policy:
         model (missing or unexpected names, wrong shapes, dtypes that are not the model's
         kind of number) or that holds NaN/inf raises
         :class:`~rolloutfleet.data.weights_check.WeightsRefused` (a ``ValueError``) and
-        leaves the current weights in place.
+        leaves the current weights in place. :class:`~rolloutfleet.data.weights_check.CheckedWeights`
+        checked against this model's signature are loaded without a second check.
         """
         if seq_no is not None and seq_no <= self.weights_seq_no:
             return False
-        arrays = check_weights({name: _host_array(value) for name, value in weights.items()}, self.weights_signature())
+        signature = self.weights_signature()
+        if isinstance(weights, CheckedWeights) and weights.fits(signature):
+            arrays: Mapping[str, np.ndarray] = weights  # checked ahead against this model's signature
+        else:
+            arrays = check_weights({name: _host_array(value) for name, value in weights.items()}, signature)
         self.backend.load(arrays)
         if seq_no is not None:
             self.weights_seq_no = seq_no

@@ -12,6 +12,13 @@ picks' (:meth:`~.store.PolicyStore.load_many`: one round trip for up to ``READ_A
 snapshots, and one more for the metadata of those not read before under this plan). How far ahead follows the share of picks that needed a load so far: a worker
 whose slots hold most of its picks reads one at a time, one that loads every game reads
 ``READ_AHEAD``. So a worker holds at most ``READ_AHEAD - 1`` snapshots besides its slots.
+
+Given the slots' ``signature``, each snapshot read is fitted to the model
+(:func:`~rolloutfleet.data.weights_check.check_weights`: names, shapes, dtypes, finite
+values) and loads as :class:`~rolloutfleet.data.weights_check.CheckedWeights`, which a slot
+does not check again. Snapshots are content-addressed: weights whose digest passed once are
+the same bytes the next time (each read is still checked against its digest), so a digest
+is fitted once while the plan stands.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rolloutfleet.data.weights_check import CheckedWeights, Signature, WeightsRefused, check_weights
 from rolloutfleet.league.store import RESULTS_MAXLEN, MatchResult, PolicyStore
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.errors import BackendError
@@ -35,7 +43,9 @@ READ_AHEAD = 8
 
 
 class LeagueOpponents:
-    """Snapshots for one worker's episodes, from ``store`` as ``spec`` says."""
+    """Snapshots for one worker's episodes, from ``store`` as ``spec`` says. ``signature``:
+    the slots' model (:meth:`~rolloutfleet.inference.policy.Policy.weights_signature`), which
+    each snapshot read is fitted to (see the module doc)."""
 
     def __init__(
         self,
@@ -45,8 +55,10 @@ class LeagueOpponents:
         seed: int,
         worker_index: int,
         clock: Callable[[], float] = time.monotonic,
+        signature: Signature | None = None,
     ) -> None:
         self.store, self.spec, self.worker_index, self.clock = store, spec, worker_index, clock
+        self.signature = signature
         self.rng = np.random.default_rng(seed)
         self.names: tuple[str, ...] = ()
         self.probabilities: np.ndarray = np.zeros(0)
@@ -56,6 +68,7 @@ class LeagueOpponents:
         # name -> digest of the plan's snapshots read so far: names are immutable while the plan
         # stands (a snapshot's name is free again only once retired, which changes the plan)
         self._digests: dict[str, str] = {}
+        self._fitted: set[str] = set()  # digests that passed check_weights, of the signature's dtypes
         self._last: str | None = None
         self.picks = 0
         self.reads = 0
@@ -103,6 +116,7 @@ class LeagueOpponents:
             self._ahead.clear()  # drawn from the old plan
             self._fetched.clear()
             self._digests.clear()
+            self._fitted.clear()
 
     def load(self, name: str) -> Mapping[str, Any]:
         self.loads += 1
@@ -123,9 +137,26 @@ class LeagueOpponents:
         batch = [name] + [other for other in list(self._ahead)[:wanted] if other not in self._fetched]
         self.reads += 1
         loaded = self.store.load_many(batch, self._digests)
+        if self.signature is not None:
+            for read in batch:
+                loaded[read] = self._fit(loaded[read], self._digests.get(read), self.signature)
         for other in batch[1:]:
             self._fetched[other] = loaded[other]
         return loaded[name]
+
+    def _fit(self, weights: Mapping[str, Any] | Exception, digest: str | None, signature: Signature) -> Any:
+        """``weights`` fitted to the slots' ``signature`` (once per digest), or the error."""
+        if isinstance(weights, Exception):
+            return weights
+        if digest is not None and digest in self._fitted:
+            return CheckedWeights(weights, signature)
+        try:
+            arrays = check_weights(weights, signature)
+        except WeightsRefused as exc:
+            return exc
+        if digest is not None and all(arrays[key] is weights[key] for key in arrays):  # nothing cast
+            self._fitted.add(digest)
+        return CheckedWeights(arrays, signature)
 
     def finished(self, seats: Mapping[str, str], returns: Mapping[str, float]) -> None:
         if len(seats) >= 2:

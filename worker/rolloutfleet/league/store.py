@@ -267,7 +267,7 @@ class PolicyStore(JobClient):
         self, names: Sequence[str], digests: dict[str, str] | None = None
     ) -> dict[str, dict[str, np.ndarray] | Exception]:
         """Several snapshots' weights, each checked against its digest, in two round trips:
-        their metadata, then their weights in one pipeline. ``digests``: name -> digest
+        their metadata, then their weights in one MGET. ``digests``: name -> digest
         already known (a worker's, kept while its plan stands); the metadata of those is not
         read, and this call adds the digests it read. A snapshot or weights that are gone, or
         weights that miss their digest, map to the error (``KeyError``, ``ValueError``)."""
@@ -286,13 +286,9 @@ class PolicyStore(JobClient):
         if not wanted:
             return loaded
 
-        def blobs() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            for digest in wanted.values():
-                pipe.get(self.blob_prefix + digest)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        for (name, digest), payload in zip(wanted.items(), self._retry.call(blobs), strict=True):
+        keys = [self.blob_prefix + digest for digest in wanted.values()]  # one hash tag: one MGET on a cluster too
+        payloads = self._retry.call(lambda: self.client.mget(keys))
+        for (name, digest), payload in zip(wanted.items(), payloads, strict=True):
             if not isinstance(payload, bytes):
                 known.pop(name, None)  # read its metadata again next time
                 loaded[name] = KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{digest} are gone")

@@ -38,8 +38,9 @@ class PolicyActing:
         self.stateful: dict[str, RecurrentActFn] = {}  # stateful policies: their act for this call
         self.exploring: dict[str, bool] = {}  # policy id -> whether it explores in this call
         self.random_actions = False
-        self._bank: RowsBank | None = None  # share_forward's policies, stacked
-        self._bank_index: dict[str, int] = {}
+        self._bank: RowsBank | None = None  # share_forward's slots and their opponent, stacked
+        self._banked: list[str] = []  # the bank's policies: slot k is row k, the opponent the last
+        self._together = False  # whether this call's acting lets the bank act (see slots_together)
 
     def begin(self, explore: bool | None, random_actions: bool) -> None:
         """A ``sample()`` call's acting; ``explore`` (when given) overrides every policy's."""
@@ -57,13 +58,25 @@ class PolicyActing:
                     self.noise[policy_id] = noise
             if (scale := policy.exploration_scale(exploring)) is not None:
                 self.scales[policy_id] = np.nan if random_actions else scale
+        self._together = (
+            self._bank is not None
+            and not random_actions
+            and not any(p in self.stateful or p in self.noise for p in self._banked)
+        )  # fmt: skip
 
     def act(
-        self, policy_id: str, envs: list[int], agents: list[Any], obs_list: list[Any], subenvs: list[SubEnv]
+        self,
+        policy_id: str,
+        envs: list[int],
+        agents: list[Any],
+        obs_list: list[Any],
+        subenvs: list[SubEnv],
+        rows_of: str | None = None,
     ) -> tuple[int, np.ndarray]:
         """``policy_id`` acts for ``agents`` (of sub-envs ``envs``, observing ``obs_list``): their rows
-        are opened from the returned row on; also returns the actions for the envs (clipped)."""
-        rows = self.rows[policy_id]
+        (``rows_of``'s, by default its own) are opened from the returned row on; also returns the
+        actions for the envs (clipped)."""
+        rows = self.rows[rows_of or policy_id]
         start = rows.reserve(len(envs))
         obs, mask = rows.write_obs(obs_list, start, agents)
         if self.noise and policy_id in self.noise:  # Ornstein-Uhlenbeck: noise per (sub-env, agent)
@@ -78,59 +91,41 @@ class PolicyActing:
         clip = self.clips[policy_id]
         return start, outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
 
-    def share_forward(self, policy_ids: Sequence[str]) -> None:
-        """``policy_ids`` (a league's slots: one layout) may act in one forward pass
-        (:meth:`act_together`) when they run the default MLP in numpy on a Box observation."""
-        models = [getattr(self.policies[p].backend, "mlp", None) for p in policy_ids]
-        if len(models) > 1 and all(m is not None and rows_batchable(m) for m in models):
+    def share_forward(self, opponent: str, slot_ids: Sequence[str]) -> None:
+        """A league's ``slot_ids`` (one layout) and their ``opponent`` may act in one forward
+        pass (:meth:`act_slots`) when they run the default MLP in numpy on a Box observation."""
+        banked = [*slot_ids, opponent]
+        models = [getattr(self.policies[p].backend, "mlp", None) for p in banked]
+        if all(m is not None and rows_batchable(m) for m in models):
             self._bank = RowsBank(models)  # type: ignore[arg-type]
-            self._bank_index = {policy_id: k for k, policy_id in enumerate(policy_ids)}
+            self._banked = banked
 
-    def together(self, policy_id: str) -> bool:
-        """Whether ``policy_id`` can act in :meth:`act_together`'s shared forward pass: one of
-        :meth:`share_forward`'s, stateless, its own actions, no OU noise."""
-        return (
-            policy_id in self._bank_index
-            and not self.random_actions
-            and policy_id not in self.stateful
-            and policy_id not in self.noise
-        )
+    def slots_together(self) -> bool:
+        """Whether :meth:`act_slots` can act now: a bank (:meth:`share_forward`), the policies'
+        own actions, none stateful or with Ornstein-Uhlenbeck noise."""
+        return self._together
 
-    def act_together(
-        self, policy_ids: list[str], groups: Mapping[str, tuple[list[int], list[Any], list[Any]]]
-    ) -> list[tuple[int, np.ndarray]]:
-        """:meth:`act` for several of :meth:`share_forward`'s policies (``together`` for each)
-        in one forward pass, each row with its own policy's weights: a league's slots, a dozen
-        snapshots acting for a row or two each. Returns each policy's ``(start, actions)``."""
+    def act_slots(
+        self, opponent: str, envs: list[int], agents: list[Any], obs_list: list[Any], slots: Sequence[int | None]
+    ) -> tuple[int, np.ndarray]:
+        """:meth:`act` for a league's opponent seats, each row with its game's slot's weights
+        (``slots[i]``; None: the opponent as it is), in one forward pass, into the opponent's
+        rows: a dozen snapshots acting for a row or two each."""
         bank = self._bank
         assert bank is not None
-        starts, inputs, masks, which = [], [], [], []
-        for policy_id in policy_ids:
-            envs, agents, obs_list = groups[policy_id]
-            start = self.rows[policy_id].reserve(len(envs))
-            obs, mask = self.rows[policy_id].write_obs(obs_list, start, agents)
-            starts.append(start)
-            inputs.append(obs)
-            masks.append(mask)
-            k = self._bank_index[policy_id]
-            bank.keep(k, self.policies[policy_id].backend.mlp)  # type: ignore[attr-defined]
-            which += [k] * len(envs)
-        rows = np.asarray(which)
-        dist_inputs, values = bank.forward(rows, np.concatenate(inputs))
-        first = self.policies[policy_ids[0]]
-        choose = first.chooser(self.exploring[policy_ids[0]], bool(bank.bounded[rows].all()))
-        mask = None if any(m is None for m in masks) else np.concatenate([m for m in masks if m is not None])
+        last = len(self._banked) - 1
+        which = np.fromiter((last if k is None else k for k in slots), np.intp, len(slots))
+        for k in set(which.tolist()):
+            bank.keep(k, self.policies[self._banked[k]].backend.mlp)  # type: ignore[attr-defined]
+        rows = self.rows[opponent]
+        start = rows.reserve(len(envs))
+        obs, mask = rows.write_obs(obs_list, start, agents)
+        dist_inputs, values = bank.forward(which, obs)
+        choose = self.policies[opponent].chooser(self.exploring[opponent], bool(bank.bounded[which].all()))
         actions, logp = choose(dist_inputs, mask)
-        taken, offset = [], 0
-        for policy_id, start in zip(policy_ids, starts, strict=True):
-            envs = groups[policy_id][0]
-            end = offset + len(envs)
-            outputs = (actions[offset:end], logp[offset:end], dist_inputs[offset:end], values[offset:end])
-            self.rows[policy_id].open_rows(start, envs, outputs, self.scales.get(policy_id) if self.scales else None)
-            clip = self.clips[policy_id]
-            taken.append((start, outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])))
-            offset = end
-        return taken
+        rows.open_rows(start, envs, (actions, logp, dist_inputs, values), self.scales.get(opponent) if self.scales else None)
+        clip = self.clips[opponent]
+        return start, actions if clip is None else np.clip(actions, clip[0], clip[1])
 
     def _act_stateful(
         self,

@@ -90,14 +90,15 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._rows: dict[str, PolicyRows] = {}
         self._checked: set[tuple[Any, str]] = set()
         # spec.league: the opponent's seats play snapshots, held in slots (policies built with
-        # the others, never trained or published); attach_league gives the snapshots' source.
+        # the others, never trained or published, whose rows are the opponent's); attach_league
+        # gives the snapshots' source.
         self.league = None if spec.league is None else LeagueSeats(
             spec.league.opponent, spec.league.cached_policies, self.num_envs
         )  # fmt: skip
         self._build_policies(envs[0])
         self._acting = PolicyActing(self.policies, self._rows, self.sampling.clip_actions)
         if self.league is not None:
-            self._acting.share_forward(self.league.slot_ids())
+            self._acting.share_forward(self.league.opponent, self.league.slot_ids())
         self._arrivals = Arrivals()  # meanStd: this step's observations, filtered together
         self._started = False
         self._ended: dict[int, tuple[int, int]] = {}  # eps_id -> (env steps, agent steps), not yet cut
@@ -123,14 +124,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             if self.league is not None and policy_id == self.league.opponent:
                 for k, slot_id in enumerate(self.league.slot_ids()):
                     seeds = (policy_seed_path(policy_id), k + 1)
-                    slot = self._add_policy(slot_id, specs[policy_id], obs_space, act_space, seeds)
-                    self._rows[slot_id] = PolicyRows(slot_id, slot, self.sampling.observation_filter == "meanStd")
+                    self._add_policy(slot_id, specs[policy_id], obs_space, act_space, seeds)
 
     def _map(self, sub: SubEnv, env_index: int, agent: Any) -> str:
         """The agent's policy for this episode (the mapper's answer, checked once per agent and policy)."""
         policy_id = self.mapper(agent, EpisodeInfo(env_index, sub.eps_id, self.worker_index))
-        if self.league is not None:
-            policy_id = self.league.policy_for(policy_id, sub)
         if (agent, policy_id) not in self._checked:
             policy = self.policies[policy_id]
             obs_space, act_space = sub.env.observation_space(agent), sub.env.action_space(agent)
@@ -249,12 +247,11 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         subenvs = self.subenvs
         groups = self._group_by_policy()
         actions: list[dict[Any, Any]] = [{} for _ in subenvs]
-        together = self.league.together(groups, self._acting) if self.league is not None else []
-        if together:  # a league's slots acting this step: one forward pass for all of them
-            for policy_id, taken in zip(together, self._acting.act_together(together, groups), strict=True):
-                self._opened(policy_id, *groups[policy_id][:2], taken, actions)
+        league = self.league
         for policy_id, (envs, agents, obs_list) in groups.items():
-            if not together or policy_id not in together:
+            if league is not None and policy_id == league.opponent and league.source is not None:
+                self._act_league(policy_id, envs, agents, obs_list, actions)
+            else:
                 self._act_for(policy_id, envs, agents, obs_list, actions)
         # step every sub-env and close the rows whose agents got their next observation
         clip_rewards = self.sampling.clip_rewards
@@ -300,6 +297,29 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._opened(
             policy_id, envs, agents, self._acting.act(policy_id, envs, agents, obs_list, self.subenvs), actions
         )
+
+    def _act_league(
+        self, opponent: str, envs: list[int], agents: list[Any], obs_list: list[Any], actions: list[dict[Any, Any]]
+    ) -> None:
+        """The league's opponent seats act, each game's with its slot's snapshot (or the opponent
+        as it is), into the opponent's rows: one forward pass for all of them when the slots
+        share one (:meth:`PolicyActing.act_slots`), else one per slot acting."""
+        slots = [self.subenvs[j].league_slot for j in envs]
+        if self._acting.slots_together():
+            taken = self._acting.act_slots(opponent, envs, agents, obs_list, slots)
+            self._opened(opponent, envs, agents, taken, actions)
+            return
+        assert self.league is not None
+        by_slot: dict[int | None, tuple[list[int], list[Any], list[Any]]] = {}
+        for j, agent, obs, slot in zip(envs, agents, obs_list, slots, strict=True):
+            group = by_slot.setdefault(slot, ([], [], []))
+            group[0].append(j)
+            group[1].append(agent)
+            group[2].append(obs)
+        for slot, (slot_envs, slot_agents, slot_obs) in by_slot.items():
+            acting = opponent if slot is None else self.league.slot_ids()[slot]
+            taken = self._acting.act(acting, slot_envs, slot_agents, slot_obs, self.subenvs, rows_of=opponent)
+            self._opened(opponent, slot_envs, slot_agents, taken, actions)
 
     def _opened(
         self, policy_id: str, envs: list[int], agents: list[Any], taken: tuple[int, Any], actions: list[dict[Any, Any]]

@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from rolloutfleet.sampling.multiagent.acting import PolicyActing
     from rolloutfleet.sampling.multiagent.rows import SubEnv
 
 log = logging.getLogger(__name__)
@@ -104,16 +103,15 @@ class SlotTable:
 
 class LeagueSeats:
     """``spec.league`` in a multi-agent runner: the opponent's slots, which slot each
-    episode plays (:meth:`start`), the policy an agent of the opponent acts with
-    (:meth:`policy_for`), and each finished game reported to the source (:meth:`finished`).
-    Until a source is attached, the opponent plays as it is."""
+    episode plays (:meth:`start`: the runner acts for the opponent's seats of that game with
+    the slot's weights, into the opponent's rows), and each finished game reported to the
+    source (:meth:`finished`). Until a source is attached, the opponent plays as it is."""
 
     def __init__(self, opponent: str, cached_policies: int, num_envs: int) -> None:
         self.opponent = opponent
         self.table = SlotTable(cached_policies)
         self.source: OpponentSource | None = None
         self._slot_ids = [slot_policy_id(opponent, k) for k in range(cached_policies)]
-        self._slot_set = frozenset(self._slot_ids)
         self.refused = 0
         """Snapshots that did not load (wrong model, gone): their games played the opponent as it is."""
         if cached_policies < num_envs:
@@ -125,17 +123,6 @@ class LeagueSeats:
 
     def slot_ids(self) -> list[str]:
         return list(self._slot_ids)
-
-    def together(self, groups: Mapping[str, Any], acting: PolicyActing) -> list[str]:
-        """The slots acting this step that share one forward pass (none if fewer than two can)."""
-        slots = [policy_id for policy_id in self._slot_ids if policy_id in groups and acting.together(policy_id)]
-        return slots if len(slots) > 1 else []
-
-    def policy_for(self, policy_id: str, sub: SubEnv) -> str:
-        """The mapper's answer for an agent of ``sub``'s game: the opponent's slot, if it plays one."""
-        if policy_id == self.opponent and sub.league_slot is not None:
-            return slot_policy_id(policy_id, sub.league_slot)
-        return policy_id
 
     def start(self, env_index: int, subenvs: Sequence[SubEnv], set_weights: Callable[[str, Any], Any]) -> None:
         """A new game in ``subenvs[env_index]``: the slot holding the source's pick (loaded into
@@ -164,7 +151,7 @@ class LeagueSeats:
         """``sub``'s game ended: who played each seat (a slot by its snapshot's name) and the returns."""
         if self.source is None:
             return
-        slots = self._slot_set
-        seats = {str(agent): sub.league_name if policy_id in slots and sub.league_name else policy_id
+        opponent, name = self.opponent, sub.league_name
+        seats = {str(agent): name if policy_id == opponent and name else policy_id
                  for agent, policy_id in sub.mapping.items()}  # fmt: skip
         self.source.finished(seats, {str(agent): float(sub.returns.get(agent, 0.0)) for agent in sub.mapping})
