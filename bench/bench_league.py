@@ -32,6 +32,7 @@ from rolloutfleet.data.codec import encode_tensors
 from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
 from rolloutfleet.league.opponents import LeagueOpponents
 from rolloutfleet.league.store import PolicyStore
+from rolloutfleet.sampling.heap import keep_freed_memory
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.spec.job import RolloutJob
 
@@ -173,6 +174,7 @@ def main() -> None:
     )
     parser.add_argument("--no-store", action="store_true", help="skip the store's table (writes, loads, memory)")
     args = parser.parse_args()
+    keep_freed_memory()  # as a worker process does (rolloutfleet worker): freed snapshots' pages stay mapped
     where = machine()
     results = [] if args.no_store else [run(int(p), args.snapshots) for p in args.params.split(",")]
     print(f"# A league's store: {args.snapshots} snapshots a size ({where['cores']} cores, {where['date']})\n")

@@ -4,6 +4,7 @@ standings, and the job's status (and ``kubectl get rj -o wide``) shows them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import numpy as np
@@ -47,7 +48,10 @@ def test_a_league_jobs_status_shows_the_standings_its_learner_published(
     manifest = job_manifest("league", redis_server.url, replicas=1, **LEAGUE)
     manifest["spec"]["redis"]["maxLen"] = 1000
     jobs.create(manifest)
+    stored = json.loads(cluster.kubectl("-n", namespace, "get", "rj", "league", "-o", "json").stdout)["spec"]
+    assert stored["league"]["publishOpponentRows"] is False  # the API server's default, as the model's
     job = RolloutJob.from_dict({**manifest, "metadata": {"name": "league", "namespace": namespace}})
+    assert job.spec.league is not None and job.spec.league.publish_opponent_rows is False
     waiting = wait_for(lambda: jobs.status("league").get("league"), 60, jobs.describe)
     assert waiting["message"].startswith("no standings yet")
     frozen = snapshots(job)

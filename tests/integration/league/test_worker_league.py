@@ -2,7 +2,8 @@
 snapshots and publishes a plan; the worker's opponent seats play them episode by episode,
 at most ``cachedPolicies`` at a time, and every game it finishes lands in the results
 stream with who played which seat and tic-tac-toe's own outcome; a new plan takes over
-within its refresh; the opponent's rows are never published."""
+within its refresh; the opponent's rows are never published unless asked for, and then
+each row joins the game it was played in (its ``eps_id``), whose result names the snapshot."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from rolloutfleet.fleet.runner_factory import build_policy_models
 from rolloutfleet.league.store import MatchResult, PolicyStore
 from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
+from rolloutfleet.transport.consumer import BatchConsumer
 from rolloutfleet.transport.redis.keys import job_keys
 from tests.integration.fleet_helpers import wait_until
 
@@ -30,13 +32,28 @@ ROOT = Path(__file__).resolve().parents[3]
 JOB = "ttt-league"
 
 
-def league_job() -> RolloutJob:
+def league_job(name: str = JOB, **league: object) -> RolloutJob:
     manifest = RolloutJob.from_file(ROOT / "examples/tictactoe.yaml").to_dict()
-    manifest["metadata"] = {"name": JOB}
+    manifest["metadata"] = {"name": name}
     manifest["spec"]["replicas"] = 1
     manifest["spec"]["env"]["numEnvs"] = 4
-    manifest["spec"]["league"] = {"opponent": "main_v1", "cachedPolicies": 2, "planRefreshSeconds": 0.5}
+    manifest["spec"]["league"] = {"opponent": "main_v1", "cachedPolicies": 2, "planRefreshSeconds": 0.5, **league}
     return RolloutJob.from_dict(manifest)
+
+
+def snapshots(store: PolicyStore, job: RolloutJob, names: tuple[str, ...]) -> None:
+    model = build_policy_models(job)["main_v1"]
+    base = {name: value.detach().numpy() for name, value in model.state_dict().items()}
+    for i, name in enumerate(names):
+        store.snapshot(name, {k: v * (i + 1) for k, v in base.items()}, step=10 * (i + 1))
+
+
+def start_worker(job: RolloutJob, redis_url: str, tmp_path: Path) -> subprocess.Popen[str]:
+    config = WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=free_port())
+    environ = {**os.environ, **config.to_environ(), "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "rolloutfleet.cli.main", "worker"], env=environ, stderr=subprocess.PIPE, text=True
+    )
 
 
 def games(store: PolicyStore) -> list[MatchResult]:
@@ -51,16 +68,9 @@ def opponent_of(result: MatchResult) -> str:
 def test_a_worker_plays_the_plans_snapshots_and_records_every_game(redis_url: str, tmp_path: Path) -> None:
     job = league_job()
     store = PolicyStore(redis_url, JOB)
-    model = build_policy_models(job)["main_v1"]
-    base = {name: value.detach().numpy() for name, value in model.state_dict().items()}
-    for i, name in enumerate(("s1", "s2", "s3")):
-        store.snapshot(name, {k: v * (i + 1) for k, v in base.items()}, step=10 * (i + 1))
+    snapshots(store, job, ("s1", "s2", "s3"))
     assert store.publish_plan({"s1": 1, "s2": 1, "s3": 2}) == {"s1": 0.25, "s2": 0.25, "s3": 0.5}
-    config = WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=free_port())
-    environ = {**os.environ, **config.to_environ(), "ROLLOUTFLEET_TERMINATION_LOG": str(tmp_path / "termination")}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "rolloutfleet.cli.main", "worker"], env=environ, stderr=subprocess.PIPE, text=True
-    )
+    worker = start_worker(job, redis_url, tmp_path)
     try:
         wait_until(lambda: len(games(store)) >= 40, 120, "40 games in the results stream")
         played = games(store)
@@ -88,6 +98,40 @@ def test_a_worker_plays_the_plans_snapshots_and_records_every_game(redis_url: st
         worker.terminate()
         _, stderr = worker.communicate(timeout=60)
     assert worker.returncode == 0, stderr
+    store.close()
+
+
+def test_asked_for_the_opponents_rows_a_worker_publishes_them_joined_to_their_games(
+    redis_url: str, tmp_path: Path
+) -> None:
+    name = JOB + "-rows"
+    job = league_job(name, publishOpponentRows=True)
+    assert job.published_policies == ["main", "main_v1"]
+    store = PolicyStore(redis_url, name)
+    snapshots(store, job, ("s1", "s2"))
+    store.publish_plan({"s1": 1, "s2": 1})
+    opponent = BatchConsumer(redis_url, name, policy="main_v1", group="test", block_s=0.1)
+    worker = start_worker(job, redis_url, tmp_path)
+    rows: list[tuple[int, str]] = []  # (eps_id, the agent the opponent played)
+    try:
+        deadline = time.monotonic() + 120
+        while len({eps for eps, _ in rows}) < 30:
+            assert time.monotonic() < deadline and worker.poll() is None, f"{len(rows)} opponent rows"
+            for message in opponent.read(timeout=0.5):
+                agents = message.metadata.agent_ids
+                batch = message.batch
+                rows += [(int(e), agents[int(a)]) for e, a in zip(batch["eps_id"], batch["agent_index"], strict=True)]
+                opponent.ack([message])
+        wait_until(lambda: len(games(store)) >= 30, 60, "30 games in the results stream")
+    finally:
+        worker.terminate()
+        _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    results = {r.eps_id: r for r in games(store)}
+    joined = [(results[eps], agent) for eps, agent in rows if eps in results]
+    assert len({id(r) for r, _ in joined}) >= 20, "the opponent's rows join the games in the results stream"
+    for result, agent in joined:  # the seat of each row is the one a snapshot played in that game
+        assert result.seats[agent] in {"s1", "s2"} and "main" in result.seats.values()
     store.close()
 
 

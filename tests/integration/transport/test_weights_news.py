@@ -79,7 +79,10 @@ def test_a_worker_connection_count_is_its_publishers_and_one_for_the_news(own_re
     before = int(admin.info("clients")["connected_clients"])
     manifest = RolloutJob.from_file(ROOT / "examples/multiagent.yaml").to_dict()  # two policies, both trained
     multi = RolloutJob.from_dict({**manifest, "metadata": {"name": "tag", "namespace": "team"}})
-    for spec_job, expected in ((job(), 2), (multi, 3)):
+    games = RolloutJob.from_file(ROOT / "examples/tictactoe.yaml").to_dict()  # main trained, main_v1 not
+    games["spec"]["league"] = {"opponent": "main_v1", "publishOpponentRows": True}  # its rows too: one more
+    league = RolloutJob.from_dict({**games, "metadata": {"name": "ttt", "namespace": "team"}})
+    for spec_job, expected in ((job(), 2), (multi, 3), (league, 3)):
         transport = worker(redis_url, spec_job)
         until(lambda t=transport: t.poll_weights() == {} and t.news.listening)  # type: ignore[misc]
         assert int(admin.info("clients")["connected_clients"]) - before == worker_connections(spec_job) == expected

@@ -7,7 +7,8 @@ weights, write a heartbeat. :mod:`rolloutfleet.fleet.worker` drives it and owns 
     transport.heartbeat(runner.get_metrics())
 
 Everything is keyed by policy id, as the runners are (``"default"`` for a single-agent job;
-one publisher per trained policy and one weights subscriber per policy for a multi-agent
+one publisher per published policy (the trained ones, and a league's opponent asked for) and
+one weights subscriber per policy for a multi-agent
 job). The weights are read on the first publisher's connection, when the learner announced a
 version (one subscription, a second connection). A publish interrupted by an outage is
 retried with the same batch, the policies already sent skipped. Filter statistics, refused weights versions and declared columns:
@@ -69,12 +70,12 @@ class WorkerTransport:
         self._redis_policy: dict[str, str | None]
         if multi is None:
             self._redis_policy = {DEFAULT_POLICY: None}
-            trained: tuple[str, ...] = (DEFAULT_POLICY,)
+            published: tuple[str, ...] = (DEFAULT_POLICY,)
         else:
             self._redis_policy = {policy: policy for policy in multi.policies}
-            trained = tuple(multi.trained_policies)
+            published = tuple(str(policy) for policy in job.published_policies)
         self.publishers = {
-            policy: BatchPublisher(url, job, policy=self._redis_policy[policy], **options) for policy in trained
+            policy: BatchPublisher(url, job, policy=self._redis_policy[policy], **options) for policy in published
         }
         self.publisher = next(iter(self.publishers.values()))
         self.client = self.publisher.job_client  # the job's keys: weights, filters, heartbeats
@@ -149,7 +150,7 @@ class WorkerTransport:
         return {policy: s.refused for policy, s in self.subscribers.items() if s.refused is not None}
 
     def publish(self, batch: SampleBatch | MultiAgentBatch) -> None:
-        """XADD each trained policy's part of the batch to its policy's stream (a single-agent
+        """XADD each published policy's part of the batch to its policy's stream (a single-agent
         batch: the job's stream). The weights versions go with the rows (their
         ``weights_seq_no`` column), not beside them. A retry with the same batch after an
         interrupted publish skips the parts already sent."""

@@ -158,9 +158,9 @@ class LeagueOpponents:
             self._fitted.add(digest)
         return CheckedWeights(arrays, signature)
 
-    def finished(self, seats: Mapping[str, str], returns: Mapping[str, float]) -> None:
+    def finished(self, seats: Mapping[str, str], returns: Mapping[str, float], eps_id: int | None = None) -> None:
         if len(seats) >= 2:
-            self.pending.append(MatchResult(dict(seats), dict(returns), worker=self.worker_index))
+            self.pending.append(MatchResult(dict(seats), dict(returns), worker=self.worker_index, eps_id=eps_id))
 
     def flush(self) -> int:
         """Write the finished episodes' results (one round trip); the number written."""

@@ -134,12 +134,14 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class MatchResult:
-    """One finished match: each seat's policy and return."""
+    """One finished match: each seat's policy and return; from a worker, its index and the
+    episode id its rows carry (``eps_id``: the join to the opponent's published rows)."""
 
     seats: Mapping[str, str]
     returns: Mapping[str, float]
     worker: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    eps_id: int | None = None
 
     def __post_init__(self) -> None:
         if set(self.seats) != set(self.returns):
@@ -166,6 +168,8 @@ class MatchResult:
                "winner": self.winner or ""}  # fmt: skip
         if self.worker is not None:
             out["worker"] = str(self.worker)
+        if self.eps_id is not None:
+            out["eps_id"] = str(self.eps_id)
         if self.extra:
             out["extra"] = json.dumps(dict(self.extra))
         return out
@@ -173,12 +177,13 @@ class MatchResult:
     @classmethod
     def from_fields(cls, fields: Mapping[bytes, bytes]) -> MatchResult:
         get = {key.decode(): value.decode() for key, value in fields.items()}
-        worker = get.get("worker")
+        worker, eps_id = get.get("worker"), get.get("eps_id")
         return cls(
             seats=json.loads(get["seats"]),
             returns={seat: float(value) for seat, value in json.loads(get["returns"]).items()},
             worker=int(worker) if worker else None,
             extra=json.loads(get["extra"]) if get.get("extra") else {},
+            eps_id=int(eps_id) if eps_id else None,
         )
 
 

@@ -244,6 +244,19 @@ class RolloutJob(_Model):
         return self.metadata.name
 
     @property
+    def published_policies(self) -> list[str | None]:
+        """The policies whose rows workers publish, each on its own stream: a multi-agent
+        job's trained ones, and ``spec.league``'s opponent with ``publishOpponentRows``;
+        ``[None]`` for a single-agent job (its stream's keys name no policy)."""
+        multi, league = self.spec.multi_agent, self.spec.league
+        if multi is None:
+            return [None]
+        published: list[str | None] = list(multi.trained_policies)
+        if league is not None and league.publish_opponent_rows:
+            published.append(league.opponent)
+        return published
+
+    @property
     def namespace(self) -> str:
         return self.metadata.namespace
 

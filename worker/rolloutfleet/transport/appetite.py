@@ -43,10 +43,8 @@ class AppetiteWriter:
 
 
 def _stream_keys(job: RolloutJob) -> list[JobKeys]:
-    """The job's stream keys whose learners count: one per trained policy of a multi-agent job."""
-    multi = job.spec.multi_agent
-    policies: list[str | None] = [None] if multi is None else list(multi.trained_policies)
-    return [job_keys(job.namespace, job.name, policy) for policy in policies]
+    """The job's stream keys whose learners count: one per published policy."""
+    return [job_keys(job.namespace, job.name, policy) for policy in job.published_policies]
 
 
 def read_signals(redis_url: str, job: RolloutJob, password: str | None = None, timeout_s: float = 2.0) -> Signals:

@@ -34,6 +34,7 @@ class Source:
         self.snapshots, self.order, self.turn = snapshots, order, 0
         self.loaded: list[str] = []
         self.games: list[tuple[dict[str, str], dict[str, float]]] = []
+        self.eps_ids: list[int | None] = []
 
     def pick(self) -> str | None:
         name = self.order[self.turn % len(self.order)]
@@ -44,8 +45,9 @@ class Source:
         self.loaded.append(name)
         return self.snapshots[name]
 
-    def finished(self, seats: Mapping[str, str], returns: Mapping[str, float]) -> None:
+    def finished(self, seats: Mapping[str, str], returns: Mapping[str, float], eps_id: int | None = None) -> None:
         self.games.append((dict(seats), dict(returns)))
+        self.eps_ids.append(eps_id)
 
 
 def snapshots_of(runner: MultiAgentEnvRunner, names: list[str]) -> dict[str, dict[str, np.ndarray]]:

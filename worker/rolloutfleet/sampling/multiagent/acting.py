@@ -123,7 +123,9 @@ class PolicyActing:
         dist_inputs, values = bank.forward(which, obs)
         choose = self.policies[opponent].chooser(self.exploring[opponent], bool(bank.bounded[which].all()))
         actions, logp = choose(dist_inputs, mask)
-        rows.open_rows(start, envs, (actions, logp, dist_inputs, values), self.scales.get(opponent) if self.scales else None)
+        rows.open_rows(
+            start, envs, (actions, logp, dist_inputs, values), self.scales.get(opponent) if self.scales else None
+        )
         clip = self.clips[opponent]
         return start, actions if clip is None else np.clip(actions, clip[0], clip[1])
 

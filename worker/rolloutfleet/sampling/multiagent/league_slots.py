@@ -48,8 +48,9 @@ class OpponentSource(Protocol):
         """Snapshot ``name``'s weights (name -> array)."""
         ...
 
-    def finished(self, seats: Mapping[str, str], returns: Mapping[str, float]) -> None:
-        """An episode ended: each agent's policy or snapshot, and its return."""
+    def finished(self, seats: Mapping[str, str], returns: Mapping[str, float], eps_id: int | None = None) -> None:
+        """An episode ended: each agent's policy or snapshot, its return, and the episode's id
+        (its rows' ``eps_id``)."""
         ...
 
 
@@ -154,4 +155,5 @@ class LeagueSeats:
         opponent, name = self.opponent, sub.league_name
         seats = {str(agent): name if policy_id == opponent and name else policy_id
                  for agent, policy_id in sub.mapping.items()}  # fmt: skip
-        self.source.finished(seats, {str(agent): float(sub.returns.get(agent, 0.0)) for agent in sub.mapping})
+        returns = {str(agent): float(sub.returns.get(agent, 0.0)) for agent in sub.mapping}
+        self.source.finished(seats, returns, sub.eps_id)

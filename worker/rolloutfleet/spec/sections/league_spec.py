@@ -20,3 +20,8 @@ class LeagueSpec(_Model):
     policy's model): a worker's memory stays bounded however big the league grows."""
     plan_refresh_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How often a worker reads the learner's plan (which snapshots, how likely)."""
+    publish_opponent_rows: bool = False
+    """Publish the opponent's rows (every game's, whichever snapshot played) on the opponent
+    policy's own stream, as a trained policy's are; each row's ``eps_id`` is its game's in the
+    results stream, which names the snapshot. Off by default: only trained policies' rows
+    are published. On, the stream needs a reader like any other (``block`` waits for one)."""

@@ -28,17 +28,16 @@ class ClientLimit:
 
 def worker_connections(job: RolloutJob) -> int:
     """Connections one worker of ``job`` holds to a plain Redis (the primary): its batch
-    publisher's for each trained policy (the job's keys and the weights downloads share the
-    first) and one for the weights announcements, unless it reads the weights from a replica
+    publisher's for each published policy (the trained ones, and a league's opponent with
+    ``publishOpponentRows``; the job's keys and the weights downloads share the first) and
+    one for the weights announcements, unless it reads the weights from a replica
     (``spec.redis.readReplicas``: its two weights connections are the replica's).
 
     >>> from rolloutfleet.spec.job import RolloutJob
     >>> worker_connections(RolloutJob.from_dict({"metadata": {"name": "j"}, "spec": {"env": {"id": "CartPole-v1"}}}))
     2
     """
-    multi = job.spec.multi_agent
-    trained = 1 if multi is None else len(multi.trained_policies)
-    return trained + (0 if job.spec.redis.read_replicas else 1)
+    return len(job.published_policies) + (0 if job.spec.redis.read_replicas else 1)
 
 
 PASSWORD_FROM = "spec.redis.passwordSecret (or the job's own Redis user)"

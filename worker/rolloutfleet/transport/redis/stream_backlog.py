@@ -50,10 +50,8 @@ class PolicyBacklog:
 
 
 def stream_keys(job: RolloutJob) -> list[JobKeys]:
-    """The job's batch streams, one per trained policy (only those are published)."""
-    multi = job.spec.multi_agent
-    policies: list[str | None] = [None] if multi is None else list(multi.trained_policies)
-    return [job_keys(job.namespace, job.name, policy) for policy in policies]
+    """The job's batch streams, one per published policy (:attr:`RolloutJob.published_policies`)."""
+    return [job_keys(job.namespace, job.name, policy) for policy in job.published_policies]
 
 
 def group_backlog(raw: Mapping[Any, Any]) -> GroupBacklog:
