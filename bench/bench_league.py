@@ -11,7 +11,10 @@ is a bare ``SET`` / ``GET`` of the same payload by the same client.
 
 The switching worker is the real multi-agent runner on ``examples/tictactoe.yaml`` with
 ``spec.league`` (its opponent's seats held in ``--cached`` slots) and a uniform plan over
-every snapshot, fed by the real :class:`~rolloutfleet.league.opponents.LeagueOpponents`.
+every snapshot, fed by the real :class:`~rolloutfleet.league.opponents.LeagueOpponents`:
+its sampling loop alone. Then the same two jobs as whole ``rolloutfleet worker`` processes
+(``--worker-cached`` slots), publishing to the redis-server (``dropOldest``: no learner to
+wait for), their rate read from each worker's own ``rolloutfleet_env_steps_total``.
 
 Usage: ``python -m bench.bench_league [--snapshots 500] [--params 10000,100000,1000000]``
 (``make bench-league``). JSON in ``out/bench/bench_league.json``.
@@ -20,18 +23,24 @@ Usage: ``python -m bench.bench_league [--snapshots 500] [--params 10000,100000,1
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.results import Table, machine, write
 from rolloutfleet.data.codec import encode_tensors
-from rolloutfleet.fleet.embedded_redis import EmbeddedRedis
+from rolloutfleet.fleet.embedded_redis import EmbeddedRedis, free_port
 from rolloutfleet.league.opponents import LeagueOpponents
 from rolloutfleet.league.store import PolicyStore
+from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.sampling.heap import keep_freed_memory
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.spec.job import RolloutJob
@@ -160,6 +169,72 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int, game: s
     }
 
 
+def published_steps(port: int) -> float | None:
+    """A worker's ``rolloutfleet_env_steps_total`` from its metrics endpoint (None: not up yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "rolloutfleet_env_steps_total":
+                return float(sample.value)
+    return None
+
+
+def worker_rate(job: RolloutJob, redis_url: str, seconds: float, warm_s: float = 3.0) -> float:
+    """Env steps/s a ``rolloutfleet worker`` process of ``job`` publishes, over ``seconds``
+    once it has published for ``warm_s``."""
+    port = free_port()
+    config = WorkerConfig(job=job, worker_index=0, num_workers=1, redis_url=redis_url, metrics_port=port)
+    environ = {**os.environ, **config.to_environ(), "ROLLOUTFLEET_TERMINATION_LOG": os.devnull}
+    worker = subprocess.Popen([sys.executable, "-m", "rolloutfleet.cli.main", "worker"], env=environ,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not published_steps(port):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                worker.terminate()
+                raise RuntimeError(f"the worker did not publish: {worker.communicate(timeout=60)[1][-2000:]}")
+            time.sleep(0.2)
+        time.sleep(warm_s)
+        first, began = published_steps(port), time.perf_counter()
+        time.sleep(seconds)
+        last, ended = published_steps(port), time.perf_counter()
+        if first is None or last is None:
+            raise RuntimeError("the worker's metrics went away while measured")
+        return (last - first) / (ended - began)
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=60)
+
+
+def whole_workers(snapshots: int, cached: int, seconds: float, repeats: int, game: str) -> dict[str, Any]:
+    """:func:`switching`'s two jobs as worker processes publishing to Redis: env steps/s."""
+    with EmbeddedRedis() as server:
+        store = PolicyStore(server.url, "league")
+        base = MultiAgentEnvRunner(tictactoe(False, cached, game)).get_weights(["main_v1"])["main_v1"]
+        for i in range(snapshots):
+            store.snapshot(f"s{i:04d}", {k: v * (1 + i / snapshots) for k, v in base.items()}, step=i)
+        store.publish_plan({f"s{i:04d}": 1.0 for i in range(snapshots)})
+        store.close()
+        fixed, league = [], []
+        for _ in range(repeats):
+            for rates, job in ((fixed, tictactoe(False, cached, game)), (league, tictactoe(True, cached, game))):
+                manifest = job.to_dict()
+                manifest["metadata"] = {"name": "league"}
+                manifest["spec"]["replicas"] = 1
+                manifest["spec"]["redis"] = {"backpressure": "dropOldest", "maxLen": 1000}
+                rates.append(worker_rate(RolloutJob.from_dict(manifest), server.url, seconds))
+    return {
+        "game": game,
+        "cached": cached,
+        "fixed_steps_per_s": statistics.median(fixed),
+        "league_steps_per_s": statistics.median(league),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--snapshots", type=int, default=500)
@@ -173,6 +248,9 @@ def main() -> None:
         "--games", default="tictactoe,connect_four", help=f"games of the switching worker, of {', '.join(GAMES)}"
     )
     parser.add_argument("--no-store", action="store_true", help="skip the store's table (writes, loads, memory)")
+    parser.add_argument(
+        "--worker-cached", default="16", help="cachedPolicies of the worker-process runs, comma-separated ('' for none)"
+    )
     args = parser.parse_args()
     keep_freed_memory()  # as a worker process does (rolloutfleet worker): freed snapshots' pages stay mapped
     where = machine()
@@ -203,7 +281,24 @@ def main() -> None:
               f"{sw['league_steps_per_s'] / sw['fixed_steps_per_s']:.2f} | {sw['loads_per_s']:,.1f} ({sw['reads_per_s']:,.1f}) | "
               f"{sw['busy_share']:.1%} | {sw['rss_growth_mb']:+.1f} MB | {sw['redis_used_mb']:,.1f} MB |")  # fmt: skip
         switch.rows.append({key: round(value, 2) if isinstance(value, float) else value for key, value in sw.items()})
-    write("bench_league", [table, switch], where)
+    whole = [
+        whole_workers(args.snapshots, int(k), args.seconds, args.repeats, game)
+        for game in args.games.split(",")
+        for k in filter(None, args.worker_cached.split(","))
+    ]
+    if whole:
+        print(f"\n# The same jobs as rolloutfleet worker processes publishing to Redis (dropOldest; medians of "
+              f"{args.repeats} runs of {args.seconds:g} s, rolloutfleet_env_steps_total)\n")  # fmt: skip
+        print("| game | cachedPolicies | env steps/s published, one fixed opponent | against the league | ratio |")
+        print("| --- | --- | --- | --- | --- |")
+    workers = Table(
+        "League: switching opponents, worker processes", "cached", ["fixed_steps_per_s", "league_steps_per_s"]
+    )
+    for w in whole:
+        print(f"| {w['game']} | {w['cached']} | {w['fixed_steps_per_s']:,.0f} | {w['league_steps_per_s']:,.0f} | "
+              f"{w['league_steps_per_s'] / w['fixed_steps_per_s']:.2f} |")  # fmt: skip
+        workers.rows.append({key: round(value, 2) if isinstance(value, float) else value for key, value in w.items()})
+    write("bench_league", [table, switch, *([workers] if whole else [])], where)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A worker's league opponents against a real redis-server: every load returns the picked
 snapshot's own weights, the next picks' snapshots come in the same read when games load
 often, a snapshot gone between picks fails only its own game, and a new plan drops what was
-read ahead of the old one."""
+read ahead of the old one; given the slots' model, each snapshot is fitted to it once a
+digest, and every read is still checked against its digest."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 import redis
 
+from rolloutfleet.data.weights_check import CheckedWeights, WeightsRefused
+from rolloutfleet.league import opponents as opponents_module
 from rolloutfleet.league.opponents import READ_AHEAD, LeagueOpponents
 from rolloutfleet.league.store import PolicyStore
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
@@ -87,3 +90,43 @@ def test_a_snapshot_gone_fails_its_own_game_and_a_new_plan_drops_the_old_read_ah
         store.collect()
         with pytest.raises(KeyError, match="s019"):
             opponents.load("s019")
+
+
+def test_snapshots_are_fitted_to_the_slots_model_once_a_digest_and_every_read_is_checked_against_it(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PolicyStore(redis_url, JOB + "-fit") as store:
+        names = league(store, 4)
+        store.snapshot("nan", {"pi.weight": np.full((3, 5), np.nan, np.float32), "pi.bias": np.zeros(3, np.float32)})
+        store.publish_plan({**dict.fromkeys(names, 1.0), "nan": 1.0})
+        signature = {"pi.weight": ((3, 5), np.dtype("float32")), "pi.bias": ((3,), np.dtype("float32"))}
+        fitted: list[bool] = []  # each call of check_weights: whether the weights were the good ones
+        real_check = opponents_module.check_weights
+        monkeypatch.setattr(
+            opponents_module,
+            "check_weights",
+            lambda w, s: fitted.append(bool(np.isfinite(w["pi.weight"]).all())) or real_check(w, s),
+        )
+        opponents = LeagueOpponents(store, LeagueSpec(opponent="b"), seed=3, worker_index=0, signature=signature)
+        refused = 0
+        for _ in range(100):
+            name = opponents.pick()
+            assert name is not None
+            if name == "nan":
+                with pytest.raises(WeightsRefused, match="NaN"):
+                    opponents.load(name)
+                refused += 1
+                continue
+            weights = opponents.load(name)
+            assert isinstance(weights, CheckedWeights) and weights.fits(signature)
+            assert np.array_equal(weights["pi.weight"], state(names.index(name))["pi.weight"])
+        assert fitted.count(True) == 4  # each good digest once, however often read
+        assert 0 < fitted.count(False) <= refused  # the bad one each time it was read (a read serves 1-2 picks)
+        # A blob changed under its digest is refused at its next read, fitted before or not.
+        digest = store.get("s001").digest
+        redis.Redis.from_url(redis_url).set(store.blob_prefix + digest, b"other bytes")
+        opponents._fetched.clear()  # nothing read ahead of the change: the next s001 is read after it
+        while opponents.pick() != "s001":
+            pass
+        with pytest.raises(ValueError, match="do not match their digest"):
+            opponents.load("s001")

@@ -120,6 +120,19 @@ def test_weights_that_do_not_fit_leave_a_numpy_policy_as_it_was() -> None:
         np.testing.assert_array_equal(value, before[name])
 
 
+def test_weights_checked_ahead_load_as_they_are_only_into_a_model_of_the_signature_they_were_checked_for() -> None:
+    from rolloutfleet.data.weights_check import CheckedWeights, WeightsRefused, check_weights
+
+    policy = Policy(PolicySpec(), spaces.Box(-1, 1, (4,)), spaces.Discrete(2), init_seed=0)
+    other = Policy(PolicySpec(hidden=[8]), spaces.Box(-1, 1, (4,)), spaces.Discrete(2), init_seed=0)
+    own = policy.weights_signature()
+    ahead = CheckedWeights(check_weights({k: v + 1 for k, v in policy.get_weights().items()}, own), own)
+    assert policy.set_weights(ahead)  # checked for this signature: loaded as they are
+    np.testing.assert_array_equal(policy.get_weights()["pi.bias"], ahead["pi.bias"])
+    with pytest.raises(WeightsRefused, match="do not fit the model"):
+        other.set_weights(ahead)  # another model checks them as any weights
+
+
 @pytest.mark.parametrize("inference", ["auto", "torch"])
 def test_nan_or_wrongly_typed_weights_are_refused_by_numpy_and_torch_policies(inference: str) -> None:
     from rolloutfleet.data.weights_check import WeightsRefused

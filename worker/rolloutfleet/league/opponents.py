@@ -138,7 +138,7 @@ class LeagueOpponents:
         self.reads += 1
         loaded = self.store.load_many(batch, self._digests)
         if self.signature is not None:
-            for read in batch:
+            for read in dict.fromkeys(batch):  # a name twice in a batch: read and fitted once
                 loaded[read] = self._fit(loaded[read], self._digests.get(read), self.signature)
         for other in batch[1:]:
             self._fetched[other] = loaded[other]

@@ -96,31 +96,38 @@ def test_the_opponent_seats_play_the_picked_snapshots_from_bounded_slots() -> No
 
 
 def test_the_slots_acting_in_one_forward_pass_act_with_their_own_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every slot acting in a step shares one numpy forward pass; each row's logits are its
-    slot's snapshot's, as that snapshot's own torch module computes them."""
+    """The opponent's seats of every game share one numpy forward pass, whichever slot each
+    plays (or the opponent as it is, for a game with no pick); each row's logits are its
+    slot's snapshot's, as that snapshot's own torch module computes them, and every row lands
+    in the opponent's one row table."""
     job = league_job(cached=4, num_envs=8)
     runner = MultiAgentEnvRunner(job, worker_index=0)
     names = ["s1", "s2", "s3", "s4", "s5"]
-    source = Source(snapshots_of(runner, names), names)
+    source = Source(snapshots_of(runner, names), [*names, None])  # every sixth game: no pick
     runner.attach_league(source)
     checked: list[int] = []
+    seen: list[list[int]] = []
     forward = RowsBank.forward
     slots = runner.league.slot_ids()  # type: ignore[union-attr]
+    banked = [*slots, "main_v1"]  # the bank's rows: the slots, then the opponent as it is
 
     def checking(bank: RowsBank, which: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         logits, values = forward(bank, which, obs)
+        seen.append(which.tolist())
         if len(set(which.tolist())) > 1:  # two slots or more at once: each row as its own slot acts alone
             for row, k in enumerate(which):
-                own_logits, own_values = runner.policies[slots[k]].forward(obs[row : row + 1])
+                own_logits, own_values = runner.policies[banked[k]].forward(obs[row : row + 1])
                 np.testing.assert_allclose(logits[row], own_logits[0], rtol=1e-5, atol=1e-5)
                 np.testing.assert_allclose(values[row], own_values[0], rtol=1e-5, atol=1e-5)
             checked.append(len(which))
         return logits, values
 
     monkeypatch.setattr(RowsBank, "forward", checking)
-    for _ in range(5):
-        runner.sample()
+    batches = [runner.sample() for _ in range(5)]
     assert checked, "no step had two slots acting together"
+    assert any(len(set(w)) > 1 and len(banked) - 1 in w for w in seen), "no step mixed a slot and the opponent as it is"
+    for batch in batches:  # one table: the opponent's rows, no slot's
+        assert set(batch.policy_batches) == {"main", "main_v1"} and len(batch["main_v1"]) > 0
     # ...and the slots' own numpy forward is their torch module's (the snapshot's weights).
     module = runner.policies[slots[0]].torch_model()
     probe = np.zeros((1, 18), np.float32)
