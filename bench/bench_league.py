@@ -126,15 +126,22 @@ def steps_per_s(runner: MultiAgentEnvRunner, seconds: float) -> float:
     return steps / (time.perf_counter() - began)
 
 
+def filled_league(url: str, snapshots: int, game: str) -> PolicyStore:
+    """The job ``league``'s store at ``url`` with ``snapshots`` of the opponent's model and a
+    uniform plan over them."""
+    store = PolicyStore(url, "league")
+    base = MultiAgentEnvRunner(tictactoe(False, 1, game)).get_weights(["main_v1"])["main_v1"]
+    for i in range(snapshots):
+        store.snapshot(f"s{i:04d}", {k: v * (1 + i / snapshots) for k, v in base.items()}, step=i)
+    store.publish_plan({f"s{i:04d}": 1.0 for i in range(snapshots)})
+    return store
+
+
 def switching(snapshots: int, cached: int, seconds: float, repeats: int, game: str = "tictactoe") -> dict[str, Any]:
     """A worker whose opponent changes every episode among ``snapshots`` (uniform plan), next
     to the same job against one fixed opponent: env steps/s, snapshot loads/s, RSS."""
     with EmbeddedRedis() as server:
-        store = PolicyStore(server.url, "league")
-        base = MultiAgentEnvRunner(tictactoe(False, cached, game)).get_weights(["main_v1"])["main_v1"]
-        for i in range(snapshots):
-            store.snapshot(f"s{i:04d}", {k: v * (1 + i / snapshots) for k, v in base.items()}, step=i)
-        store.publish_plan({f"s{i:04d}": 1.0 for i in range(snapshots)})
+        store = filled_league(server.url, snapshots, game)
         used_memory = int(store.client.info("memory")["used_memory"])
         fixed_rates, league_rates, loads, reads, rss, busy = [], [], [], [], [], []
         for _ in range(repeats):
@@ -213,12 +220,7 @@ def worker_rate(job: RolloutJob, redis_url: str, seconds: float, warm_s: float =
 def whole_workers(snapshots: int, cached: int, seconds: float, repeats: int, game: str) -> dict[str, Any]:
     """:func:`switching`'s two jobs as worker processes publishing to Redis: env steps/s."""
     with EmbeddedRedis() as server:
-        store = PolicyStore(server.url, "league")
-        base = MultiAgentEnvRunner(tictactoe(False, cached, game)).get_weights(["main_v1"])["main_v1"]
-        for i in range(snapshots):
-            store.snapshot(f"s{i:04d}", {k: v * (1 + i / snapshots) for k, v in base.items()}, step=i)
-        store.publish_plan({f"s{i:04d}": 1.0 for i in range(snapshots)})
-        store.close()
+        filled_league(server.url, snapshots, game).close()
         fixed, league = [], []
         for _ in range(repeats):
             for rates, job in ((fixed, tictactoe(False, cached, game)), (league, tictactoe(True, cached, game))):
