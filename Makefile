@@ -136,7 +136,7 @@ bench-cluster: install ## the data plane on a local Redis Cluster: 1 vs 3 shards
 bench-dataplane: install ## the data plane at fleet scale: 10, 100 and 1 000 hollow workers (the real worker transport, sampling replaced; child processes of 2 500 at most) on one Redis with a real learner: per-worker Redis commands, CPU, connections and memory waiting and publishing, resume and weights-spread times (SIZES=10,100,1000 SECONDS=20; CLUSTER=1: a 3-master Redis Cluster, 3 shards; REPLICAS=0,2: read replicas serving the weights); JSON in out/bench
 	$(BIN)/python -m bench.bench_dataplane --sizes $(or $(SIZES),10,100,1000) --seconds $(or $(SECONDS),20) $(if $(CLUSTER),--cluster) $(if $(REPLICAS),--replicas $(REPLICAS))
 
-bench-league: install ## a league's store: Redis memory a snapshot, snapshot writes and loads/s next to bare SET/GET (SNAPSHOTS=500); JSON in out/bench
+bench-league: install ## a league's costs: Redis memory a snapshot, writes and loads/s next to bare SET/GET, and a worker switching opponents every game against one fixed opponent (its sampling loop, then whole worker processes) (SNAPSHOTS=500); JSON in out/bench
 	$(BIN)/python -m bench.bench_league --snapshots $(or $(SNAPSHOTS),500)
 
 bench-compare: install ## REF=<commit>: the sampling benches of REF and of this tree, alternating, with ratios
