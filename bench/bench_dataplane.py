@@ -42,12 +42,14 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import resource
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -237,6 +239,12 @@ def _serve_fleet(url: str, manifest: dict[str, Any], indices: Sequence[int], wor
             return
 
 
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # after the name: field 3 on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
 class HollowFleet:
     """``workers`` hollow workers in child processes of at most :data:`PROCESS_WORKERS` each
     (their connections count against each process's file descriptors, as a pod's are its
@@ -274,6 +282,10 @@ class HollowFleet:
         """When each worker loaded weights version ``seq`` (``time.monotonic``, one clock for
         every process of the machine), None where it has not."""
         return [at for answer in self._ask("loaded", seq) for at in answer]
+
+    def cpu_s(self) -> float:
+        """CPU seconds the fleet's processes have used so far (its Python: the workers' code)."""
+        return sum(process_cpu_s(process.pid) for process in self.processes if process.is_alive())
 
     def stop(self) -> None:
         for pipe, process in zip(self.pipes, self.processes, strict=True):
@@ -477,9 +489,10 @@ def run_size(
         # 1. waiting: no learner, the stream full.
         wait_for(lambda: fleet.status()["waiting"] == workers, 120 + workers / 10, "every worker waiting")
         time.sleep(3)
-        mark = counters.reset()
+        mark, fleet_cpu = counters.reset(), fleet.cpu_s()
         time.sleep(seconds)
         waiting = counters.since(mark)
+        waiting["fleet_cpu_s"] = fleet.cpu_s() - fleet_cpu
         memory, clients = counters.memory_and_clients()
         result["waiting"] = waiting
         result["memory_per_worker"] = (memory - memory_before) / workers
@@ -494,9 +507,10 @@ def run_size(
 
         # 3. the learner keeps up.
         time.sleep(2)
-        rows0, mark = learner.rows, counters.reset()
+        rows0, mark, fleet_cpu = learner.rows, counters.reset(), fleet.cpu_s()
         time.sleep(seconds)
         flowing = counters.since(mark)
+        flowing["fleet_cpu_s"] = fleet.cpu_s() - fleet_cpu
         flowing["rows_per_s"] = (learner.rows - rows0) / flowing["seconds"]
         result["flowing"] = flowing
 
@@ -687,6 +701,12 @@ def main() -> None:
     print("\n".join(lines + [f"\n{line}" for line in skipped]))
     if replica_counts != [0]:
         print(weights_table(results))
+    print("\nThe hollow fleet's own CPU (its processes: the workers' Python), us a worker-second: " + ", ".join(
+        f"{r['workers']:,}{' (' + str(r['replicas']) + ' replicas)' if r['replicas'] else ''}: waiting "
+        f"{r['waiting']['fleet_cpu_s'] / r['waiting']['seconds'] / r['workers'] * 1e6:.0f}, publishing "
+        f"{r['flowing']['fleet_cpu_s'] / r['flowing']['seconds'] / r['workers'] * 1e6:.0f}"
+        for r in results
+    ))  # fmt: skip
     worst = max(results, key=lambda r: r["workers"])
     for phase in ("waiting", "flowing"):
         calls = sorted(worst[phase]["commands"].items(), key=lambda item: -item[1])

@@ -25,6 +25,8 @@ def test_every_phase_of_a_small_fleet_is_measured_from_redis_and_the_learner() -
     assert result["flowing"]["commands"].get("get", 0) <= 4, result["flowing"]["commands"]
     assert result["resume_s"]["max"] < 60 and result["heartbeats"] == 4
     assert result["flowing"]["rows_per_s"] > 0 and sum(result["flowing"]["commands"].values()) > 0
+    # The fleet's own processes' CPU, as the kernel counts it (ticks of 10 ms): publishing used some.
+    assert result["waiting"]["fleet_cpu_s"] >= 0 and result["flowing"]["fleet_cpu_s"] > 0
     # Every worker downloaded the whole version once: Redis sent at least 4 x its size.
     weights = result["weights"]
     assert weights["bound"] == 4 * WEIGHTS_BYTES and weights["net_out"] >= weights["bound"]
