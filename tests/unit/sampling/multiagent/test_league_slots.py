@@ -128,6 +128,12 @@ def test_the_slots_acting_in_one_forward_pass_act_with_their_own_snapshots(monke
     assert any(len(set(w)) > 1 and len(banked) - 1 in w for w in seen), "no step mixed a slot and the opponent as it is"
     for batch in batches:  # one table: the opponent's rows, no slot's
         assert set(batch.policy_batches) == {"main", "main_v1"} and len(batch["main_v1"]) > 0
+    # Random actions (a warm-up) act slot by slot instead, into the same table: legal moves only.
+    forwards = len(seen)
+    randomly = runner.sample(random_actions=True)
+    assert len(seen) == forwards and len(randomly["main_v1"]) > 0
+    masks, actions = randomly["main_v1"]["action_mask"], randomly["main_v1"]["actions"]
+    assert masks[np.arange(len(actions)), actions].all()
     # ...and the slots' own numpy forward is their torch module's (the snapshot's weights).
     module = runner.policies[slots[0]].torch_model()
     probe = np.zeros((1, 18), np.float32)
@@ -166,3 +172,21 @@ def test_a_league_needs_its_opponent_untrained_and_a_multi_agent_job() -> None:
         RolloutJob.from_dict(single)
     with pytest.raises(SpecError, match="no league"):
         MultiAgentEnvRunner(RolloutJob.from_file(ROOT / "examples/tictactoe.yaml")).attach_league(Source({}, [None]))
+
+
+def test_a_recurrent_opponent_plays_its_snapshots_slot_by_slot_into_its_own_rows() -> None:
+    """A recurrent model cannot share the slots' forward pass: each slot acting acts alone,
+    its state kept per game, and its rows (state in and out) are the opponent's."""
+    manifest = league_job(cached=3, num_envs=3).to_dict()
+    manifest["spec"]["policy"]["recurrent"] = {"cell": "lstm", "size": 8}
+    runner = MultiAgentEnvRunner(RolloutJob.from_dict(manifest), worker_index=0)
+    names = ["s1", "s2", "s3"]
+    source = Source(snapshots_of(runner, names), names)
+    runner.attach_league(source)
+    batches = [runner.sample() for _ in range(4)]
+    assert source.loaded and len(source.games) >= 3
+    opponent = [batch["main_v1"] for batch in batches if len(batch["main_v1"]) > 0]
+    assert opponent and all(set(batch.policy_batches) == {"main", "main_v1"} for batch in batches)
+    assert all("state_in_0" in part for part in opponent)  # the LSTM's state, in the opponent's table
+    played = {name for seats, _ in source.games for name in seats.values() if name != "main"}
+    assert played <= set(names) and played

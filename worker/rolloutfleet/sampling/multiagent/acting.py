@@ -83,7 +83,7 @@ class PolicyActing:
             pairs = list(zip(envs, agents, strict=True))
             self.noise[policy_id].bind(pairs, [subenvs[j].agent_t.get(agent, 0) == 0 for j, agent in pairs])
         if self.stateful and policy_id in self.stateful:
-            outputs = self._act_stateful(policy_id, start, envs, agents, obs, mask, subenvs)
+            outputs = self._act_stateful(policy_id, rows, start, envs, agents, obs, mask, subenvs)
         else:
             act = self.acts[policy_id]
             outputs = act(obs) if mask is None else act(obs, mask)
@@ -132,6 +132,7 @@ class PolicyActing:
     def _act_stateful(
         self,
         policy_id: str,
+        rows: PolicyRows,
         start: int,
         envs: list[int],
         agents: list[Any],
@@ -139,10 +140,10 @@ class PolicyActing:
         mask: np.ndarray | None,
         subenvs: list[SubEnv],
     ) -> Outputs:
-        """A stateful policy acts: each (sub-env, agent)'s kept state in, the new one kept."""
+        """A stateful policy acts into ``rows``: each (sub-env, agent)'s kept state in, the new one kept."""
         pairs = list(zip(envs, agents, strict=True))
         kept = [subenvs[j].state.get(agent) for j, agent in pairs]
-        outputs, new_state = self.rows[policy_id].act_stateful(self.stateful[policy_id], start, kept, obs, mask)
+        outputs, new_state = rows.act_stateful(self.stateful[policy_id], start, kept, obs, mask)
         for offset, (j, agent) in enumerate(pairs):
             subenvs[j].state[agent] = [part[offset] for part in new_state]
         return outputs
