@@ -36,9 +36,9 @@ class WeightsRefused(ValueError):
 
 
 class CheckedWeights(dict[str, np.ndarray]):
-    """Arrays that passed :func:`check_weights` against ``signature`` (read and checked ahead,
-    off the sampling thread: a league's snapshots). A model of that signature loads them
-    without checking them again; any other model checks them as usual.
+    """Arrays that passed :func:`check_weights` against ``signature`` (a league's snapshots,
+    checked once per digest as they are read). A model of that signature loads them without
+    checking them again; any other model checks them as usual.
 
     >>> sig = {"pi.weight": ((2, 4), np.dtype("float32"))}
     >>> CheckedWeights(check_weights({"pi.weight": np.zeros((2, 4))}, sig), sig).fits(dict(sig))

@@ -7,9 +7,8 @@ weights, write a heartbeat. :mod:`rolloutfleet.fleet.worker` drives it and owns 
     transport.heartbeat(runner.get_metrics())
 
 Everything is keyed by policy id, as the runners are (``"default"`` for a single-agent job;
-one publisher per published policy (the trained ones, and a league's opponent asked for) and
-one weights subscriber per policy for a multi-agent
-job). The weights are read on the first publisher's connection, when the learner announced a
+for a multi-agent job one publisher per published policy, the trained ones and a league's
+opponent when asked for, and one weights subscriber per policy). The weights are read on the first publisher's connection, when the learner announced a
 version (one subscription, a second connection). A publish interrupted by an outage is
 retried with the same batch, the policies already sent skipped. Filter statistics, refused weights versions and declared columns:
 docs/transport.md ("A worker's side").

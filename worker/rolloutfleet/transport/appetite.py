@@ -22,7 +22,8 @@ from rolloutfleet.rules.autoscale_signals import (
 from rolloutfleet.transport.heartbeat import parse_heartbeats
 from rolloutfleet.transport.redis.backpressure import LEARNERS_TTL_MS
 from rolloutfleet.transport.redis.connection import RETRYABLE, connect
-from rolloutfleet.transport.redis.keys import JobKeys, job_keys
+from rolloutfleet.transport.redis.keys import JobKeys
+from rolloutfleet.transport.redis.stream_backlog import stream_keys
 
 if TYPE_CHECKING:
     from rolloutfleet.spec.job import RolloutJob
@@ -40,11 +41,6 @@ class AppetiteWriter:
 
     def write(self) -> None:
         self._script(keys=[self.key], args=[self.field, self.meter.payload(time.monotonic()), LEARNERS_TTL_MS])
-
-
-def _stream_keys(job: RolloutJob) -> list[JobKeys]:
-    """The job's stream keys whose learners count: one per published policy."""
-    return [job_keys(job.namespace, job.name, policy) for policy in job.published_policies]
 
 
 def read_signals(redis_url: str, job: RolloutJob, password: str | None = None, timeout_s: float = 2.0) -> Signals:
@@ -69,7 +65,7 @@ def _text(value: bytes | str) -> str:
 
 
 def _read(client: Any, job: RolloutJob) -> Signals:
-    streams = _stream_keys(job)
+    streams = stream_keys(job)  # the streams whose learners count: one per published policy
     now = client.time()
     stamps: dict[Any, Any] = {}
     appetite: dict[Any, Any] = {}

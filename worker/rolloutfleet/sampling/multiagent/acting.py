@@ -40,7 +40,7 @@ class PolicyActing:
         self.random_actions = False
         self._bank: RowsBank | None = None  # share_forward's slots and their opponent, stacked
         self._banked: list[str] = []  # the bank's policies: slot k is row k, the opponent the last
-        self._together = False  # whether this call's acting lets the bank act (see slots_together)
+        self._together = False  # this call: the bank acts (no random actions, none stateful or with OU noise)
 
     def begin(self, explore: bool | None, random_actions: bool) -> None:
         """A ``sample()`` call's acting; ``explore`` (when given) overrides every policy's."""
@@ -87,30 +87,57 @@ class PolicyActing:
         else:
             act = self.acts[policy_id]
             outputs = act(obs) if mask is None else act(obs, mask)
+        return start, self._open(policy_id, rows, start, envs, outputs)
+
+    def _open(self, policy_id: str, rows: PolicyRows, start: int, envs: list[int], outputs: Outputs) -> np.ndarray:
+        """Rows ``start:`` of ``rows`` opened with what ``policy_id`` gave; its actions for the
+        envs (clipped)."""
         rows.open_rows(start, envs, outputs, self.scales.get(policy_id) if self.scales else None)
         clip = self.clips[policy_id]
-        return start, outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
+        return outputs[0] if clip is None else np.clip(outputs[0], clip[0], clip[1])
 
     def share_forward(self, opponent: str, slot_ids: Sequence[str]) -> None:
         """A league's ``slot_ids`` (one layout) and their ``opponent`` may act in one forward
-        pass (:meth:`act_slots`) when they run the default MLP in numpy on a Box observation."""
+        pass (:meth:`act_league`) when they run the default MLP in numpy on a Box observation."""
         banked = [*slot_ids, opponent]
         models = [getattr(self.policies[p].backend, "mlp", None) for p in banked]
         if all(m is not None and rows_batchable(m) for m in models):
             self._bank = RowsBank(models)  # type: ignore[arg-type]
             self._banked = banked
 
-    def slots_together(self) -> bool:
-        """Whether :meth:`act_slots` can act now: a bank (:meth:`share_forward`), the policies'
-        own actions, none stateful or with Ornstein-Uhlenbeck noise."""
-        return self._together
+    def act_league(
+        self,
+        opponent: str,
+        slot_ids: Sequence[str],
+        envs: list[int],
+        agents: list[Any],
+        obs_list: list[Any],
+        subenvs: list[SubEnv],
+    ) -> list[tuple[list[int], list[Any], tuple[int, np.ndarray]]]:
+        """A league's opponent seats act, each game's with its slot's weights (``slot_ids[k]``
+        for sub-env ``j``'s ``league_slot`` k; None: the opponent as it is), into the opponent's
+        rows: in one forward pass when the bank can act this call, else a pass per slot acting.
+        Returns each pass's ``(envs, agents, (start, actions))``."""
+        slots = [subenvs[j].league_slot for j in envs]
+        if self._together:
+            return [(envs, agents, self._act_slots(opponent, envs, agents, obs_list, slots))]
+        by_slot: dict[int | None, tuple[list[int], list[Any], list[Any]]] = {}
+        for j, agent, obs, slot in zip(envs, agents, obs_list, slots, strict=True):
+            group = by_slot.setdefault(slot, ([], [], []))
+            group[0].append(j)
+            group[1].append(agent)
+            group[2].append(obs)
+        return [
+            (slot_envs, slot_agents, self.act(opponent if slot is None else slot_ids[slot], slot_envs, slot_agents,
+                                              slot_obs, subenvs, rows_of=opponent))
+            for slot, (slot_envs, slot_agents, slot_obs) in by_slot.items()
+        ]  # fmt: skip
 
-    def act_slots(
+    def _act_slots(
         self, opponent: str, envs: list[int], agents: list[Any], obs_list: list[Any], slots: Sequence[int | None]
     ) -> tuple[int, np.ndarray]:
-        """:meth:`act` for a league's opponent seats, each row with its game's slot's weights
-        (``slots[i]``; None: the opponent as it is), in one forward pass, into the opponent's
-        rows: a dozen snapshots acting for a row or two each."""
+        """The opponent seats in one forward pass, each row with its game's slot's weights
+        (``slots[i]``; None: the opponent as it is): a dozen snapshots acting for a row or two each."""
         bank = self._bank
         assert bank is not None
         last = len(self._banked) - 1
@@ -123,11 +150,7 @@ class PolicyActing:
         dist_inputs, values = bank.forward(which, obs)
         choose = self.policies[opponent].chooser(self.exploring[opponent], bool(bank.bounded[which].all()))
         actions, logp = choose(dist_inputs, mask)
-        rows.open_rows(
-            start, envs, (actions, logp, dist_inputs, values), self.scales.get(opponent) if self.scales else None
-        )
-        clip = self.clips[opponent]
-        return start, actions if clip is None else np.clip(actions, clip[0], clip[1])
+        return start, self._open(opponent, rows, start, envs, (actions, logp, dist_inputs, values))
 
     def _act_stateful(
         self,

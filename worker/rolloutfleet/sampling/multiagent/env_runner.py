@@ -250,7 +250,9 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         league = self.league
         for policy_id, (envs, agents, obs_list) in groups.items():
             if league is not None and policy_id == league.opponent and league.source is not None:
-                self._act_league(policy_id, envs, agents, obs_list, actions)
+                # the games' snapshots (or the opponent as it is) acting into the opponent's rows
+                for passed in self._acting.act_league(policy_id, league.slot_ids(), envs, agents, obs_list, subenvs):
+                    self._opened(policy_id, *passed, actions)
             else:
                 self._act_for(policy_id, envs, agents, obs_list, actions)
         # step every sub-env and close the rows whose agents got their next observation
@@ -297,29 +299,6 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         self._opened(
             policy_id, envs, agents, self._acting.act(policy_id, envs, agents, obs_list, self.subenvs), actions
         )
-
-    def _act_league(
-        self, opponent: str, envs: list[int], agents: list[Any], obs_list: list[Any], actions: list[dict[Any, Any]]
-    ) -> None:
-        """The league's opponent seats act, each game's with its slot's snapshot (or the opponent
-        as it is), into the opponent's rows: one forward pass for all of them when the slots
-        share one (:meth:`PolicyActing.act_slots`), else one per slot acting."""
-        slots = [self.subenvs[j].league_slot for j in envs]
-        if self._acting.slots_together():
-            taken = self._acting.act_slots(opponent, envs, agents, obs_list, slots)
-            self._opened(opponent, envs, agents, taken, actions)
-            return
-        assert self.league is not None
-        by_slot: dict[int | None, tuple[list[int], list[Any], list[Any]]] = {}
-        for j, agent, obs, slot in zip(envs, agents, obs_list, slots, strict=True):
-            group = by_slot.setdefault(slot, ([], [], []))
-            group[0].append(j)
-            group[1].append(agent)
-            group[2].append(obs)
-        for slot, (slot_envs, slot_agents, slot_obs) in by_slot.items():
-            acting = opponent if slot is None else self.league.slot_ids()[slot]
-            taken = self._acting.act(acting, slot_envs, slot_agents, slot_obs, self.subenvs, rows_of=opponent)
-            self._opened(opponent, slot_envs, slot_agents, taken, actions)
 
     def _opened(
         self, policy_id: str, envs: list[int], agents: list[Any], taken: tuple[int, Any], actions: list[dict[Any, Any]]
