@@ -132,6 +132,44 @@ def test_rows_with_their_own_models_act_as_each_model_alone(
     np.testing.assert_allclose(bank.forward(np.array([1]), obs[2:3])[0][0], own_logits[0].numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize(
+    ("obs_space", "act_space", "activation"),
+    [
+        (spaces.Box(-1, 1, (4,)), spaces.Discrete(3), "tanh"),
+        (spaces.Box(-1, 1, (3,)), spaces.Box(-2, 2, (2,)), "relu"),  # a Gaussian head: log_std too
+    ],
+)
+def test_a_model_loaded_straight_into_the_bank_acts_as_its_torch_module(
+    obs_space: Any, act_space: Any, activation: str, shared: bool
+) -> None:
+    """A league slot's snapshot loaded from its named weights (no NumpyMLP of its own): its
+    rows act as the snapshot's torch module, the logit bound is worked out for it as
+    refresh() does, the other models' rows are untouched, and keep() of the slot's old model
+    does not write over it."""
+    torch.manual_seed(2)
+    pairs = [_pair(obs_space, act_space, hidden=[16, 8], activation=activation, vf_share_layers=shared) for _ in range(3)]
+    mirrors = [NumpyMLP(layout, _numpy_state(model)) for model, layout in pairs]
+    bank = RowsBank(mirrors)
+    snapshot, _ = _pair(obs_space, act_space, hidden=[16, 8], activation=activation, vf_share_layers=shared)
+    with torch.no_grad():
+        for param in snapshot.parameters():
+            param.add_(torch.randn_like(param) * 0.5)
+    before = bank.forward(np.array([0, 2]), np.zeros((2, *obs_space.shape), np.float32))
+    bank.load(1, _numpy_state(snapshot))
+    bank.keep(1, mirrors[1])  # the slot's own model is unchanged: nothing copied back
+    obs_space.seed(3)
+    obs = np.stack([obs_space.sample() for _ in range(4)]).astype(np.float32)
+    logits, values = bank.forward(np.array([1, 1, 1, 1]), obs)
+    with torch.no_grad():
+        own_logits, own_values = snapshot(torch.from_numpy(obs))
+    np.testing.assert_allclose(logits, own_logits.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values, own_values.numpy(), rtol=1e-5, atol=1e-5)
+    assert bank.bounded[1] == NumpyMLP(pairs[0][1], _numpy_state(snapshot)).bounded
+    after = bank.forward(np.array([0, 2]), np.zeros((2, *obs_space.shape), np.float32))
+    np.testing.assert_array_equal(before[0], after[0])
+
+
 def test_lookup_encodings_do_not_batch_across_models() -> None:
     model, layout = _pair(spaces.Discrete(5), spaces.Discrete(2), hidden=[8])
     assert not rows_batchable(NumpyMLP(layout, _numpy_state(model)))

@@ -155,13 +155,24 @@ class RowsBank:
         self.actor, self.critic = stacked(first.actor), stacked(first.critic)
         self.head = stacked([first.head] if first.shared else [first.pi, first.vf])
         self.log_std = None if first.log_std is None else np.zeros((len(models), *first.log_std.shape), np.float32)
+        # Each Linear's [W | b] rows in the stacks: (its stack, prefix, first row).
+        layout = first.layout
+        trunks = [
+            (stack, prefix) for stack, (prefix, _, _) in zip(self.actor, layout.trunk("actor_trunk"), strict=True)
+        ]
+        if not first.shared:
+            trunks += list(zip(self.critic, (prefix for prefix, _, _ in layout.trunk("critic_trunk")), strict=True))
+        heads = [(self.head[0], "pi", 0), (self.head[0], "vf", first.num_outputs)] if first.shared else [
+            (self.head[0], "pi", 0), (self.head[1], "vf", 0)]  # fmt: skip
+        self._linears = [(stack, prefix, 0) for stack, prefix in trunks] + heads
         self.bounded = np.zeros(len(models), bool)
         self._kept: list[Any] = [None] * len(models)
         for k, model in enumerate(models):
             self.keep(k, model)
 
     def keep(self, k: int, model: NumpyMLP) -> None:
-        """Model ``k`` is ``model``: copied in unless its matrices are the ones already held."""
+        """Model ``k`` is ``model``: copied in unless its matrices are the ones already held
+        (the ones copied last, whatever :meth:`load` wrote since)."""
         if self._kept[k] is model.actor[0]:
             return
         for bank, matrix in zip(self.actor, model.actor, strict=True):
@@ -174,6 +185,19 @@ class RowsBank:
             self.log_std[k] = model.log_std
         self.bounded[k] = model.bounded
         self._kept[k] = model.actor[0]
+
+    def load(self, k: int, weights: Mapping[str, np.ndarray]) -> None:
+        """Model ``k``'s matrices straight from its named weights (``layout.shapes()``, checked
+        by the caller) as :meth:`NumpyMLP.refresh` builds them, without a model of its own:
+        a league slot's next snapshot is one copy into the stacks."""
+        for stack, prefix, row in self._linears:
+            bias = weights[f"{prefix}.bias"]
+            stack[k, row : row + len(bias), :-1] = weights[f"{prefix}.weight"]
+            stack[k, row : row + len(bias), -1] = bias
+        if self.log_std is not None:
+            self.log_std[k] = weights["log_std"]
+        pi = self.head[0][k, : self.first.num_outputs]
+        self.bounded[k] = not self.first.relu and float(np.abs(pi).sum(axis=1).max(initial=0.0)) <= LOGIT_BOUND
 
     def forward(self, which: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`NumpyMLP.__call__` with row ``r`` through model ``which[r]``."""

@@ -7,11 +7,15 @@ attaches to its multi-agent runner. The plan is read at most every ``planRefresh
 a plan that cannot be read (Redis away) leaves the last one in force, said once a streak.
 Results wait in the worker until Redis takes them (a failed flush keeps them).
 
-Picks are drawn ahead, and a snapshot that must be loaded is read together with the next
-picks' (:meth:`~.store.PolicyStore.load_many`: one round trip for up to ``READ_AHEAD``
-snapshots, and one more for the metadata of those not read before under this plan). How far ahead follows the share of picks that needed a load so far: a worker
-whose slots hold most of its picks reads one at a time, one that loads every game reads
-``READ_AHEAD``. So a worker holds at most ``READ_AHEAD - 1`` snapshots besides its slots.
+Picks are drawn ahead. After each load, the next picks' snapshots not read yet are asked
+for without waiting (:meth:`~.store.PolicyStore.send_ahead`: their weights, or first the
+metadata of those whose digest is not known under this plan), and the answer is read at
+the next load, by then mostly arrived: a load waits neither for the round trip nor for
+Redis to wake up. A snapshot not read that way is read when due together with the next
+picks' (:meth:`~.store.PolicyStore.load_many`). How far ahead follows the share of picks
+that needed a load so far: a worker whose slots hold most of its picks reads one at a time,
+one that loads every game up to ``READ_AHEAD``. So a worker holds at most
+``READ_AHEAD - 1`` snapshots besides its slots.
 
 Given the slots' ``signature``, each snapshot read is fitted to the model
 (:func:`~rolloutfleet.data.weights_check.check_weights`: names, shapes, dtypes, finite
@@ -32,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from rolloutfleet.data.weights_check import CheckedWeights, Signature, WeightsRefused, check_weights
-from rolloutfleet.league.store import RESULTS_MAXLEN, MatchResult, PolicyStore
+from rolloutfleet.league.store import RESULTS_MAXLEN, MatchResult, PendingRead, PolicyStore
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.errors import BackendError
 
@@ -40,6 +44,11 @@ log = logging.getLogger(__name__)
 
 READ_AHEAD = 8
 """The most snapshots one read fetches: the one a game needs and the next picks'."""
+SEND_AT_ONCE = 3
+"""The next picks' snapshots are asked for once this many are not read yet (or all the
+read-ahead, if fewer): a request's fixed cost shared, while the first picks' stay read."""
+DRAWS = 64
+"""Picks drawn from the plan at a time."""
 
 
 class LeagueOpponents:
@@ -63,6 +72,7 @@ class LeagueOpponents:
         self.names: tuple[str, ...] = ()
         self.probabilities: np.ndarray = np.zeros(0)
         self._cdf: np.ndarray = np.zeros(0)
+        self._drawn: deque[int] = deque()  # indexes into names drawn from the plan, not yet picked
         self._ahead: deque[str] = deque()  # picks drawn, not yet given
         self._fetched: dict[str, Mapping[str, Any] | Exception] = {}  # read ahead for the picks in _ahead
         # name -> digest of the plan's snapshots read so far: names are immutable while the plan
@@ -72,7 +82,11 @@ class LeagueOpponents:
         self._last: str | None = None
         self.picks = 0
         self.reads = 0
-        """Reads of snapshots from Redis (each two round trips for one or more snapshots)."""
+        """Reads of snapshots that waited for Redis (a round trip for one or more snapshots, and
+        one more for the metadata of those whose digest is not known yet)."""
+        self.sent_ahead = 0
+        """Requests for the next picks' snapshots sent without waiting (read at the next load)."""
+        self._pending: PendingRead | None = None
         self._read_at = float("-inf")
         self._failing = False
         self.pending: list[MatchResult] = []
@@ -93,8 +107,10 @@ class LeagueOpponents:
         return self._last
 
     def _draw(self) -> str:
-        index = int(np.searchsorted(self._cdf, self.rng.random() * self._cdf[-1], side="right"))
-        return self.names[min(index, len(self.names) - 1)]
+        if not self._drawn:  # DRAWS at a time: the same stream of draws as one by one
+            indexes = np.searchsorted(self._cdf, self.rng.random(DRAWS) * self._cdf[-1], side="right")
+            self._drawn.extend(np.minimum(indexes, len(self.names) - 1).tolist())
+        return self.names[self._drawn.popleft()]
 
     def _read_plan(self) -> None:
         try:
@@ -114,35 +130,58 @@ class LeagueOpponents:
             self.names, self.probabilities = names, probabilities
             self._cdf = np.cumsum(probabilities)
             self._ahead.clear()  # drawn from the old plan
+            self._drawn.clear()
             self._fetched.clear()
+            self._pending = None  # its answer is dropped by the next request
             self._digests.clear()
             self._fitted.clear()
 
     def load(self, name: str) -> Mapping[str, Any]:
         self.loads += 1
         self._last = None
+        if self._pending is not None:  # asked for at the last load: mostly arrived by now
+            due = {name, *self._ahead}  # not those picked since and played from a slot
+            self._take({read: weights for read, weights in self._pending.receive().items() if read in due})
+            self._pending = None
         loaded = self._fetched.pop(name, None)
         if loaded is None:
             loaded = self._read(name)
+        self._send_ahead()
         if isinstance(loaded, Exception):
             raise loaded
         return loaded
 
-    def _read(self, name: str) -> Mapping[str, Any] | Exception:
-        """``name`` with the next picks' snapshots (as many as the share of picks loaded says)."""
+    def _wanted(self) -> int:
+        """How many picks ahead to read: as many as the share of picks loaded so far says."""
         share = self.loads / max(1, self.picks)
         wanted = max(1, round(READ_AHEAD * share)) - 1
         while len(self._ahead) < wanted and self.names:
             self._ahead.append(self._draw())
-        batch = [name] + [other for other in list(self._ahead)[:wanted] if other not in self._fetched]
+        return wanted
+
+    def _read(self, name: str) -> Mapping[str, Any] | Exception:
+        """``name`` with the next picks' snapshots, waiting for Redis."""
+        batch = [name] + [other for other in list(self._ahead)[: self._wanted()] if other not in self._fetched]
         self.reads += 1
-        loaded = self.store.load_many(batch, self._digests)
-        if self.signature is not None:
-            for read in dict.fromkeys(batch):  # a name twice in a batch: read and fitted once
-                loaded[read] = self._fit(loaded[read], self._digests.get(read), self.signature)
-        for other in batch[1:]:
-            self._fetched[other] = loaded[other]
-        return loaded[name]
+        self._take(self.store.load_many(batch, self._digests))
+        return self._fetched.pop(name)
+
+    def _send_ahead(self) -> None:
+        """Ask for the next picks' snapshots not yet read, not waiting for the answer (read
+        at the next load): their weights, or first their metadata if this plan's digest of
+        them is not known yet."""
+        wanted = self._wanted()
+        names = [other for other in dict.fromkeys(list(self._ahead)[:wanted]) if other not in self._fetched]
+        if names and len(names) >= min(SEND_AT_ONCE, wanted):
+            self._pending = self.store.send_ahead(names, self._digests)
+            self.sent_ahead += self._pending is not None
+
+    def _take(self, loaded: dict[str, Any]) -> None:
+        """Snapshots read: fitted to the slots' signature (once per digest) and kept for their picks."""
+        for read, weights in loaded.items():
+            self._fetched[read] = weights if self.signature is None else self._fit(
+                weights, self._digests.get(read), self.signature
+            )  # fmt: skip
 
     def _fit(self, weights: Mapping[str, Any] | Exception, digest: str | None, signature: Signature) -> Any:
         """``weights`` fitted to the slots' ``signature`` (once per digest), or the error."""

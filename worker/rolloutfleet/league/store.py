@@ -35,6 +35,7 @@ from rolloutfleet.league.standings import Standings, standings_of
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.league_standings import standings_key
 from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.early import EarlyRequests
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WEIGHTS_SOCKET_TIMEOUT_S, to_numpy_state
 
@@ -187,6 +188,40 @@ class MatchResult:
         )
 
 
+class PendingRead:
+    """Snapshots asked for by :meth:`PolicyStore.send_ahead`, not yet read back."""
+
+    def __init__(
+        self, store: PolicyStore, request: int, unknown: list[str], known: dict[str, str], digests: dict[str, str]
+    ) -> None:
+        self.store, self.request = store, request
+        self.unknown, self.known, self.digests = unknown, known, digests
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.unknown, *self.known]
+
+    def receive(self) -> dict[str, dict[str, np.ndarray] | Exception]:
+        """The weights asked for, each checked against its digest (or the error), by name.
+        The metadata asked for goes into the ``digests`` given to ``send_ahead`` (a snapshot
+        that is gone maps to ``KeyError``). Empty if the answer was lost (a failed
+        connection, or a later ``send_ahead``): read those snapshots when due."""
+        answers = self.store.early.receive(self.request)
+        if answers is None:
+            return {}
+        loaded: dict[str, dict[str, np.ndarray] | Exception] = {}
+        metadata = answers.pop(0) if self.unknown else []
+        for name, item in zip(self.unknown, metadata, strict=True):
+            if item is None:
+                loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.store.snapshots_key}")
+            else:
+                self.digests[name] = Snapshot.from_json(item).digest
+        payloads = answers.pop(0) if self.known else []
+        for (name, digest), payload in zip(self.known.items(), payloads, strict=True):
+            loaded[name] = self.store._verified(name, digest, payload, self.digests)
+        return loaded
+
+
 class PolicyStore(JobClient):
     """The league of job ``namespace/job``: snapshots, retirement, results (see the module doc)."""
 
@@ -221,6 +256,8 @@ class PolicyStore(JobClient):
         self._snapshot = self.client.register_script(_SNAPSHOT_LUA)
         self._collect = self.client.register_script(_COLLECT_LUA)
         self._refs = self.client.register_script(_REFS_LUA)
+        self.early = EarlyRequests(self.client, self.blob_prefix)
+        """:meth:`send_ahead`'s connection."""
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -294,14 +331,42 @@ class PolicyStore(JobClient):
         keys = [self.blob_prefix + digest for digest in wanted.values()]  # one hash tag: one MGET on a cluster too
         payloads = self._retry.call(lambda: self.client.mget(keys))
         for (name, digest), payload in zip(wanted.items(), payloads, strict=True):
-            if not isinstance(payload, bytes):
-                known.pop(name, None)  # read its metadata again next time
-                loaded[name] = KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{digest} are gone")
-            elif hashlib.sha256(payload).hexdigest() != digest:
-                loaded[name] = ValueError(f"snapshot {name!r}: its weights do not match their digest {digest}")
-            else:
-                loaded[name] = decode_tensors(bytearray(payload))
+            loaded[name] = self._verified(name, digest, payload, known)
         return loaded
+
+    def _verified(
+        self, name: str, digest: str, payload: Any, known: dict[str, str]
+    ) -> dict[str, np.ndarray] | Exception:
+        """Snapshot ``name``'s weights from ``payload`` (MGET's answer for its blob), checked
+        against ``digest``; or the error (its digest forgotten from ``known`` when the blob is gone)."""
+        if not isinstance(payload, bytes):
+            known.pop(name, None)  # read its metadata again next time
+            return KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{digest} are gone")
+        if hashlib.sha256(payload).hexdigest() != digest:
+            return ValueError(f"snapshot {name!r}: its weights do not match their digest {digest}")
+        return decode_tensors(bytearray(payload))
+
+    def send_ahead(self, names: Sequence[str], digests: dict[str, str]) -> PendingRead | None:
+        """Ask for snapshots without waiting for the answer: the weights of those of ``names``
+        whose digest ``digests`` knows, and the metadata of the others, in one write
+        (:class:`~rolloutfleet.transport.redis.early.EarlyRequests`). Read the answer with
+        :meth:`PendingRead.receive` when the snapshots are due. One is in flight at a time (a
+        second call drops the first's answer). None: nothing to ask, or the request could not
+        be sent (read those snapshots with :meth:`load_many` as usual)."""
+        unique = list(dict.fromkeys(names))
+        known = {name: digests[name] for name in unique if name in digests}
+        unknown = [name for name in unique if name not in digests]
+        commands: list[tuple[Any, ...]] = []
+        if unknown:
+            commands.append(("HMGET", self.snapshots_key, *unknown))
+        if known:
+            commands.append(("MGET", *(self.blob_prefix + digest for digest in known.values())))
+        request = self.early.send(*commands) if commands else None
+        return None if request is None else PendingRead(self, request, unknown, known, digests)
+
+    def close(self) -> None:
+        self.early.close()
+        super().close()
 
     def retire(self, name: str) -> list[str]:
         """Take ``name`` out of the league (and out of the plan, if it is in it); returns the

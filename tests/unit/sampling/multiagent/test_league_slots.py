@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from rolloutfleet.data.weights_check import CheckedWeights
 from rolloutfleet.inference.numpy_inference import RowsBank
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.multiagent.league_slots import SlotTable, slot_policy_id
@@ -190,3 +191,43 @@ def test_a_recurrent_opponent_plays_its_snapshots_slot_by_slot_into_its_own_rows
     assert all("state_in_0" in part for part in opponent)  # the LSTM's state, in the opponent's table
     played = {name for seats, _ in source.games for name in seats.values() if name != "main"}
     assert played <= set(names) and played
+
+
+def test_checked_snapshots_load_straight_into_the_shared_pass_and_the_slots_catch_up_when_read() -> None:
+    """Snapshots checked against the slots' model (as a worker's league reads them) are
+    copied into the shared forward pass only; a slot's own model takes its snapshot when it
+    acts by itself (random actions) or is read or written through the runner, and weights
+    given to a slot then are the ones it keeps."""
+    runner = MultiAgentEnvRunner(league_job(cached=4, num_envs=4), worker_index=0)
+    signature = runner.policies["main_v1"].weights_signature()
+    names = ["s1", "s2", "s3", "s4"]
+    plain = snapshots_of(runner, names)
+    source = Source({name: CheckedWeights(weights, signature) for name, weights in plain.items()}, names)
+    runner.attach_league(source)
+    slots = runner.league.slot_ids()  # type: ignore[union-attr]
+    initial = {slot: runner.policies[slot].get_weights() for slot in slots}
+    runner.sample()
+    assert runner.slots is not None and sorted(runner.slots.held) == names
+    # The slots' own models did not load anything: the snapshots went into the shared pass only.
+    assert all(np.array_equal(runner.policies[slot].get_weights()[key], initial[slot][key])
+               for slot in slots for key in initial[slot])  # fmt: skip
+    # Acting slot by slot (random actions) first brings every slot's model up to date.
+    runner.sample(random_actions=True)
+    for k, name in enumerate(runner.slots.slots):
+        held = runner.policies[slots[k]].get_weights()
+        assert name is not None and all(np.array_equal(held[key], plain[name][key]) for key in held)
+    # Loaded into the pass again, then read through the runner: the snapshot, not the old weights.
+    source.order, source.turn = ["t1"], 0
+    source.snapshots["t1"] = CheckedWeights({key: value * 0 + 7 for key, value in plain["s1"].items()}, signature)
+    while "t1" not in runner.slots.held:
+        runner.sample()
+    slot = slots[runner.slots.slots.index("t1")]
+    assert all(np.all(value == 7) for value in runner.get_weights([slot])[slot].values())
+    # Weights given through the runner to a slot loaded into the pass only are the ones it keeps.
+    source.order, source.turn = ["t2"], 0
+    source.snapshots["t2"] = CheckedWeights({key: value * 0 + 9 for key, value in plain["s1"].items()}, signature)
+    while "t2" not in runner.slots.held:
+        runner.sample()
+    t2_slot = slots[runner.slots.slots.index("t2")]
+    runner.set_weights(t2_slot, plain["s2"])
+    assert all(np.array_equal(value, plain["s2"][key]) for key, value in runner.get_weights([t2_slot])[t2_slot].items())

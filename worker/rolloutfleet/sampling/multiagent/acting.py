@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from rolloutfleet.data.weights_check import CheckedWeights
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.numpy_inference import RowsBank, rows_batchable
 from rolloutfleet.inference.policy import ActFn, Policy, RecurrentActFn
@@ -40,6 +41,9 @@ class PolicyActing:
         self.random_actions = False
         self._bank: RowsBank | None = None  # share_forward's slots and their opponent, stacked
         self._banked: list[str] = []  # the bank's policies: slot k is row k, the opponent the last
+        self._slot_rows: dict[str, int] = {}  # slot id -> its row of the bank
+        self._signature: Any = None  # the slots' model (weights_signature), for load_slot
+        self._stale: dict[str, CheckedWeights] = {}  # slots loaded into the bank only: their weights
         self._together = False  # this call: the bank acts (no random actions, none stateful or with OU noise)
 
     def begin(self, explore: bool | None, random_actions: bool) -> None:
@@ -104,6 +108,29 @@ class PolicyActing:
         if all(m is not None and rows_batchable(m) for m in models):
             self._bank = RowsBank(models)  # type: ignore[arg-type]
             self._banked = banked
+            self._slot_rows = {slot_id: k for k, slot_id in enumerate(slot_ids)}
+            self._signature = self.policies[slot_ids[0]].weights_signature()
+
+    def load_slot(self, slot_id: str, weights: Mapping[str, Any]) -> None:
+        """A league slot's next snapshot. Weights checked against the slots' model
+        (:class:`~rolloutfleet.data.weights_check.CheckedWeights`, as a worker's league reads
+        them) go straight into the bank, one copy; the slot's own model takes them only when
+        it acts by itself or is read (:meth:`sync_slots`). Others load through the slot's
+        policy (checked there)."""
+        k = self._slot_rows.get(slot_id)
+        if k is None or not isinstance(weights, CheckedWeights) or not weights.fits(self._signature):
+            self.policies[slot_id].set_weights(weights)
+            self._stale.pop(slot_id, None)
+            return
+        assert self._bank is not None
+        self._bank.load(k, weights)
+        self._stale[slot_id] = weights
+
+    def sync_slots(self, policy_ids: Sequence[str] | None = None) -> None:
+        """The slots' own models (of ``policy_ids``, by default all) take the snapshots loaded
+        into the bank only."""
+        for slot_id in list(self._stale) if policy_ids is None else [p for p in policy_ids if p in self._stale]:
+            self.policies[slot_id].set_weights(self._stale.pop(slot_id))
 
     def act_league(
         self,
@@ -121,6 +148,8 @@ class PolicyActing:
         slots = [subenvs[j].league_slot for j in envs]
         if self._together:
             return [(envs, agents, self._act_slots(opponent, envs, agents, obs_list, slots))]
+        if self._stale:
+            self.sync_slots()
         by_slot: dict[int | None, tuple[list[int], list[Any], list[Any]]] = {}
         for j, agent, obs, slot in zip(envs, agents, obs_list, slots, strict=True):
             group = by_slot.setdefault(slot, ([], [], []))

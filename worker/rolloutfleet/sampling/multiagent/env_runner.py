@@ -27,6 +27,7 @@ import numpy as np
 from rolloutfleet.data import batch as sb
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.data.multiagent_batch import MultiAgentBatch
+from rolloutfleet.inference.policy import Policy
 from rolloutfleet.sampling.callbacks import Callbacks
 from rolloutfleet.sampling.env.calls import ENV_CALL
 from rolloutfleet.sampling.env.creators import derive_seed, episode_id_base
@@ -154,7 +155,7 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             obs = sub.env.reset(seed=seed)
         sub.start(obs, self._new_eps_id())
         if self.league is not None:
-            self.league.start(env_index, self.subenvs, self.set_weights)
+            self.league.start(env_index, self.subenvs, self._acting.load_slot)
         if self.filters:
             for agent, agent_obs in obs.items():
                 policy_id = sub.mapping.get(agent) or self._map(sub, env_index, agent)
@@ -168,6 +169,10 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
         if self.league is None:
             raise SpecError("spec.league: this job has no league to attach a source of snapshots to")
         self.league.source = source
+
+    def _policy(self, policy_id: str) -> Policy:
+        self._acting.sync_slots([policy_id])  # a league slot's snapshot loaded into the shared pass only
+        return super()._policy(policy_id)
 
     @property
     def slots(self) -> SlotTable | None:
