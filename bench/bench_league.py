@@ -143,7 +143,7 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int, game: s
     with EmbeddedRedis() as server:
         store = filled_league(server.url, snapshots, game)
         used_memory = int(store.client.info("memory")["used_memory"])
-        fixed_rates, league_rates, loads, reads, rss, busy = [], [], [], [], [], []
+        fixed_rates, league_rates, loads, reads, sent, rss, busy = [], [], [], [], [], [], []
         for _ in range(repeats):
             with MultiAgentEnvRunner(tictactoe(False, cached, game)) as runner:
                 fixed_rates.append(steps_per_s(runner, seconds))
@@ -157,6 +157,7 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int, game: s
                 league_rates.append(steps_per_s(runner, seconds))
                 loads.append(opponents.loads / seconds)
                 reads.append(opponents.reads / seconds)
+                sent.append(opponents.sent_ahead / seconds)
                 assert runner.slots is not None
                 busy.append(runner.slots.busy / max(1, runner.slots.assigned))
                 rss.append(rss_mb() - before)
@@ -170,6 +171,7 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int, game: s
         "league_steps_per_s": statistics.median(league_rates),
         "loads_per_s": statistics.median(loads),
         "reads_per_s": statistics.median(reads),
+        "sent_ahead_per_s": statistics.median(sent),
         "rss_growth_mb": max(rss),
         "busy_share": statistics.median(busy),
         "redis_used_mb": used_memory / 2**20,
@@ -273,14 +275,14 @@ def main() -> None:
     print(f"\n# A worker switching opponents every episode among {args.snapshots} snapshots, a uniform plan "
           f"(16 envs, medians of {args.repeats} runs of {args.seconds:g} s)\n")  # fmt: skip
     print(
-        "| game | cachedPolicies | env steps/s against one fixed opponent | against the league | ratio | snapshot loads/s (reads/s) | "
+        "| game | cachedPolicies | env steps/s against one fixed opponent | against the league | ratio | snapshot loads/s (requests sent ahead/s, reads waited for/s) | "
         "episodes given a held snapshot (all slots in play) | worker RSS growth while sampling | Redis used_memory |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     switch = Table("League: switching opponents", "cached", ["fixed_steps_per_s", "league_steps_per_s"])
     for sw in rows:
         print(f"| {sw['game']} | {sw['cached']} | {sw['fixed_steps_per_s']:,.0f} | {sw['league_steps_per_s']:,.0f} | "
-              f"{sw['league_steps_per_s'] / sw['fixed_steps_per_s']:.2f} | {sw['loads_per_s']:,.1f} ({sw['reads_per_s']:,.1f}) | "
+              f"{sw['league_steps_per_s'] / sw['fixed_steps_per_s']:.2f} | {sw['loads_per_s']:,.1f} ({sw['sent_ahead_per_s']:,.1f}, {sw['reads_per_s']:,.1f}) | "
               f"{sw['busy_share']:.1%} | {sw['rss_growth_mb']:+.1f} MB | {sw['redis_used_mb']:,.1f} MB |")  # fmt: skip
         switch.rows.append({key: round(value, 2) if isinstance(value, float) else value for key, value in sw.items()})
     whole = [

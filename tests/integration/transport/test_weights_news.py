@@ -17,6 +17,7 @@ import redis
 
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.league.store import PolicyStore
 from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.redis.acl import job_users, password_hash
@@ -82,10 +83,20 @@ def test_a_worker_connection_count_is_its_publishers_and_one_for_the_news(own_re
     games = RolloutJob.from_file(ROOT / "examples/tictactoe.yaml").to_dict()  # main trained, main_v1 not
     games["spec"]["league"] = {"opponent": "main_v1", "publishOpponentRows": True}  # its rows too: one more
     league = RolloutJob.from_dict({**games, "metadata": {"name": "ttt", "namespace": "team"}})
-    for spec_job, expected in ((job(), 2), (multi, 3), (league, 3)):
+    for spec_job, expected in ((job(), 2), (multi, 3), (league, 4)):
         transport = worker(redis_url, spec_job)
         until(lambda t=transport: t.poll_weights() == {} and t.news.listening)  # type: ignore[misc]
+        store = None
+        if spec_job.spec.league is not None:  # the league's store, on the worker's client as a worker makes it
+            store = PolicyStore(redis_url, spec_job, client=transport.client)
+            store.snapshot("s1", WEIGHTS)
+            digests: dict[str, str] = {}
+            pending = store.send_ahead(["s1"], digests)  # a load asks for the next picks' snapshots
+            assert pending is not None and pending.receive() == {} and digests  # metadata first
+            assert store.get("s1").digest == digests["s1"]  # the worker's own commands go on beside it
         assert int(admin.info("clients")["connected_clients"]) - before == worker_connections(spec_job) == expected
+        if store is not None:
+            store.close()
         transport.close()
         until(lambda: int(admin.info("clients")["connected_clients"]) == before)
 

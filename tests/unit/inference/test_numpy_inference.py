@@ -148,7 +148,9 @@ def test_a_model_loaded_straight_into_the_bank_acts_as_its_torch_module(
     refresh() does, the other models' rows are untouched, and keep() of the slot's old model
     does not write over it."""
     torch.manual_seed(2)
-    pairs = [_pair(obs_space, act_space, hidden=[16, 8], activation=activation, vf_share_layers=shared) for _ in range(3)]
+    pairs = [
+        _pair(obs_space, act_space, hidden=[16, 8], activation=activation, vf_share_layers=shared) for _ in range(3)
+    ]
     mirrors = [NumpyMLP(layout, _numpy_state(model)) for model, layout in pairs]
     bank = RowsBank(mirrors)
     snapshot, _ = _pair(obs_space, act_space, hidden=[16, 8], activation=activation, vf_share_layers=shared)

@@ -43,6 +43,7 @@ class PolicyActing:
         self._banked: list[str] = []  # the bank's policies: slot k is row k, the opponent the last
         self._slot_rows: dict[str, int] = {}  # slot id -> its row of the bank
         self._signature: Any = None  # the slots' model (weights_signature), for load_slot
+        self._fitting: Any = object()  # the last signature object found equal to it
         self._stale: dict[str, CheckedWeights] = {}  # slots loaded into the bank only: their weights
         self._together = False  # this call: the bank acts (no random actions, none stateful or with OU noise)
 
@@ -118,13 +119,22 @@ class PolicyActing:
         it acts by itself or is read (:meth:`sync_slots`). Others load through the slot's
         policy (checked there)."""
         k = self._slot_rows.get(slot_id)
-        if k is None or not isinstance(weights, CheckedWeights) or not weights.fits(self._signature):
+        if k is None or not isinstance(weights, CheckedWeights) or not self._fits(weights):
             self.policies[slot_id].set_weights(weights)
             self._stale.pop(slot_id, None)
             return
         assert self._bank is not None
         self._bank.load(k, weights)
         self._stale[slot_id] = weights
+
+    def _fits(self, weights: CheckedWeights) -> bool:
+        """Whether ``weights`` were checked against the slots' model (a signature object found
+        equal once is not compared again)."""
+        if weights.signature is not self._fitting:
+            if not weights.fits(self._signature):
+                return False
+            self._fitting = weights.signature
+        return True
 
     def sync_slots(self, policy_ids: Sequence[str] | None = None) -> None:
         """The slots' own models (of ``policy_ids``, by default all) take the snapshots loaded

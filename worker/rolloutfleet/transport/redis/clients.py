@@ -29,15 +29,18 @@ class ClientLimit:
 def worker_connections(job: RolloutJob) -> int:
     """Connections one worker of ``job`` holds to a plain Redis (the primary): its batch
     publisher's for each published policy (the trained ones, and a league's opponent with
-    ``publishOpponentRows``; the job's keys and the weights downloads share the first) and
+    ``publishOpponentRows``; the job's keys and the weights downloads share the first),
     one for the weights announcements, unless it reads the weights from a replica
-    (``spec.redis.readReplicas``: its two weights connections are the replica's).
+    (``spec.redis.readReplicas``: its two weights connections are the replica's), and with
+    ``spec.league`` one for the requests of the next games' snapshots
+    (:class:`~rolloutfleet.transport.redis.early.EarlyRequests`, opened at the first load).
 
     >>> from rolloutfleet.spec.job import RolloutJob
     >>> worker_connections(RolloutJob.from_dict({"metadata": {"name": "j"}, "spec": {"env": {"id": "CartPole-v1"}}}))
     2
     """
-    return len(job.published_policies) + (0 if job.spec.redis.read_replicas else 1)
+    league = 0 if job.spec.league is None else 1
+    return len(job.published_policies) + (0 if job.spec.redis.read_replicas else 1) + league
 
 
 PASSWORD_FROM = "spec.redis.passwordSecret (or the job's own Redis user)"
