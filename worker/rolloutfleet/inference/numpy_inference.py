@@ -166,6 +166,7 @@ class RowsBank:
             (self.head[0], "pi", 0), (self.head[1], "vf", 0)]  # fmt: skip
         self._linears = [(stack, prefix, 0) for stack, prefix in trunks] + heads
         self.bounded = np.zeros(len(models), bool)
+        self._plans: dict[int, tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]] = {}
         self._kept: list[Any] = [None] * len(models)
         for k, model in enumerate(models):
             self.keep(k, model)
@@ -200,32 +201,51 @@ class RowsBank:
         self.bounded[k] = not self.first.relu and float(np.abs(pi).sum(axis=1).max(initial=0.0)) <= LOGIT_BOUND
 
     def forward(self, which: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`NumpyMLP.__call__` with row ``r`` through model ``which[r]``."""
+        """:meth:`NumpyMLP.__call__` with row ``r`` through model ``which[r]``. A layer is a
+        gather of the rows' matrices and one batched product, its activation written into the
+        next layer's input (kept per batch size, its column of ones set once)."""
         n, first = len(obs), self.first
-        x = np.ones((n, first.actor[0].shape[1]), np.float32)
+        inputs, actor, critic = self._plans.get(n) or self._plan_for(n)
         flat = obs.reshape(n, -1)
-        x[:, :-1] = flat if first.scale is None else flat * np.float32(first.scale)
+        if first.scale is None:
+            inputs[:, :-1] = flat
+        else:
+            np.multiply(flat, np.float32(first.scale), out=inputs[:, :-1], casting="unsafe")
 
-        def layer(bank: np.ndarray, x: np.ndarray) -> np.ndarray:
-            return np.matmul(bank[which], x[:, :, None])[:, :, 0]  # type: ignore[no-any-return]
-
-        def trunk(x: np.ndarray, banks: list[np.ndarray]) -> np.ndarray:
-            for bank in banks:
-                block = layer(bank, x)
-                x = np.ones((n, block.shape[1] + 1), np.float32)
-                x[:, :-1] = np.maximum(block, 0) if first.relu else np.tanh(block)
+        def trunk(stacks: list[np.ndarray], outs: list[np.ndarray]) -> np.ndarray:
+            x = inputs
+            for stack, out in zip(stacks, outs, strict=True):
+                block = np.matmul(stack[which], x[:, :, None])[:, :, 0]
+                if first.relu:
+                    np.maximum(block, 0, out=out[:, :-1])
+                else:
+                    np.tanh(block, out=out[:, :-1])
+                x = out
             return x
 
-        features = trunk(x, self.actor)
+        def head(stack: np.ndarray, features: np.ndarray) -> np.ndarray:
+            return np.matmul(stack[which], features[:, :, None])[:, :, 0]  # type: ignore[no-any-return]
+
+        features = trunk(self.actor, actor)
         k = first.num_outputs
         if first.shared:
-            both = layer(self.head[0], features)
+            both = head(self.head[0], features)
             out, values = both[:, :k], both[:, k]
         else:
-            out, values = layer(self.head[0], features), layer(self.head[1], trunk(x, self.critic))[:, 0]
+            out, values = head(self.head[0], features), head(self.head[1], trunk(self.critic, critic))[:, 0]
         if self.log_std is not None:
             out = np.concatenate([out, self.log_std[which]], axis=1)
         return out, values
+
+    def _plan_for(self, n: int) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+        """The inputs of each layer for a batch of ``n`` rows, each with its column of ones."""
+
+        def outputs(stacks: list[np.ndarray]) -> list[np.ndarray]:
+            return [np.ones((n, stack.shape[1] + 1), np.float32) for stack in stacks]
+
+        plan = self._plans[n] = (np.ones((n, self.first.actor[0].shape[1]), np.float32), outputs(self.actor),
+                                 outputs(self.critic))  # fmt: skip
+        return plan
 
 
 def rows_batchable(mlp: NumpyMLP) -> bool:

@@ -197,10 +197,6 @@ class PendingRead:
         self.store, self.request = store, request
         self.unknown, self.known, self.digests = unknown, known, digests
 
-    @property
-    def names(self) -> list[str]:
-        return [*self.unknown, *self.known]
-
     def receive(self) -> dict[str, dict[str, np.ndarray] | Exception]:
         """The weights asked for, each checked against its digest (or the error), by name.
         The metadata asked for goes into the ``digests`` given to ``send_ahead`` (a snapshot
