@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rolloutfleet.cli.main import main
-from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.league.records import MatchResult
+from rolloutfleet.league.store import PolicyStore
 
 pytestmark = pytest.mark.integration
 

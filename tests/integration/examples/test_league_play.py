@@ -18,8 +18,9 @@ import torch
 import yaml
 
 from rolloutfleet.examples.league_play import FIRST, ResultsBook, snapshot_name
+from rolloutfleet.league.records import MatchResult
 from rolloutfleet.league.standings import parse_standings
-from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.league.store import PolicyStore
 from rolloutfleet.spec.job import RolloutJob
 
 pytestmark = pytest.mark.integration

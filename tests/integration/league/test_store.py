@@ -15,8 +15,9 @@ from rolloutfleet.data.codec import decode_tensors
 from rolloutfleet.league.matchmaking import Uniform
 from rolloutfleet.league.opponents import LeagueOpponents
 from rolloutfleet.league.ratings import Elo
+from rolloutfleet.league.records import MatchResult
 from rolloutfleet.league.standings import Standings, parse_standings
-from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.league.store import PolicyStore
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.league_standings import read_standings_json

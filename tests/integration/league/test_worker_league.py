@@ -19,7 +19,8 @@ import redis
 
 from rolloutfleet.fleet.embedded_redis import free_port
 from rolloutfleet.fleet.runner_factory import build_policy_models
-from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.league.records import MatchResult
+from rolloutfleet.league.store import PolicyStore
 from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.consumer import BatchConsumer

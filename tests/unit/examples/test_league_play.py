@@ -20,7 +20,7 @@ from rolloutfleet.examples.league_play import (
     verdict,
 )
 from rolloutfleet.league.matchmaking import League, PrioritizedFictitiousSelfPlay, Record, Uniform
-from rolloutfleet.league.store import MatchResult
+from rolloutfleet.league.records import MatchResult
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFEST = str(ROOT / "examples" / "tictactoe-league.yaml")

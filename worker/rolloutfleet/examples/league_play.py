@@ -49,7 +49,8 @@ from rolloutfleet.examples.selfplay import (
 )
 from rolloutfleet.league.matchmaking import League, Matchmaker, PrioritizedFictitiousSelfPlay, Record, Uniform
 from rolloutfleet.league.ratings import Elo, pair_score
-from rolloutfleet.league.store import MatchResult, PolicyStore
+from rolloutfleet.league.records import MatchResult
+from rolloutfleet.league.store import PolicyStore
 
 WHO = "league_play"
 MATCHMAKERS: dict[str, type[Matchmaker]] = {"pfsp": PrioritizedFictitiousSelfPlay, "uniform": Uniform}

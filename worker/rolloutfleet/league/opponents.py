@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from rolloutfleet.data.weights_check import CheckedWeights, Signature, WeightsRefused, check_weights
-from rolloutfleet.league.store import RESULTS_MAXLEN, MatchResult, PendingRead, PolicyStore
+from rolloutfleet.league.records import MatchResult
+from rolloutfleet.league.store import RESULTS_MAXLEN, PendingRead, PolicyStore
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.errors import BackendError
 

@@ -23,7 +23,6 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -31,6 +30,7 @@ import numpy as np
 from rolloutfleet.data.codec import decode_tensors, encode_tensors
 from rolloutfleet.league.matchmaking import League, Record
 from rolloutfleet.league.ratings import DEFAULT_INITIAL, DEFAULT_K, Elo, pair_score
+from rolloutfleet.league.records import MatchResult, Snapshot
 from rolloutfleet.league.standings import Standings, standings_of
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.league_standings import standings_key
@@ -100,92 +100,8 @@ return 1
 """
 
 # The league uses only commands a job's learner user has (rolloutfleet.transport.redis.acl):
-# HGET, HGETALL, HSET, HDEL, GET, SET, DEL, XADD, XRANGE, scripts and MULTI.
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A frozen policy's metadata."""
-
-    name: str
-    digest: str
-    step: int = 0
-    parent: str | None = None
-    tags: tuple[str, ...] = ()
-    size: int = 0
-    created: float = 0.0
-
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "digest": self.digest, "step": self.step, "parent": self.parent,
-                           "tags": list(self.tags), "size": self.size, "created": self.created})  # fmt: skip
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> Snapshot:
-        data = json.loads(raw)
-        return cls(
-            name=str(data["name"]),
-            digest=str(data["digest"]),
-            step=int(data.get("step", 0)),
-            parent=data.get("parent"),
-            tags=tuple(str(tag) for tag in data.get("tags") or ()),
-            size=int(data.get("size", 0)),
-            created=float(data.get("created", 0.0)),
-        )
-
-
-@dataclass(frozen=True)
-class MatchResult:
-    """One finished match: each seat's policy and return; from a worker, its index and the
-    episode id its rows carry (``eps_id``: the join to the opponent's published rows)."""
-
-    seats: Mapping[str, str]
-    returns: Mapping[str, float]
-    worker: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    eps_id: int | None = None
-
-    def __post_init__(self) -> None:
-        if set(self.seats) != set(self.returns):
-            raise ValueError(f"seats {sorted(self.seats)} and returns {sorted(self.returns)} name different seats")
-        if len(self.seats) < 2:
-            raise ValueError(f"a match has at least 2 seats, got {sorted(self.seats)}")
-
-    @property
-    def winner(self) -> str | None:
-        """The policy in the seat with the highest return; None for a draw at the top."""
-        best = max(self.returns.values())
-        top = [seat for seat, value in self.returns.items() if value == best]
-        return self.seats[top[0]] if len(top) == 1 else None
-
-    def policy_returns(self) -> dict[str, float]:
-        """Return per policy (a policy in several seats: their mean)."""
-        sums: dict[str, list[float]] = {}
-        for seat, policy in self.seats.items():
-            sums.setdefault(policy, []).append(float(self.returns[seat]))
-        return {policy: sum(values) / len(values) for policy, values in sums.items()}
-
-    def fields(self) -> dict[str, str]:
-        out = {"seats": json.dumps(dict(self.seats)), "returns": json.dumps({k: float(v) for k, v in self.returns.items()}),
-               "winner": self.winner or ""}  # fmt: skip
-        if self.worker is not None:
-            out["worker"] = str(self.worker)
-        if self.eps_id is not None:
-            out["eps_id"] = str(self.eps_id)
-        if self.extra:
-            out["extra"] = json.dumps(dict(self.extra))
-        return out
-
-    @classmethod
-    def from_fields(cls, fields: Mapping[bytes, bytes]) -> MatchResult:
-        get = {key.decode(): value.decode() for key, value in fields.items()}
-        worker, eps_id = get.get("worker"), get.get("eps_id")
-        return cls(
-            seats=json.loads(get["seats"]),
-            returns={seat: float(value) for seat, value in json.loads(get["returns"]).items()},
-            worker=int(worker) if worker else None,
-            extra=json.loads(get["extra"]) if get.get("extra") else {},
-            eps_id=int(eps_id) if eps_id else None,
-        )
+# HGET, HGETALL, HSET, HDEL, GET, SET, DEL, XADD, XRANGE, scripts and MULTI; a worker's reads
+# of snapshots (HMGET, MGET) and its results (XADD) are in the worker user's list too.
 
 
 class PendingRead:
