@@ -30,6 +30,12 @@ def _augmented(weights: Mapping[str, np.ndarray], prefix: str) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([weight, bias[:, None]], axis=1), np.float32)
 
 
+def _logits_bounded(pi: np.ndarray, relu: bool) -> bool:
+    """Whether the policy head ``pi`` (``[W | b]``) after a tanh trunk keeps every logit within
+    ``LOGIT_BOUND``: tanh features lie in [-1, 1], so ``|logit_o| <= sum_j |W_oj| + |b_o|``."""
+    return not relu and float(np.abs(pi).sum(axis=1).max(initial=0.0)) <= LOGIT_BOUND
+
+
 class NumpyMLP:
     """Forward pass of the default MLP: ``(action_dist_inputs, vf_preds)``.
 
@@ -65,10 +71,7 @@ class NumpyMLP:
             self.tables = [self._tables(first) for first in self._firsts()]
         self.offsets = np.asarray(layout.offsets, np.intp)
         self.log_std = np.array(weights["log_std"], np.float32) if layout.gaussian else None
-        # tanh features lie in [-1, 1], so |logit_o| <= sum_j |W_oj| + |b_o|.
-        pi = self.head[: self.num_outputs] if self.shared else self.pi
-        bound = float(np.abs(pi).sum(axis=1).max(initial=0.0))
-        self.bounded = not self.relu and bound <= LOGIT_BOUND
+        self.bounded = _logits_bounded(self.head[: self.num_outputs] if self.shared else self.pi, self.relu)
         self._plans.clear()
 
     def _firsts(self) -> list[np.ndarray]:
@@ -197,8 +200,7 @@ class RowsBank:
             stack[k, row : row + len(bias), -1] = bias
         if self.log_std is not None:
             self.log_std[k] = weights["log_std"]
-        pi = self.head[0][k, : self.first.num_outputs]
-        self.bounded[k] = not self.first.relu and float(np.abs(pi).sum(axis=1).max(initial=0.0)) <= LOGIT_BOUND
+        self.bounded[k] = _logits_bounded(self.head[0][k, : self.first.num_outputs], self.first.relu)
 
     def forward(self, which: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`NumpyMLP.__call__` with row ``r`` through model ``which[r]``. A layer is a
