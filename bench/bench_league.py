@@ -151,7 +151,8 @@ def switching(snapshots: int, cached: int, seconds: float, repeats: int, game: s
             with MultiAgentEnvRunner(job) as runner:
                 assert job.spec.league is not None
                 signature = runner.policies[job.spec.league.opponent].weights_signature()
-                opponents = LeagueOpponents(store, job.spec.league, seed=0, worker_index=0, signature=signature)
+                opponents = LeagueOpponents(store, job.spec.league, seed=0, worker_index=0, signature=signature,
+                                            acting=runner.slots_act_only())  # fmt: skip
                 runner.attach_league(opponents)
                 before = rss_mb()
                 league_rates.append(steps_per_s(runner, seconds))

@@ -49,14 +49,14 @@ def test_games_that_all_load_read_their_snapshots_ahead_and_each_gets_its_own(re
         assert len(opponents._fetched) < READ_AHEAD
         # Names seen under this plan: their weights are read without their metadata (Redis's count).
         admin = redis.Redis.from_url(redis_url)
-        seen, sent = set(opponents._digests), opponents.sent_ahead
+        seen, sent = set(opponents._known), opponents.sent_ahead
         admin.config_resetstat()
         for _ in range(100):
             name = opponents.pick()
             assert name is not None
             opponents.load(name)
         calls = {k: int(v["calls"]) for k, v in admin.info("commandstats").items()}
-        new_names = len(set(opponents._digests) - seen)
+        new_names = len(set(opponents._known) - seen)
         assert calls.get("cmdstat_hmget", 0) <= new_names < 100
         assert calls["cmdstat_mget"] == opponents.sent_ahead - sent + opponents.reads - 2 > 0
 
@@ -159,3 +159,40 @@ def test_snapshots_are_fitted_to_the_slots_model_once_a_digest_and_every_read_is
             pass
         with pytest.raises(ValueError, match="do not match their digest"):
             opponents.load("s001")
+
+
+def test_slots_that_act_only_read_a_default_mlps_acting_part_fitted_to_its_names(redis_url: str) -> None:
+    """acting=True (the slots act without their value function): of the default MLP's
+    snapshots only what acting needs is read (Redis counts a GETRANGE each, no MGET), each
+    fitted to the signature's acting names; other snapshots are read whole and fitted to the
+    whole signature."""
+    shapes = {"actor_trunk.1.weight": (8, 4), "actor_trunk.1.bias": (8,), "critic_trunk.1.weight": (8, 4),
+              "critic_trunk.1.bias": (8,), "pi.weight": (2, 8), "pi.bias": (2,), "vf.weight": (1, 8), "vf.bias": (1,)}  # fmt: skip
+    signature = {name: (shape, np.dtype("float32")) for name, shape in shapes.items()}
+    acting = {name: spec for name, spec in signature.items() if name.startswith(("actor_trunk.", "pi."))}
+    admin = redis.Redis.from_url(redis_url)
+    with PolicyStore(redis_url, JOB + "-acting") as store:
+        names = [f"m{i}" for i in range(6)]
+        for i, name in enumerate(names):
+            store.snapshot(name, {key: np.full(shape, float(i), np.float32) for key, shape in shapes.items()})
+        store.publish_plan(dict.fromkeys(names, 1.0))
+        admin.config_resetstat()
+        opponents = LeagueOpponents(store, LeagueSpec(opponent="b"), seed=0, worker_index=0, signature=signature,
+                                    acting=True)  # fmt: skip
+        for _ in range(40):
+            name = opponents.pick()
+            assert name is not None
+            weights = opponents.load(name)
+            assert isinstance(weights, CheckedWeights) and weights.fits(acting) and set(weights) == set(acting)
+            assert all(np.all(value == names.index(name)) for value in weights.values())
+        calls = {key: value["calls"] for key, value in admin.info("commandstats").items()}
+        assert calls["cmdstat_getrange"] >= opponents.loads - READ_AHEAD and "cmdstat_mget" not in calls
+        # A snapshot stored whole (no value function of the default MLP's names) is read whole.
+        whole_signature = {"pi.weight": ((3, 5), np.dtype("float32")), "pi.bias": ((3,), np.dtype("float32"))}
+        store.snapshot("plain", state(1))
+        store.publish_plan({"plain": 1.0})
+        plain = LeagueOpponents(store, LeagueSpec(opponent="b"), seed=0, worker_index=0, signature=whole_signature,
+                                acting=True)  # fmt: skip
+        assert plain.pick() == "plain"
+        loaded = plain.load("plain")
+        assert isinstance(loaded, CheckedWeights) and loaded.fits(whole_signature) and set(loaded) == set(state(1))

@@ -15,7 +15,7 @@ from rolloutfleet.data.codec import decode_tensors
 from rolloutfleet.league.matchmaking import Uniform
 from rolloutfleet.league.opponents import LeagueOpponents
 from rolloutfleet.league.ratings import Elo
-from rolloutfleet.league.records import MatchResult
+from rolloutfleet.league.records import MatchResult, Snapshot
 from rolloutfleet.league.standings import Standings, parse_standings
 from rolloutfleet.league.store import PolicyStore
 from rolloutfleet.spec.job import RolloutJob
@@ -74,6 +74,46 @@ def test_snapshots_are_content_addressed_and_names_immutable(redis_url: str) -> 
         assert np.array_equal(store.load("a")["pi.weight"], state(1)["pi.weight"])
         with pytest.raises(KeyError, match="no snapshot 'nope'"):
             store.load("nope")
+
+
+def mlp_state(seed: int) -> dict[str, np.ndarray]:
+    """A default MLP's names: a policy trunk and head, a value trunk and head."""
+    rng = np.random.default_rng(seed)
+    shapes = {"actor_trunk.1.weight": (8, 4), "actor_trunk.1.bias": (8,), "critic_trunk.1.weight": (8, 4),
+              "critic_trunk.1.bias": (8,), "pi.weight": (2, 8), "pi.bias": (2,), "vf.weight": (1, 8), "vf.bias": (1,)}  # fmt: skip
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def test_a_default_mlp_snapshot_reads_whole_or_only_what_acting_needs_each_part_checked(redis_url: str) -> None:
+    """The default MLP's weights are stored as two parts, what acting needs first: a whole
+    read decodes both; an acting read (load_many and send_ahead) takes only the first bytes,
+    checked against their own digest; weights of other names stay one part and an acting read
+    takes them whole."""
+    client = redis.Redis.from_url(redis_url)
+    acting_names = {"actor_trunk.1.weight", "actor_trunk.1.bias", "pi.weight", "pi.bias"}
+    with PolicyStore(redis_url, JOB) as store:
+        meta = store.snapshot("mlp", mlp_state(1))
+        plain = store.snapshot("plain", state(2))
+        raw = client.get(store.blob_prefix + meta.digest)
+        assert raw is not None and 0 < meta.acting < len(raw) == meta.size and plain.acting == 0
+        assert set(decode_tensors(bytearray(raw[: meta.acting]))) == acting_names
+        whole = store.load("mlp")
+        assert set(whole) == set(mlp_state(1)) and all(np.array_equal(whole[k], v) for k, v in mlp_state(1).items())
+        before = client.info("commandstats").get("cmdstat_getrange", {}).get("calls", 0)
+        known: dict[str, Snapshot] = {}
+        loaded = store.load_many(["mlp", "plain"], known, acting=True)
+        assert set(loaded["mlp"]) == acting_names and set(loaded["plain"]) == set(state(2))
+        assert np.array_equal(loaded["mlp"]["pi.weight"], mlp_state(1)["pi.weight"])
+        assert client.info("commandstats")["cmdstat_getrange"]["calls"] == before + 1  # the split one only
+        pending = store.send_ahead(["mlp"], known, acting=True)
+        assert pending is not None and set(pending.receive()["mlp"]) == acting_names
+        # The acting part is checked on its own: bytes changed there are refused, by name.
+        client.setrange(store.blob_prefix + meta.digest, meta.acting - 4, b"\x00\x01\x02\x03")
+        with pytest.raises(ValueError, match="snapshot 'mlp': the acting part of its weights does not match"):
+            raise store.load_many(["mlp"], known, acting=True)["mlp"]  # type: ignore[misc]
+        client.delete(store.blob_prefix + meta.digest)
+        gone = store.load_many(["mlp"], known, acting=True)["mlp"]
+        assert isinstance(gone, KeyError) and "are gone" in str(gone) and "mlp" not in known
 
 
 def test_retired_weights_go_once_no_match_and_no_other_name_holds_them(redis_url: str) -> None:
@@ -150,6 +190,7 @@ def test_a_jobs_learner_user_keeps_its_league_and_its_worker_user_cannot_write_i
     with PolicyStore(url(users.learner.name), JOB, "team-a") as store:
         store.snapshot("v1", state(1))
         store.snapshot("v2", state(2))
+        store.snapshot("v3", mlp_state(3))
         store.pin(["v1"])
         assert store.retire("v1") == [] and store.unpin(["v1"]) == ["v1"]
         store.record_result(MatchResult({"a": "main", "b": "v2"}, {"a": 1.0, "b": 0.0}))
@@ -159,11 +200,13 @@ def test_a_jobs_learner_user_keeps_its_league_and_its_worker_user_cannot_write_i
     with PolicyStore(url(users.worker.name), JOB, "team-a") as store:
         opponents = LeagueOpponents(store, LeagueSpec(opponent="b"), seed=0, worker_index=3)
         assert opponents.pick() == "v2" and np.array_equal(opponents.load("v2")["pi.weight"], state(2)["pi.weight"])
+        split = store.load_many(["v3"], acting=True)["v3"]  # a default MLP's acting part: GETRANGE
+        assert not isinstance(split, Exception) and "vf.weight" not in split and "pi.weight" in split
         opponents.finished({"x": "main", "o": "v2"}, {"x": 0.0, "o": 0.0})
         assert opponents.flush() == 1
         (_, fields) = admin.xrevrange(store.results_key, count=1)[0]
         assert MatchResult.from_fields(fields).worker == 3
         with pytest.raises(redis.exceptions.NoPermissionError):
-            store.snapshot("v3", state(3))
+            store.snapshot("v4", state(4))
         with pytest.raises(redis.exceptions.NoPermissionError):
             store.publish_plan({"v2": 2})

@@ -3,7 +3,8 @@ snapshots and publishes a plan; the worker's opponent seats play them episode by
 at most ``cachedPolicies`` at a time, and every game it finishes lands in the results
 stream with who played which seat and tic-tac-toe's own outcome; a new plan takes over
 within its refresh; the opponent's rows are never published unless asked for, and then
-each row joins the game it was played in (its ``eps_id``), whose result names the snapshot."""
+each row joins the game it was played in (its ``eps_id``), whose result names the snapshot
+(read whole then, with its value function; otherwise only what acting needs)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,8 @@ def test_a_worker_plays_the_plans_snapshots_and_records_every_game(redis_url: st
     store = PolicyStore(redis_url, JOB)
     snapshots(store, job, ("s1", "s2", "s3"))
     assert store.publish_plan({"s1": 1, "s2": 1, "s3": 2}) == {"s1": 0.25, "s2": 0.25, "s3": 0.5}
+    client = redis.Redis.from_url(redis_url)
+    getranges = client.info("commandstats").get("cmdstat_getrange", {}).get("calls", 0)
     worker = start_worker(job, redis_url, tmp_path)
     try:
         wait_until(lambda: len(games(store)) >= 40, 120, "40 games in the results stream")
@@ -91,7 +94,8 @@ def test_a_worker_plays_the_plans_snapshots_and_records_every_game(redis_url: st
         table = store.ratings()
         assert {"main", "s1", "s2", "s3"} <= set(table.ratings)
         assert before <= table.games["main"] <= len(games(store))
-        client = redis.Redis.from_url(redis_url)
+        # The opponent's rows go nowhere: its slots read only what acting needs of each snapshot.
+        assert client.info("commandstats")["cmdstat_getrange"]["calls"] > getranges
         assert client.xlen(job_keys("default", JOB, "main").batches) > 0
         assert not client.exists(job_keys("default", JOB, "main_v1").batches)
         assert not [key for key in client.scan_iter("*#*")]  # no slot's stream or key
@@ -121,6 +125,7 @@ def test_asked_for_the_opponents_rows_a_worker_publishes_them_joined_to_their_ga
             for message in opponent.read(timeout=0.5):
                 agents = message.metadata.agent_ids
                 batch = message.batch
+                assert np.isfinite(batch["vf_preds"]).all()  # published: the snapshots read whole
                 rows += [(int(e), agents[int(a)]) for e, a in zip(batch["eps_id"], batch["agent_index"], strict=True)]
                 opponent.ack([message])
         wait_until(lambda: len(games(store)) >= 30, 60, "30 games in the results stream")

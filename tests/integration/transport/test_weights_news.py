@@ -17,6 +17,7 @@ import redis
 
 from rolloutfleet.data.batch import SampleBatch
 from rolloutfleet.fleet.worker_transport import WorkerTransport
+from rolloutfleet.league.records import Snapshot
 from rolloutfleet.league.store import PolicyStore
 from rolloutfleet.rules.worker_config import WorkerConfig
 from rolloutfleet.spec.job import RolloutJob
@@ -90,10 +91,10 @@ def test_a_worker_connection_count_is_its_publishers_and_one_for_the_news(own_re
         if spec_job.spec.league is not None:  # the league's store, on the worker's client as a worker makes it
             store = PolicyStore(redis_url, spec_job, client=transport.client)
             store.snapshot("s1", WEIGHTS)
-            digests: dict[str, str] = {}
-            pending = store.send_ahead(["s1"], digests)  # a load asks for the next picks' snapshots
-            assert pending is not None and pending.receive() == {} and digests  # metadata first
-            assert store.get("s1").digest == digests["s1"]  # the worker's own commands go on beside it
+            known: dict[str, Snapshot] = {}
+            pending = store.send_ahead(["s1"], known)  # a load asks for the next picks' snapshots
+            assert pending is not None and pending.receive() == {} and known  # metadata first
+            assert store.get("s1") == known["s1"]  # the worker's own commands go on beside it
         assert int(admin.info("clients")["connected_clients"]) - before == worker_connections(spec_job) == expected
         if store is not None:
             store.close()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rolloutfleet.inference.default_mlp import MLPLayout
+from rolloutfleet.inference.default_mlp import MLPLayout, acting_part
 from rolloutfleet.inference.distributions import distribution_for
 from rolloutfleet.inference.models import DefaultModel
 from rolloutfleet.inference.numpy_inference import NumpyMLP, RowsBank, rows_batchable
@@ -170,6 +170,43 @@ def test_a_model_loaded_straight_into_the_bank_acts_as_its_torch_module(
     assert bank.bounded[1] == NumpyMLP(pairs[0][1], _numpy_state(snapshot)).bounded
     after = bank.forward(np.array([0, 2]), np.zeros((2, *obs_space.shape), np.float32))
     np.testing.assert_array_equal(before[0], after[0])
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize(
+    ("obs_space", "act_space"),
+    [(spaces.Box(-1, 1, (4,)), spaces.Discrete(3)), (spaces.Box(-1, 1, (3,)), spaces.Box(-2, 2, (2,)))],
+)
+def test_a_snapshots_acting_part_acts_as_its_module_with_nan_values_until_a_whole_one_comes(
+    obs_space: Any, act_space: Any, shared: bool
+) -> None:
+    """Loaded without its value function (acting_part: the default MLP's names minus the
+    critic trunk and vf head), a slot acts as the snapshot's torch module and predicts NaN,
+    not the value function it held before; the other rows keep theirs; a whole snapshot
+    brings values back."""
+    torch.manual_seed(4)
+    pairs = [_pair(obs_space, act_space, hidden=[16, 8], vf_share_layers=shared) for _ in range(2)]
+    bank = RowsBank([NumpyMLP(layout, _numpy_state(model)) for model, layout in pairs])
+    snapshot, _ = _pair(obs_space, act_space, hidden=[16, 8], vf_share_layers=shared)
+    whole = _numpy_state(snapshot)
+    part = {name: whole[name] for name in acting_part(whole)}
+    assert {"vf.weight", "vf.bias"} <= set(whole) - set(part)
+    assert shared or any(name.startswith("critic_trunk.") for name in set(whole) - set(part))
+    bank.load(0, part)
+    obs_space.seed(5)
+    obs = np.stack([obs_space.sample() for _ in range(3)]).astype(np.float32)
+    logits, values = bank.forward(np.array([0, 1, 0]), obs)
+    with torch.no_grad():
+        own_logits, _ = snapshot(torch.from_numpy(obs))
+        other_logits, other_values = pairs[1][0](torch.from_numpy(obs[1:2]))
+    np.testing.assert_allclose(logits[[0, 2]], own_logits.numpy()[[0, 2]], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logits[1], other_logits[0].numpy(), rtol=1e-5, atol=1e-5)
+    assert np.isnan(values[[0, 2]]).all() and values[1] == pytest.approx(float(other_values[0]), abs=1e-5)
+    assert np.isnan(bank.forward(np.array([0]), obs[:1])[1]).all()  # every row without one: the critic not run
+    bank.load(0, whole)
+    with torch.no_grad():
+        _, own_values = snapshot(torch.from_numpy(obs))
+    np.testing.assert_allclose(bank.forward(np.array([0, 0, 0]), obs)[1], own_values.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_lookup_encodings_do_not_batch_across_models() -> None:

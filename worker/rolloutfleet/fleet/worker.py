@@ -193,7 +193,8 @@ class Worker:
         )
         signature = runner.policies[spec.league.opponent].weights_signature()  # the slots' model
         self.league = LeagueOpponents(store, spec.league, seed=int(np.random.default_rng(seed).integers(2**63)),
-                                      worker_index=config.worker_index, signature=signature)  # fmt: skip
+                                      worker_index=config.worker_index, signature=signature,
+                                      acting=runner.slots_act_only())  # fmt: skip
         runner.attach_league(self.league)
 
     def _sample_and_publish(self, runner: AnyRunner, transport: WorkerTransport, outage: OutageLoop) -> int:

@@ -11,6 +11,7 @@ learner start from identical parameters. Names and shapes are those of the torch
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -23,6 +24,18 @@ Encoding = Literal["box", "discrete", "multi_discrete"]
 TRUNK_GAIN = math.sqrt(2)
 PI_GAIN = 0.01
 VF_GAIN = 1.0
+VALUE_FUNCTION = ("critic_trunk.", "vf.")
+"""Name prefixes of the default MLP's value function (its own trunk, if any, and its head):
+what a policy does not need to act, only to predict ``vf_preds``."""
+
+
+def acting_part(names: Iterable[str]) -> list[str]:
+    """Those of ``names`` a default MLP needs to act (all but its value function's), in order.
+
+    >>> acting_part(["actor_trunk.1.weight", "critic_trunk.1.weight", "pi.bias", "vf.bias"])
+    ['actor_trunk.1.weight', 'pi.bias']
+    """
+    return [name for name in names if not name.startswith(VALUE_FUNCTION)]
 
 
 def is_image_space(space: spaces.Space[Any]) -> bool:

@@ -146,7 +146,8 @@ class RowsBank:
     per layer, for a batch whose rows each act with their own model: one gather and one
     batched matmul a layer (:meth:`forward`), instead of a call a model. A model's matrices
     are copied in by :meth:`keep`, which sees from their identity whether they changed
-    since (a :meth:`NumpyMLP.refresh` makes new ones). Box encodings only
+    since (a :meth:`NumpyMLP.refresh` makes new ones). A model loaded without its value
+    function (:meth:`load` of its acting part) predicts NaN values. Box encodings only
     (:func:`rows_batchable`)."""
 
     def __init__(self, models: Sequence[NumpyMLP]) -> None:
@@ -169,16 +170,20 @@ class RowsBank:
             (self.head[0], "pi", 0), (self.head[1], "vf", 0)]  # fmt: skip
         self._linears = [(stack, prefix, 0) for stack, prefix in trunks] + heads
         self.bounded = np.zeros(len(models), bool)
+        self.valued = np.ones(len(models), bool)
+        """Whether each model holds its value function (see :meth:`load`)."""
         self._plans: dict[int, tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]] = {}
         self._kept: list[Any] = [None] * len(models)
         for k, model in enumerate(models):
             self.keep(k, model)
 
-    def keep(self, k: int, model: NumpyMLP) -> None:
+    def keep(self, k: int, model: NumpyMLP, valued: bool = True) -> None:
         """Model ``k`` is ``model``: copied in unless its matrices are the ones already held
-        (the ones copied last, whatever :meth:`load` wrote since)."""
+        (the ones copied last, whatever :meth:`load` wrote since). ``valued``: whether its
+        value function is real (not a stand-in for one never loaded)."""
         if self._kept[k] is model.actor[0]:
             return
+        self.valued[k] = valued
         for bank, matrix in zip(self.actor, model.actor, strict=True):
             bank[k] = matrix
         for bank, matrix in zip(self.critic, model.critic, strict=True):
@@ -193,8 +198,13 @@ class RowsBank:
     def load(self, k: int, weights: Mapping[str, np.ndarray]) -> None:
         """Model ``k``'s matrices straight from its named weights (``layout.shapes()``, checked
         by the caller) as :meth:`NumpyMLP.refresh` builds them, without a model of its own:
-        a league slot's next snapshot is one copy into the stacks."""
+        a league slot's next snapshot is one copy into the stacks. Weights without the value
+        function (:func:`~rolloutfleet.inference.default_mlp.acting_part`) leave it out: the
+        model's values are NaN until weights with one come."""
+        self.valued[k] = all(f"{prefix}.bias" in weights for _, prefix, _ in self._linears)
         for stack, prefix, row in self._linears:
+            if f"{prefix}.bias" not in weights:
+                continue
             bias = weights[f"{prefix}.bias"]
             stack[k, row : row + len(bias), :-1] = weights[f"{prefix}.weight"]
             stack[k, row : row + len(bias), -1] = bias
@@ -230,11 +240,16 @@ class RowsBank:
 
         features = trunk(self.actor, actor)
         k = first.num_outputs
+        valued = self.valued[which]
         if first.shared:
             both = head(self.head[0], features)
             out, values = both[:, :k], both[:, k]
-        else:
+        elif valued.any():
             out, values = head(self.head[0], features), head(self.head[1], trunk(self.critic, critic))[:, 0]
+        else:  # no row's model has its value function: its trunk not run
+            out, values = head(self.head[0], features), np.full(n, np.nan, np.float32)
+        if not valued.all():
+            values = np.where(valued, values, np.float32(np.nan))
         if self.log_std is not None:
             out = np.concatenate([out, self.log_std[which]], axis=1)
         return out, values

@@ -23,6 +23,11 @@ values) and loads as :class:`~rolloutfleet.data.weights_check.CheckedWeights`, w
 does not check again. Snapshots are content-addressed: weights whose digest passed once are
 the same bytes the next time (each read is still checked against its digest), so a digest
 is fitted once while the plan stands.
+
+``acting``: the slots act without their value function (a worker's when the opponent's rows
+go nowhere, :meth:`~rolloutfleet.sampling.multiagent.env_runner.MultiAgentEnvRunner.slots_act_only`),
+so of each snapshot split so (the default MLP's) only the part acting needs is read, checked
+against its own digest and fitted to the signature's acting names: about half the bytes.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from rolloutfleet.data.weights_check import CheckedWeights, Signature, WeightsRefused, check_weights
-from rolloutfleet.league.records import MatchResult
+from rolloutfleet.inference.default_mlp import acting_part
+from rolloutfleet.league.records import MatchResult, Snapshot
 from rolloutfleet.league.store import RESULTS_MAXLEN, PendingRead, PolicyStore
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.errors import BackendError
@@ -66,9 +72,14 @@ class LeagueOpponents:
         worker_index: int,
         clock: Callable[[], float] = time.monotonic,
         signature: Signature | None = None,
+        acting: bool = False,
     ) -> None:
         self.store, self.spec, self.worker_index, self.clock = store, spec, worker_index, clock
         self.signature = signature
+        self.acting = acting
+        self._acting_signature = (
+            None if signature is None else {name: signature[name] for name in acting_part(signature)}
+        )
         self.rng = np.random.default_rng(seed)
         self.names: tuple[str, ...] = ()
         self.probabilities: np.ndarray = np.zeros(0)
@@ -76,9 +87,9 @@ class LeagueOpponents:
         self._drawn: deque[int] = deque()  # indexes into names drawn from the plan, not yet picked
         self._ahead: deque[str] = deque()  # picks drawn, not yet given
         self._fetched: dict[str, Mapping[str, Any] | Exception] = {}  # read ahead for the picks in _ahead
-        # name -> digest of the plan's snapshots read so far: names are immutable while the plan
-        # stands (a snapshot's name is free again only once retired, which changes the plan)
-        self._digests: dict[str, str] = {}
+        # name -> metadata of the plan's snapshots read so far: names are immutable while the
+        # plan stands (a snapshot's name is free again only once retired, which changes the plan)
+        self._known: dict[str, Snapshot] = {}
         self._fitted: set[str] = set()  # digests that passed check_weights, of the signature's dtypes
         self._last: str | None = None
         self.picks = 0
@@ -134,7 +145,7 @@ class LeagueOpponents:
             self._drawn.clear()
             self._fetched.clear()
             self._pending = None  # its answer is dropped by the next request
-            self._digests.clear()
+            self._known.clear()
             self._fitted.clear()
 
     def load(self, name: str) -> Mapping[str, Any]:
@@ -164,7 +175,7 @@ class LeagueOpponents:
         """``name`` with the next picks' snapshots, waiting for Redis."""
         batch = [name] + [other for other in list(self._ahead)[: self._wanted()] if other not in self._fetched]
         self.reads += 1
-        self._take(self.store.load_many(batch, self._digests))
+        self._take(self.store.load_many(batch, self._known, acting=self.acting))
         return self._fetched.pop(name)
 
     def _send_ahead(self) -> None:
@@ -174,15 +185,19 @@ class LeagueOpponents:
         wanted = self._wanted()
         names = [other for other in dict.fromkeys(list(self._ahead)[:wanted]) if other not in self._fetched]
         if names and len(names) >= min(SEND_AT_ONCE, wanted):
-            self._pending = self.store.send_ahead(names, self._digests)
+            self._pending = self.store.send_ahead(names, self._known, acting=self.acting)
             self.sent_ahead += self._pending is not None
 
     def _take(self, loaded: dict[str, Any]) -> None:
         """Snapshots read: fitted to the slots' signature (once per digest) and kept for their picks."""
         for read, weights in loaded.items():
-            self._fetched[read] = weights if self.signature is None else self._fit(
-                weights, self._digests.get(read), self.signature
-            )  # fmt: skip
+            snap = self._known.get(read)
+            if self.signature is None or self._acting_signature is None:
+                self._fetched[read] = weights
+            elif self.acting and snap is not None and snap.acting:  # its acting part only
+                self._fetched[read] = self._fit(weights, snap.acting_digest, self._acting_signature)
+            else:
+                self._fetched[read] = self._fit(weights, None if snap is None else snap.digest, self.signature)
 
     def _fit(self, weights: Mapping[str, Any] | Exception, digest: str | None, signature: Signature) -> Any:
         """``weights`` fitted to the slots' ``signature`` (once per digest), or the error."""

@@ -21,10 +21,16 @@ class Snapshot:
     tags: tuple[str, ...] = ()
     size: int = 0
     created: float = 0.0
+    acting: int = 0
+    """Bytes at the start of the weights that hold what acting needs, encoded on their own
+    (the rest, the value function, follows): 0 when the weights are not split."""
+    acting_digest: str = ""
+    """SHA-256 of those ``acting`` bytes."""
 
     def to_json(self) -> str:
         return json.dumps({"name": self.name, "digest": self.digest, "step": self.step, "parent": self.parent,
-                           "tags": list(self.tags), "size": self.size, "created": self.created})  # fmt: skip
+                           "tags": list(self.tags), "size": self.size, "created": self.created,
+                           "acting": self.acting, "acting_digest": self.acting_digest})  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Snapshot:
@@ -37,6 +43,8 @@ class Snapshot:
             tags=tuple(str(tag) for tag in data.get("tags") or ()),
             size=int(data.get("size", 0)),
             created=float(data.get("created", 0.0)),
+            acting=int(data.get("acting", 0)),
+            acting_digest=str(data.get("acting_digest", "")),
         )
 
 

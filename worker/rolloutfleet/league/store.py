@@ -8,7 +8,10 @@
 A snapshot is immutable and content-addressed: its weights are one value named by their
 SHA-256 (``<job tag>:league:blob:<digest>``, encoded by :mod:`rolloutfleet.data.codec`, never
 pickled), written once however many names share them; its metadata (name, digest, parent,
-step, tags, size, time) is a field of ``<job tag>:league:snapshots``. A name is taken once:
+step, tags, size, time) is a field of ``<job tag>:league:snapshots``. The default MLP's
+weights are encoded in two parts, what acting needs first (its metadata says how many bytes,
+with their own SHA-256), so a worker whose opponent's rows go nowhere reads and checks only
+those (``GETRANGE``, about half). A name is taken once:
 a second snapshot under it is refused. :meth:`PolicyStore.retire` takes a snapshot out of
 the league; its weights are deleted once no open match refers to them (:meth:`pin`,
 :meth:`unpin`) and no other name shares them (:meth:`collect`, run by ``retire`` and
@@ -28,6 +31,7 @@ from typing import Any, cast
 import numpy as np
 
 from rolloutfleet.data.codec import decode_tensors, encode_tensors
+from rolloutfleet.inference.default_mlp import acting_part
 from rolloutfleet.league.matchmaking import League, Record
 from rolloutfleet.league.ratings import DEFAULT_INITIAL, DEFAULT_K, Elo, pair_score
 from rolloutfleet.league.records import MatchResult, Snapshot
@@ -101,21 +105,21 @@ return 1
 
 # The league uses only commands a job's learner user has (rolloutfleet.transport.redis.acl):
 # HGET, HGETALL, HSET, HDEL, GET, SET, DEL, XADD, XRANGE, scripts and MULTI; a worker's reads
-# of snapshots (HMGET, MGET) and its results (XADD) are in the worker user's list too.
+# of snapshots (HMGET, MGET, GETRANGE) and its results (XADD) are in the worker user's list too.
 
 
 class PendingRead:
     """Snapshots asked for by :meth:`PolicyStore.send_ahead`, not yet read back."""
 
     def __init__(
-        self, store: PolicyStore, request: int, unknown: list[str], known: dict[str, str], digests: dict[str, str]
+        self, store: PolicyStore, request: int, unknown: list[str], reads: _BlobReads, known: dict[str, Snapshot]
     ) -> None:
         self.store, self.request = store, request
-        self.unknown, self.known, self.digests = unknown, known, digests
+        self.unknown, self.reads, self.known = unknown, reads, known
 
     def receive(self) -> dict[str, dict[str, np.ndarray] | Exception]:
         """The weights asked for, each checked against its digest (or the error), by name.
-        The metadata asked for goes into the ``digests`` given to ``send_ahead`` (a snapshot
+        The metadata asked for goes into the ``known`` given to ``send_ahead`` (a snapshot
         that is gone maps to ``KeyError``). Empty if the answer was lost (a failed
         connection, or a later ``send_ahead``): read those snapshots when due."""
         answers = self.store.early.receive(self.request)
@@ -127,11 +131,35 @@ class PendingRead:
             if item is None:
                 loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.store.snapshots_key}")
             else:
-                self.digests[name] = Snapshot.from_json(item).digest
-        payloads = answers.pop(0) if self.known else []
-        for (name, digest), payload in zip(self.known.items(), payloads, strict=True):
-            loaded[name] = self.store._verified(name, digest, payload, self.digests)
+                self.known[name] = Snapshot.from_json(item)
+        loaded.update(self.reads.verified(answers, self.known))
         return loaded
+
+
+class _BlobReads:
+    """The commands that read snapshots' weights (all of each, in one MGET; or, ``acting``,
+    the part that acting needs of those split so, a GETRANGE each) and the check of their
+    answers against the digests (:meth:`PolicyStore._verified`)."""
+
+    def __init__(self, store: PolicyStore, wanted: Mapping[str, Snapshot], acting: bool) -> None:
+        self.store, self.wanted = store, wanted
+        self.parts = [name for name, snap in wanted.items() if acting and snap.acting]
+        self.whole = [name for name, snap in wanted.items() if not (acting and snap.acting)]
+        prefix = store.blob_prefix  # one hash tag: one node of a cluster answers them all
+        self.commands: list[tuple[Any, ...]] = [("MGET", *(prefix + wanted[name].digest for name in self.whole))]
+        if not self.whole:
+            self.commands = []
+        self.commands += [("GETRANGE", prefix + wanted[name].digest, 0, wanted[name].acting - 1) for name in self.parts]
+
+    def verified(self, answers: list[Any], known: dict[str, Snapshot]) -> dict[str, dict[str, np.ndarray] | Exception]:
+        """The weights in ``answers`` (those of :attr:`commands`, in order), by name."""
+        payloads = dict(zip(self.whole, answers[0], strict=True)) if self.whole else {}
+        payloads.update(zip(self.parts, answers[1 if self.whole else 0 :], strict=True))
+        parts = set(self.parts)
+        return {
+            name: self.store._verified(name, snap, payloads[name], known, acting=name in parts)
+            for name, snap in self.wanted.items()
+        }
 
 
 class PolicyStore(JobClient):
@@ -180,11 +208,18 @@ class PolicyStore(JobClient):
         A name already in the league (active or retired and not yet collected) is refused."""
         if not name or any(ch in name for ch in "\n\r"):
             raise ValueError(f"a snapshot name must be one non-empty line, got {name!r}")
-        payload = encode_tensors(to_numpy_state(weights))
+        state = to_numpy_state(weights)
+        acting = acting_part(state)
+        if 0 < len(acting) < len(state):  # what acting needs first, readable on its own
+            head = encode_tensors({key: state[key] for key in acting})
+            payload = head + encode_tensors({key: value for key, value in state.items() if key not in set(acting)})
+            split = (len(head), hashlib.sha256(head).hexdigest())
+        else:
+            payload, split = encode_tensors(state), (0, "")
         if len(payload) > MAX_SNAPSHOT_BYTES:
             raise ValueError(f"snapshot {name!r} is {len(payload)} bytes, more than Redis' {MAX_SNAPSHOT_BYTES}")
         digest = hashlib.sha256(payload).hexdigest()
-        meta = Snapshot(name, digest, int(step), parent, tuple(tags), len(payload), time.time())
+        meta = Snapshot(name, digest, int(step), parent, tuple(tags), len(payload), time.time(), *split)
         made = self._retry.call(
             lambda: self._snapshot(
                 keys=[self.snapshots_key, self.blob_prefix + digest, self.retired_key],
@@ -218,14 +253,16 @@ class PolicyStore(JobClient):
         return loaded
 
     def load_many(
-        self, names: Sequence[str], digests: dict[str, str] | None = None
+        self, names: Sequence[str], known: dict[str, Snapshot] | None = None, *, acting: bool = False
     ) -> dict[str, dict[str, np.ndarray] | Exception]:
         """Several snapshots' weights, each checked against its digest, in two round trips:
-        their metadata, then their weights in one MGET. ``digests``: name -> digest
-        already known (a worker's, kept while its plan stands); the metadata of those is not
-        read, and this call adds the digests it read. A snapshot or weights that are gone, or
-        weights that miss their digest, map to the error (``KeyError``, ``ValueError``)."""
-        known = {} if digests is None else digests
+        their metadata, then their weights (one MGET). ``known``: name -> metadata already
+        read (a worker's, kept while its plan stands); the metadata of those is not read
+        again, and this call adds what it read. ``acting``: only what acting needs, of the
+        snapshots whose weights are split so (the default MLP's, without its value function;
+        one GETRANGE each), checked against its own digest. A snapshot or weights that are
+        gone, or weights that miss their digest, map to the error (``KeyError``, ``ValueError``)."""
+        known = {} if known is None else known
         unique = list(dict.fromkeys(names))
         loaded: dict[str, dict[str, np.ndarray] | Exception] = {}
         unknown = [name for name in unique if name not in known]
@@ -235,46 +272,62 @@ class PolicyStore(JobClient):
                 if item is None:
                     loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
                 else:
-                    known[name] = Snapshot.from_json(item).digest
+                    known[name] = Snapshot.from_json(item)
         wanted = {name: known[name] for name in unique if name not in loaded}
         if not wanted:
             return loaded
+        reads = _BlobReads(self, wanted, acting)
+        if len(reads.commands) == 1 and reads.whole:
+            answers = [self._retry.call(lambda: self.client.mget(reads.commands[0][1:]))]
+        else:
 
-        keys = [self.blob_prefix + digest for digest in wanted.values()]  # one hash tag: one MGET on a cluster too
-        payloads = self._retry.call(lambda: self.client.mget(keys))
-        for (name, digest), payload in zip(wanted.items(), payloads, strict=True):
-            loaded[name] = self._verified(name, digest, payload, known)
+            def read() -> list[Any]:
+                pipe = self.client.pipeline(transaction=False)
+                for name, key, *rest in reads.commands:
+                    if name == "MGET":
+                        pipe.mget([key, *rest])
+                    else:
+                        pipe.getrange(key, *rest)
+                return pipe.execute()
+
+            answers = self._retry.call(read)
+        loaded.update(reads.verified(answers, known))
         return loaded
 
     def _verified(
-        self, name: str, digest: str, payload: Any, known: dict[str, str]
+        self, name: str, snap: Snapshot, payload: Any, known: dict[str, Snapshot], *, acting: bool = False
     ) -> dict[str, np.ndarray] | Exception:
-        """Snapshot ``name``'s weights from ``payload`` (MGET's answer for its blob), checked
-        against ``digest``; or the error (its digest forgotten from ``known`` when the blob is gone)."""
-        if not isinstance(payload, bytes):
+        """Snapshot ``name``'s weights from ``payload`` (the answer for its blob: all of it, or
+        ``acting``, its acting part), checked against their digest; or the error (its metadata
+        forgotten from ``known`` when the blob is gone)."""
+        if not isinstance(payload, bytes) or (acting and not payload):  # GETRANGE of no key: b""
             known.pop(name, None)  # read its metadata again next time
-            return KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{digest} are gone")
+            return KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{snap.digest} are gone")
+        digest = snap.acting_digest if acting else snap.digest
         if hashlib.sha256(payload).hexdigest() != digest:
-            return ValueError(f"snapshot {name!r}: its weights do not match their digest {digest}")
-        return decode_tensors(bytearray(payload))
+            part = "the acting part of its weights does" if acting else "its weights do"
+            return ValueError(f"snapshot {name!r}: {part} not match their digest {digest}")
+        data = bytearray(payload)
+        if acting or not snap.acting:
+            return decode_tensors(data)
+        view = memoryview(data)
+        return decode_tensors(view[: snap.acting]) | decode_tensors(view[snap.acting :])
 
-    def send_ahead(self, names: Sequence[str], digests: dict[str, str]) -> PendingRead | None:
+    def send_ahead(
+        self, names: Sequence[str], known: dict[str, Snapshot], *, acting: bool = False
+    ) -> PendingRead | None:
         """Ask for snapshots without waiting for the answer: the weights of those of ``names``
-        whose digest ``digests`` knows, and the metadata of the others, in one write
-        (:class:`~rolloutfleet.transport.redis.early.EarlyRequests`). Read the answer with
-        :meth:`PendingRead.receive` when the snapshots are due. One is in flight at a time (a
-        second call drops the first's answer). None: nothing to ask, or the request could not
-        be sent (read those snapshots with :meth:`load_many` as usual)."""
+        whose metadata ``known`` holds (``acting``: as :meth:`load_many`), and the metadata of
+        the others, in one write (:class:`~rolloutfleet.transport.redis.early.EarlyRequests`).
+        Read the answer with :meth:`PendingRead.receive` when the snapshots are due. One is in
+        flight at a time (a second call drops the first's answer). None: nothing to ask, or
+        the request could not be sent (read those snapshots with :meth:`load_many` as usual)."""
         unique = list(dict.fromkeys(names))
-        known = {name: digests[name] for name in unique if name in digests}
-        unknown = [name for name in unique if name not in digests]
-        commands: list[tuple[Any, ...]] = []
-        if unknown:
-            commands.append(("HMGET", self.snapshots_key, *unknown))
-        if known:
-            commands.append(("MGET", *(self.blob_prefix + digest for digest in known.values())))
+        reads = _BlobReads(self, {name: known[name] for name in unique if name in known}, acting)
+        unknown = [name for name in unique if name not in known]
+        commands = ([("HMGET", self.snapshots_key, *unknown)] if unknown else []) + reads.commands
         request = self.early.send(*commands) if commands else None
-        return None if request is None else PendingRead(self, request, unknown, known, digests)
+        return None if request is None else PendingRead(self, request, unknown, reads, known)
 
     def close(self) -> None:
         self.early.close()

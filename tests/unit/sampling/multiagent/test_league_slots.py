@@ -14,6 +14,7 @@ import torch
 
 from rolloutfleet.data.weights_check import CheckedWeights
 from rolloutfleet.inference.numpy_inference import RowsBank
+from rolloutfleet.sampling.multiagent.acting import PolicyActing
 from rolloutfleet.sampling.multiagent.env_runner import MultiAgentEnvRunner
 from rolloutfleet.sampling.multiagent.league_slots import SlotTable, slot_policy_id
 from rolloutfleet.spec.job import RolloutJob, SpecError
@@ -231,3 +232,44 @@ def test_checked_snapshots_load_straight_into_the_shared_pass_and_the_slots_catc
     t2_slot = slots[runner.slots.slots.index("t2")]
     runner.set_weights(t2_slot, plain["s2"])
     assert all(np.array_equal(value, plain["s2"][key]) for key, value in runner.get_weights([t2_slot])[t2_slot].items())
+
+
+def test_slots_given_a_snapshots_acting_part_act_with_it_and_their_rows_have_no_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without publishOpponentRows the slots need only what acting needs (the default MLP
+    less its value function, as a worker's league then reads it): the opponent's rows from
+    those games carry NaN vf_preds while main's keep their values, in the shared pass as
+    slot by slot (as with Ornstein-Uhlenbeck noise), where a slot's own model takes the
+    snapshot with a value function of zeros."""
+    job = league_job(cached=4, num_envs=4)
+    runner = MultiAgentEnvRunner(job, worker_index=0)
+    assert runner.slots_act_only()
+    published = job.to_dict()
+    published["spec"]["league"]["publishOpponentRows"] = True
+    assert not MultiAgentEnvRunner(RolloutJob.from_dict(published), worker_index=0).slots_act_only()
+    signature = runner.policies["main_v1"].weights_signature()
+    acting = {name: spec for name, spec in signature.items() if not name.startswith(("critic_trunk.", "vf."))}
+    names = ["s1", "s2", "s3", "s4"]
+    plain = snapshots_of(runner, names)
+    parts = {name: {key: weights[key] for key in acting} for name, weights in plain.items()}
+    runner.attach_league(Source({name: CheckedWeights(part, acting) for name, part in parts.items()}, names))
+    batch = runner.sample()
+    assert len(batch["main_v1"]) > 0 and np.isnan(batch["main_v1"]["vf_preds"]).all()
+    assert np.isfinite(batch["main"]["vf_preds"]).all()
+    begin = PolicyActing.begin
+
+    def slot_by_slot(self: PolicyActing, explore: bool | None, random_actions: bool) -> None:
+        begin(self, explore, random_actions)
+        self._together = False  # as when a banked policy acts with Ornstein-Uhlenbeck noise
+
+    monkeypatch.setattr(PolicyActing, "begin", slot_by_slot)
+    batch = runner.sample()
+    assert len(batch["main_v1"]) > 0 and np.isnan(batch["main_v1"]["vf_preds"]).all()
+    assert np.isfinite(batch["main"]["vf_preds"]).all()
+    assert runner.slots is not None
+    for k, name in enumerate(runner.slots.slots):
+        slot = runner.league.slot_ids()[k]  # type: ignore[union-attr]
+        held = runner.get_weights([slot])[slot]
+        assert name is not None and all(np.array_equal(held[key], parts[name][key]) for key in acting)
+        assert all(not held[key].any() for key in set(signature) - set(acting))

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from rolloutfleet.data import batch as sb
 from rolloutfleet.data.weights_check import CheckedWeights
+from rolloutfleet.inference.default_mlp import acting_part
 from rolloutfleet.inference.exploration import OrnsteinUhlenbeckNoise
 from rolloutfleet.inference.numpy_inference import RowsBank, rows_batchable
 from rolloutfleet.inference.policy import ActFn, Policy, RecurrentActFn
@@ -43,8 +45,10 @@ class PolicyActing:
         self._banked: list[str] = []  # the bank's policies: slot k is row k, the opponent the last
         self._slot_rows: dict[str, int] = {}  # slot id -> its row of the bank
         self._signature: Any = None  # the slots' model (weights_signature), for load_slot
-        self._fitting: Any = object()  # the last signature object found equal to it
+        self._acting_signature: Any = None  # its names that acting needs (without the value function)
+        self._fitting: list[Any] = []  # signature objects found equal to one of those
         self._stale: dict[str, CheckedWeights] = {}  # slots loaded into the bank only: their weights
+        self._valueless: set[str] = set()  # slots holding a snapshot's acting part only
         self._together = False  # this call: the bank acts (no random actions, none stateful or with OU noise)
 
     def begin(self, explore: bool | None, random_actions: bool) -> None:
@@ -111,36 +115,53 @@ class PolicyActing:
             self._banked = banked
             self._slot_rows = {slot_id: k for k, slot_id in enumerate(slot_ids)}
             self._signature = self.policies[slot_ids[0]].weights_signature()
+            self._acting_signature = {name: self._signature[name] for name in acting_part(self._signature)}
+
+    @property
+    def slots_banked(self) -> bool:
+        """Whether the league's slots act in the shared pass (:meth:`share_forward`): they
+        then take a snapshot's acting part alone (:meth:`load_slot`)."""
+        return self._bank is not None
 
     def load_slot(self, slot_id: str, weights: Mapping[str, Any]) -> None:
-        """A league slot's next snapshot. Weights checked against the slots' model
-        (:class:`~rolloutfleet.data.weights_check.CheckedWeights`, as a worker's league reads
-        them) go straight into the bank, one copy; the slot's own model takes them only when
-        it acts by itself or is read (:meth:`sync_slots`). Others load through the slot's
-        policy (checked there)."""
+        """A league slot's next snapshot. Weights checked against the slots' model, or its
+        acting part (:class:`~rolloutfleet.data.weights_check.CheckedWeights`, as a worker's
+        league reads them), go straight into the bank, one copy; the slot's own model takes
+        them only when it acts by itself or is read (:meth:`sync_slots`). Others load
+        through the slot's policy (checked there)."""
         k = self._slot_rows.get(slot_id)
         if k is None or not isinstance(weights, CheckedWeights) or not self._fits(weights):
             self.policies[slot_id].set_weights(weights)
             self._stale.pop(slot_id, None)
+            self._valueless.discard(slot_id)
             return
         assert self._bank is not None
         self._bank.load(k, weights)
         self._stale[slot_id] = weights
+        if self._bank.valued[k]:
+            self._valueless.discard(slot_id)
+        else:
+            self._valueless.add(slot_id)
 
     def _fits(self, weights: CheckedWeights) -> bool:
-        """Whether ``weights`` were checked against the slots' model (a signature object found
-        equal once is not compared again)."""
-        if weights.signature is not self._fitting:
-            if not weights.fits(self._signature):
+        """Whether ``weights`` were checked against the slots' model or its acting part (a
+        signature object found equal once is not compared again)."""
+        if not any(weights.signature is fitting for fitting in self._fitting):
+            if not (weights.fits(self._signature) or weights.fits(self._acting_signature)):
                 return False
-            self._fitting = weights.signature
+            self._fitting.append(weights.signature)
         return True
 
     def sync_slots(self, policy_ids: Sequence[str] | None = None) -> None:
         """The slots' own models (of ``policy_ids``, by default all) take the snapshots loaded
-        into the bank only."""
+        into the bank only. A snapshot's acting part comes with a value function of zeros (the
+        rows it acts for get NaN ``vf_preds``, as in the bank)."""
         for slot_id in list(self._stale) if policy_ids is None else [p for p in policy_ids if p in self._stale]:
-            self.policies[slot_id].set_weights(self._stale.pop(slot_id))
+            weights: Mapping[str, Any] = self._stale.pop(slot_id)
+            if slot_id in self._valueless:
+                weights = {name: weights[name] if name in weights else np.zeros(shape, dtype)
+                           for name, (shape, dtype) in self._signature.items()}  # fmt: skip
+            self.policies[slot_id].set_weights(weights)
 
     def act_league(
         self,
@@ -166,11 +187,14 @@ class PolicyActing:
             group[0].append(j)
             group[1].append(agent)
             group[2].append(obs)
-        return [
-            (slot_envs, slot_agents, self.act(opponent if slot is None else slot_ids[slot], slot_envs, slot_agents,
-                                              slot_obs, subenvs, rows_of=opponent))
-            for slot, (slot_envs, slot_agents, slot_obs) in by_slot.items()
-        ]  # fmt: skip
+        passes = []
+        for slot, (slot_envs, slot_agents, slot_obs) in by_slot.items():
+            policy_id = opponent if slot is None else slot_ids[slot]
+            start, actions = self.act(policy_id, slot_envs, slot_agents, slot_obs, subenvs, rows_of=opponent)
+            if policy_id in self._valueless:  # its value function is zeros, not a prediction
+                self.rows[opponent].columns[sb.VF_PREDS][start : start + len(slot_envs)] = np.nan
+            passes.append((slot_envs, slot_agents, (start, actions)))
+        return passes
 
     def _act_slots(
         self, opponent: str, envs: list[int], agents: list[Any], obs_list: list[Any], slots: Sequence[int | None]
@@ -182,7 +206,8 @@ class PolicyActing:
         last = len(self._banked) - 1
         which = np.fromiter((last if k is None else k for k in slots), np.intp, len(slots))
         for k in set(which.tolist()):
-            bank.keep(k, self.policies[self._banked[k]].backend.mlp)  # type: ignore[attr-defined]
+            policy_id = self._banked[k]
+            bank.keep(k, self.policies[policy_id].backend.mlp, policy_id not in self._valueless)  # type: ignore[attr-defined]
         rows = self.rows[opponent]
         start = rows.reserve(len(envs))
         obs, mask = rows.write_obs(obs_list, start, agents)

@@ -170,6 +170,14 @@ class MultiAgentEnvRunner(Runner[MultiAgentBatch]):
             raise SpecError("spec.league: this job has no league to attach a source of snapshots to")
         self.league.source = source
 
+    def slots_act_only(self) -> bool:
+        """Whether the league's slots need only what acting needs of a snapshot (the default
+        MLP without its value function): they act in one shared pass and the opponent's rows
+        are not published (``publishOpponentRows``), so nobody reads their ``vf_preds``,
+        which are then NaN for the games a snapshot's acting part played."""
+        league = self.job.spec.league
+        return league is not None and not league.publish_opponent_rows and self._acting.slots_banked
+
     def _policy(self, policy_id: str) -> Policy:
         self._acting.sync_slots([policy_id])  # a league slot's snapshot loaded into the shared pass only
         return super()._policy(policy_id)

@@ -37,14 +37,14 @@ _TRANSACTIONS = ("+multi", "+exec", "+discard", "+watch", "+unwatch")
 _WORKER_DATA = (
     "+xadd", "+xlen", "+xpending", "+xtrim", "+xrevrange", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers", "+xread",
     "+get", "+set", "+del", "+exists", "+type", "+expire", "+pexpire", "+persist", "+ttl", "+pttl",
-    "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hlen", "+mget",
+    "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hlen", "+mget", "+getrange",
 )  # fmt: skip
 _WORKER_NEWS = ("+subscribe", "+unsubscribe")
 """The weights announcements (:attr:`~rolloutfleet.transport.redis.keys.JobKeys.weights_news`)."""
 _LEARNER_DATA = (
     "+xreadgroup", "+xrange", "+xack", "+xclaim", "+xautoclaim", "+xdel", "+xgroup|create",
     "+xgroup|createconsumer", "+xgroup|delconsumer", "+xgroup|setid", "+xgroup|destroy", "+incr",
-    "+strlen", "+getrange", "+publish",
+    "+strlen", "+publish",
 )  # fmt: skip
 
 
