@@ -42,8 +42,9 @@ import numpy as np
 
 from rolloutfleet.data.weights_check import CheckedWeights, Signature, WeightsRefused, check_weights
 from rolloutfleet.inference.default_mlp import acting_part
+from rolloutfleet.league.reads import PendingRead
 from rolloutfleet.league.records import MatchResult, Snapshot
-from rolloutfleet.league.store import RESULTS_MAXLEN, PendingRead, PolicyStore
+from rolloutfleet.league.store import RESULTS_MAXLEN, PolicyStore
 from rolloutfleet.spec.sections.league_spec import LeagueSpec
 from rolloutfleet.transport.redis.errors import BackendError
 

@@ -30,10 +30,11 @@ from typing import Any, cast
 
 import numpy as np
 
-from rolloutfleet.data.codec import decode_tensors, encode_tensors
+from rolloutfleet.data.codec import encode_tensors
 from rolloutfleet.inference.default_mlp import acting_part
 from rolloutfleet.league.matchmaking import League, Record
 from rolloutfleet.league.ratings import DEFAULT_INITIAL, DEFAULT_K, Elo, pair_score
+from rolloutfleet.league.reads import BlobReads, Loaded, PendingRead
 from rolloutfleet.league.records import MatchResult, Snapshot
 from rolloutfleet.league.standings import Standings, standings_of
 from rolloutfleet.spec.job import RolloutJob
@@ -106,60 +107,6 @@ return 1
 # The league uses only commands a job's learner user has (rolloutfleet.transport.redis.acl):
 # HGET, HGETALL, HSET, HDEL, GET, SET, DEL, XADD, XRANGE, scripts and MULTI; a worker's reads
 # of snapshots (HMGET, MGET, GETRANGE) and its results (XADD) are in the worker user's list too.
-
-
-class PendingRead:
-    """Snapshots asked for by :meth:`PolicyStore.send_ahead`, not yet read back."""
-
-    def __init__(
-        self, store: PolicyStore, request: int, unknown: list[str], reads: _BlobReads, known: dict[str, Snapshot]
-    ) -> None:
-        self.store, self.request = store, request
-        self.unknown, self.reads, self.known = unknown, reads, known
-
-    def receive(self) -> dict[str, dict[str, np.ndarray] | Exception]:
-        """The weights asked for, each checked against its digest (or the error), by name.
-        The metadata asked for goes into the ``known`` given to ``send_ahead`` (a snapshot
-        that is gone maps to ``KeyError``). Empty if the answer was lost (a failed
-        connection, or a later ``send_ahead``): read those snapshots when due."""
-        answers = self.store.early.receive(self.request)
-        if answers is None:
-            return {}
-        loaded: dict[str, dict[str, np.ndarray] | Exception] = {}
-        metadata = answers.pop(0) if self.unknown else []
-        for name, item in zip(self.unknown, metadata, strict=True):
-            if item is None:
-                loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.store.snapshots_key}")
-            else:
-                self.known[name] = Snapshot.from_json(item)
-        loaded.update(self.reads.verified(answers, self.known))
-        return loaded
-
-
-class _BlobReads:
-    """The commands that read snapshots' weights (all of each, in one MGET; or, ``acting``,
-    the part that acting needs of those split so, a GETRANGE each) and the check of their
-    answers against the digests (:meth:`PolicyStore._verified`)."""
-
-    def __init__(self, store: PolicyStore, wanted: Mapping[str, Snapshot], acting: bool) -> None:
-        self.store, self.wanted = store, wanted
-        self.parts = [name for name, snap in wanted.items() if acting and snap.acting]
-        self.whole = [name for name, snap in wanted.items() if not (acting and snap.acting)]
-        prefix = store.blob_prefix  # one hash tag: one node of a cluster answers them all
-        self.commands: list[tuple[Any, ...]] = [("MGET", *(prefix + wanted[name].digest for name in self.whole))]
-        if not self.whole:
-            self.commands = []
-        self.commands += [("GETRANGE", prefix + wanted[name].digest, 0, wanted[name].acting - 1) for name in self.parts]
-
-    def verified(self, answers: list[Any], known: dict[str, Snapshot]) -> dict[str, dict[str, np.ndarray] | Exception]:
-        """The weights in ``answers`` (those of :attr:`commands`, in order), by name."""
-        payloads = dict(zip(self.whole, answers[0], strict=True)) if self.whole else {}
-        payloads.update(zip(self.parts, answers[1 if self.whole else 0 :], strict=True))
-        parts = set(self.parts)
-        return {
-            name: self.store._verified(name, snap, payloads[name], known, acting=name in parts)
-            for name, snap in self.wanted.items()
-        }
 
 
 class PolicyStore(JobClient):
@@ -254,7 +201,7 @@ class PolicyStore(JobClient):
 
     def load_many(
         self, names: Sequence[str], known: dict[str, Snapshot] | None = None, *, acting: bool = False
-    ) -> dict[str, dict[str, np.ndarray] | Exception]:
+    ) -> dict[str, Loaded]:
         """Several snapshots' weights, each checked against its digest, in two round trips:
         their metadata, then their weights (one MGET). ``known``: name -> metadata already
         read (a worker's, kept while its plan stands); the metadata of those is not read
@@ -264,7 +211,7 @@ class PolicyStore(JobClient):
         gone, or weights that miss their digest, map to the error (``KeyError``, ``ValueError``)."""
         known = {} if known is None else known
         unique = list(dict.fromkeys(names))
-        loaded: dict[str, dict[str, np.ndarray] | Exception] = {}
+        loaded: dict[str, Loaded] = {}
         unknown = [name for name in unique if name not in known]
         if unknown:
             raw = self._retry.call(lambda: self.client.hmget(self.snapshots_key, unknown))
@@ -276,7 +223,7 @@ class PolicyStore(JobClient):
         wanted = {name: known[name] for name in unique if name not in loaded}
         if not wanted:
             return loaded
-        reads = _BlobReads(self, wanted, acting)
+        reads = BlobReads(self.blob_prefix, wanted, acting)
         if len(reads.commands) == 1 and reads.whole:
             answers = [self._retry.call(lambda: self.client.mget(reads.commands[0][1:]))]
         else:
@@ -294,25 +241,6 @@ class PolicyStore(JobClient):
         loaded.update(reads.verified(answers, known))
         return loaded
 
-    def _verified(
-        self, name: str, snap: Snapshot, payload: Any, known: dict[str, Snapshot], *, acting: bool = False
-    ) -> dict[str, np.ndarray] | Exception:
-        """Snapshot ``name``'s weights from ``payload`` (the answer for its blob: all of it, or
-        ``acting``, its acting part), checked against their digest; or the error (its metadata
-        forgotten from ``known`` when the blob is gone)."""
-        if not isinstance(payload, bytes) or (acting and not payload):  # GETRANGE of no key: b""
-            known.pop(name, None)  # read its metadata again next time
-            return KeyError(f"snapshot {name!r}: its weights {self.blob_prefix}{snap.digest} are gone")
-        digest = snap.acting_digest if acting else snap.digest
-        if hashlib.sha256(payload).hexdigest() != digest:
-            part = "the acting part of its weights does" if acting else "its weights do"
-            return ValueError(f"snapshot {name!r}: {part} not match their digest {digest}")
-        data = bytearray(payload)
-        if acting or not snap.acting:
-            return decode_tensors(data)
-        view = memoryview(data)
-        return decode_tensors(view[: snap.acting]) | decode_tensors(view[snap.acting :])
-
     def send_ahead(
         self, names: Sequence[str], known: dict[str, Snapshot], *, acting: bool = False
     ) -> PendingRead | None:
@@ -323,11 +251,11 @@ class PolicyStore(JobClient):
         flight at a time (a second call drops the first's answer). None: nothing to ask, or
         the request could not be sent (read those snapshots with :meth:`load_many` as usual)."""
         unique = list(dict.fromkeys(names))
-        reads = _BlobReads(self, {name: known[name] for name in unique if name in known}, acting)
+        reads = BlobReads(self.blob_prefix, {name: known[name] for name in unique if name in known}, acting)
         unknown = [name for name in unique if name not in known]
         commands = ([("HMGET", self.snapshots_key, *unknown)] if unknown else []) + reads.commands
         request = self.early.send(*commands) if commands else None
-        return None if request is None else PendingRead(self, request, unknown, reads, known)
+        return None if request is None else PendingRead(self.early, request, self.snapshots_key, unknown, reads, known)
 
     def close(self) -> None:
         self.early.close()
