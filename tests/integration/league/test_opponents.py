@@ -58,7 +58,8 @@ def test_games_that_all_load_read_their_snapshots_ahead_and_each_gets_its_own(re
         calls = {k: int(v["calls"]) for k, v in admin.info("commandstats").items()}
         new_names = len(set(opponents._known) - seen)
         assert calls.get("cmdstat_hmget", 0) <= new_names < 100
-        assert calls["cmdstat_mget"] == opponents.sent_ahead - sent + opponents.reads - 2 > 0
+        # Weights go out with the requests (some carry only the metadata of names new to it).
+        assert 0 < calls["cmdstat_mget"] <= opponents.sent_ahead - sent + opponents.reads - 2
 
 
 def test_a_request_sent_ahead_and_lost_is_read_when_due(redis_url: str) -> None:
@@ -155,6 +156,7 @@ def test_snapshots_are_fitted_to_the_slots_model_once_a_digest_and_every_read_is
         digest = store.get("s001").digest
         redis.Redis.from_url(redis_url).set(store.blob_prefix + digest, b"other bytes")
         opponents._fetched.clear()  # nothing read ahead of the change: the next s001 is read after it
+        opponents._pending = None
         while opponents.pick() != "s001":
             pass
         with pytest.raises(ValueError, match="do not match their digest"):
