@@ -116,6 +116,23 @@ def test_a_default_mlp_snapshot_reads_whole_or_only_what_acting_needs_each_part_
         assert isinstance(gone, KeyError) and "are gone" in str(gone) and "mlp" not in known
 
 
+def test_on_a_redis_cluster_acting_parts_and_whole_blobs_come_in_one_round_trip(cluster_url: str) -> None:
+    """Every blob of a league shares its job's hash tag: on a real Redis Cluster the GETRANGEs
+    and the MGET of a read go to one node together, synchronous or sent ahead."""
+    acting_names = {"actor_trunk.1.weight", "actor_trunk.1.bias", "pi.weight", "pi.bias"}
+    with PolicyStore(cluster_url, JOB + "-cluster") as store:
+        for name, weights in (("a", mlp_state(1)), ("b", mlp_state(2)), ("plain", state(3))):
+            store.snapshot(name, weights)
+        known: dict[str, Snapshot] = {}
+        loaded = store.load_many(["a", "b", "plain"], known, acting=True)
+        assert set(loaded["a"]) == set(loaded["b"]) == acting_names and set(loaded["plain"]) == set(state(3))
+        assert np.array_equal(loaded["b"]["pi.weight"], mlp_state(2)["pi.weight"])
+        pending = store.send_ahead(["a", "b", "plain"], known, acting=True)
+        assert pending is not None
+        again = pending.receive()
+        assert set(again["a"]) == acting_names and np.array_equal(again["plain"]["pi.bias"], state(3)["pi.bias"])
+
+
 def test_retired_weights_go_once_no_match_and_no_other_name_holds_them(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     with PolicyStore(redis_url, JOB) as store:

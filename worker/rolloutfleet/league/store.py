@@ -39,7 +39,7 @@ from rolloutfleet.league.records import MatchResult, Snapshot
 from rolloutfleet.league.standings import Standings, standings_of
 from rolloutfleet.spec.job import RolloutJob
 from rolloutfleet.transport.league_standings import standings_key
-from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient
+from rolloutfleet.transport.redis.connection import DEFAULT_RECONNECT_TIMEOUT_S, JobClient, node_client
 from rolloutfleet.transport.redis.early import EarlyRequests
 from rolloutfleet.transport.redis.keys import job_keys
 from rolloutfleet.transport.weights import WEIGHTS_SOCKET_TIMEOUT_S, to_numpy_state
@@ -228,8 +228,8 @@ class PolicyStore(JobClient):
             answers = [self._retry.call(lambda: self.client.mget(reads.commands[0][1:]))]
         else:
 
-            def read() -> list[Any]:
-                pipe = self.client.pipeline(transaction=False)
+            def read() -> list[Any]:  # on a cluster, on the node of the job's hash tag: one slot, one node
+                pipe = node_client(self.client, self.blob_prefix).pipeline(transaction=False)
                 for name, key, *rest in reads.commands:
                     if name == "MGET":
                         pipe.mget([key, *rest])
