@@ -49,14 +49,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def policy(params: int, seed: int) -> dict[str, np.ndarray]:
-    """Two layers and their biases holding ``params`` float32 values in all."""
+    """``params`` float32 values named as the default MLP's: a policy layer and head, a value
+    layer and head, half each (so the store keeps what acting needs as its own part)."""
     rng = np.random.default_rng(seed)
     width = max(1, int((params / 2) ** 0.5))
     rest = max(0, params - 2 * width * width)
     return {
-        "pi.0.weight": rng.standard_normal((width, width)).astype(np.float32),
-        "pi.1.weight": rng.standard_normal((width, width)).astype(np.float32),
-        "pi.1.bias": rng.standard_normal(rest).astype(np.float32),
+        "actor_trunk.1.weight": rng.standard_normal((width, width)).astype(np.float32),
+        "critic_trunk.1.weight": rng.standard_normal((width, width)).astype(np.float32),
+        "pi.bias": rng.standard_normal(rest // 2).astype(np.float32),
+        "vf.bias": rng.standard_normal(rest - rest // 2).astype(np.float32),
     }
 
 
@@ -77,6 +79,13 @@ def run(params: int, snapshots: int) -> dict[str, float]:
         for name in names:
             store.load(name)
         load_s = time.perf_counter() - t0
+        known = {snap.name: snap for snap in store.snapshots()}  # as a worker under its plan: one round trip
+        per_load = {}
+        for acting in (False, True):
+            t0 = time.perf_counter()
+            for name in names:
+                store.load_many([name], known, acting=acting)
+            per_load[acting] = time.perf_counter() - t0
         payload = bytes(encode_tensors(weights[0]))
         t0 = time.perf_counter()
         for i in range(snapshots):
@@ -94,6 +103,8 @@ def run(params: int, snapshots: int) -> dict[str, float]:
         "redis_bytes_per_snapshot": (after - before) / snapshots,
         "writes_per_s": snapshots / write_s,
         "loads_per_s": snapshots / load_s,
+        "known_loads_per_s": snapshots / per_load[False],
+        "acting_loads_per_s": snapshots / per_load[True],
         "bare_sets_per_s": snapshots / bare_set_s,
         "bare_gets_per_s": snapshots / bare_get_s,
     }
@@ -261,12 +272,16 @@ def main() -> None:
     where = machine()
     results = [] if args.no_store else [run(int(p), args.snapshots) for p in args.params.split(",")]
     print(f"# A league's store: {args.snapshots} snapshots a size ({where['cores']} cores, {where['date']})\n")
-    print("| parameters | a snapshot | Redis memory a snapshot | writes/s (bare SET) | loads/s (bare GET) |")
-    print("| --- | --- | --- | --- | --- |")
+    print(
+        "| parameters | a snapshot | Redis memory a snapshot | writes/s (bare SET) | loads/s (bare GET) "
+        "| loads/s, metadata known: whole / acting part |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
     table = Table("League store", "params", ["writes_per_s", "loads_per_s"], unit="snapshots/s")
     for r in results:
         print(f"| {r['params']:,.0f} | {r['snapshot_bytes'] / 1024:,.1f} KiB | {r['redis_bytes_per_snapshot'] / 1024:,.1f} KiB "
-              f"| {r['writes_per_s']:,.0f} ({r['bare_sets_per_s']:,.0f}) | {r['loads_per_s']:,.0f} ({r['bare_gets_per_s']:,.0f}) |")  # fmt: skip
+              f"| {r['writes_per_s']:,.0f} ({r['bare_sets_per_s']:,.0f}) | {r['loads_per_s']:,.0f} ({r['bare_gets_per_s']:,.0f}) "
+              f"| {r['known_loads_per_s']:,.0f} / {r['acting_loads_per_s']:,.0f} |")  # fmt: skip
         table.rows.append({key: round(value, 1) for key, value in r.items()})
     rows = [
         switching(args.snapshots, int(k), args.seconds, args.repeats, game)
