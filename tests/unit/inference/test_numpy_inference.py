@@ -189,7 +189,7 @@ def test_a_snapshots_acting_part_acts_as_its_module_with_nan_values_until_a_whol
     bank = RowsBank([NumpyMLP(layout, _numpy_state(model)) for model, layout in pairs])
     snapshot, _ = _pair(obs_space, act_space, hidden=[16, 8], vf_share_layers=shared)
     whole = _numpy_state(snapshot)
-    part = {name: whole[name] for name in acting_part(whole)}
+    part = acting_part(whole)
     assert {"vf.weight", "vf.bias"} <= set(whole) - set(part)
     assert shared or any(name.startswith("critic_trunk.") for name in set(whole) - set(part))
     bank.load(0, part)

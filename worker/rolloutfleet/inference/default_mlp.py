@@ -11,9 +11,9 @@ learner start from identical parameters. Names and shapes are those of the torch
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from gymnasium import spaces
@@ -29,13 +29,17 @@ VALUE_FUNCTION = ("critic_trunk.", "vf.")
 what a policy does not need to act, only to predict ``vf_preds``."""
 
 
-def acting_part(names: Iterable[str]) -> list[str]:
-    """Those of ``names`` a default MLP needs to act (all but its value function's), in order.
+_V = TypeVar("_V")
 
-    >>> acting_part(["actor_trunk.1.weight", "critic_trunk.1.weight", "pi.bias", "vf.bias"])
+
+def acting_part(named: Mapping[str, _V]) -> dict[str, _V]:
+    """The entries of ``named`` (weights, or a signature) a default MLP needs to act: all but
+    its value function's, in order.
+
+    >>> list(acting_part(dict.fromkeys(["actor_trunk.1.weight", "critic_trunk.1.weight", "pi.bias", "vf.bias"])))
     ['actor_trunk.1.weight', 'pi.bias']
     """
-    return [name for name in names if not name.startswith(VALUE_FUNCTION)]
+    return {name: value for name, value in named.items() if not name.startswith(VALUE_FUNCTION)}
 
 
 def is_image_space(space: spaces.Space[Any]) -> bool:

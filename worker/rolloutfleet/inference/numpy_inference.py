@@ -161,14 +161,16 @@ class RowsBank:
         self.log_std = None if first.log_std is None else np.zeros((len(models), *first.log_std.shape), np.float32)
         # Each Linear's [W | b] rows in the stacks: (its stack, prefix, first row).
         layout = first.layout
-        trunks = [
-            (stack, prefix) for stack, (prefix, _, _) in zip(self.actor, layout.trunk("actor_trunk"), strict=True)
+        linears = [
+            (stack, prefix, 0) for stack, (prefix, _, _) in zip(self.actor, layout.trunk("actor_trunk"), strict=True)
         ]
         if not first.shared:
-            trunks += list(zip(self.critic, (prefix for prefix, _, _ in layout.trunk("critic_trunk")), strict=True))
-        heads = [(self.head[0], "pi", 0), (self.head[0], "vf", first.num_outputs)] if first.shared else [
+            linears += [(stack, prefix, 0)
+                        for stack, (prefix, _, _) in zip(self.critic, layout.trunk("critic_trunk"), strict=True)]  # fmt: skip
+        linears += [(self.head[0], "pi", 0), (self.head[0], "vf", first.num_outputs)] if first.shared else [
             (self.head[0], "pi", 0), (self.head[1], "vf", 0)]  # fmt: skip
-        self._linears = [(stack, prefix, 0) for stack, prefix in trunks] + heads
+        # As load() reads them: (its stack, first row, the names of its weight and bias).
+        self._linears = [(stack, row, f"{prefix}.weight", f"{prefix}.bias") for stack, prefix, row in linears]
         self.bounded = np.zeros(len(models), bool)
         self.valued = np.ones(len(models), bool)
         """Whether each model holds its value function (see :meth:`load`)."""
@@ -201,13 +203,15 @@ class RowsBank:
         a league slot's next snapshot is one copy into the stacks. Weights without the value
         function (:func:`~rolloutfleet.inference.default_mlp.acting_part`) leave it out: the
         model's values are NaN until weights with one come."""
-        self.valued[k] = all(f"{prefix}.bias" in weights for _, prefix, _ in self._linears)
-        for stack, prefix, row in self._linears:
-            if f"{prefix}.bias" not in weights:
+        valued = True
+        for stack, row, weight, bias_name in self._linears:
+            bias = weights.get(bias_name)
+            if bias is None:  # the value function's, left out
+                valued = False
                 continue
-            bias = weights[f"{prefix}.bias"]
-            stack[k, row : row + len(bias), :-1] = weights[f"{prefix}.weight"]
+            stack[k, row : row + len(bias), :-1] = weights[weight]
             stack[k, row : row + len(bias), -1] = bias
+        self.valued[k] = valued
         if self.log_std is not None:
             self.log_std[k] = weights["log_std"]
         self.bounded[k] = _logits_bounded(self.head[0][k, : self.first.num_outputs], self.first.relu)

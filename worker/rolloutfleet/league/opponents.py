@@ -75,9 +75,7 @@ class LeagueOpponents:
         self.store, self.spec, self.worker_index, self.clock = store, spec, worker_index, clock
         self.signature = signature
         self.acting = acting
-        self._acting_signature = (
-            None if signature is None else {name: signature[name] for name in acting_part(signature)}
-        )
+        self._acting_signature: Signature = {} if signature is None else acting_part(signature)
         self.rng = np.random.default_rng(seed)
         self.names: tuple[str, ...] = ()
         self.probabilities: np.ndarray = np.zeros(0)
@@ -197,7 +195,7 @@ class LeagueOpponents:
         """Snapshots read: fitted to the slots' signature (once per digest) and kept for their picks."""
         for read, weights in loaded.items():
             snap = self._known.get(read)
-            if self.signature is None or self._acting_signature is None:
+            if self.signature is None:
                 self._fetched[read] = weights
             elif self.acting and snap is not None and snap.acting:  # its acting part only
                 self._fetched[read] = self._fit(weights, snap.acting_digest, self._acting_signature)

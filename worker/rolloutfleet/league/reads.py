@@ -24,6 +24,20 @@ Loaded = dict[str, np.ndarray] | Exception
 """A snapshot's weights (name -> array) or why they could not be read."""
 
 
+def take_metadata(
+    snapshots_key: str, names: list[str], items: list[Any], known: dict[str, Snapshot]
+) -> dict[str, Loaded]:
+    """HMGET's answer ``items`` for ``names`` (fields of ``snapshots_key``) into ``known``;
+    the names that are not in the league, each with its ``KeyError``."""
+    missing: dict[str, Loaded] = {}
+    for name, item in zip(names, items, strict=True):
+        if item is None:
+            missing[name] = KeyError(f"no snapshot {name!r} in the league {snapshots_key}")
+        else:
+            known[name] = Snapshot.from_json(item)
+    return missing
+
+
 def verified(prefix: str, name: str, snap: Snapshot, payload: Any, known: dict[str, Snapshot], acting: bool) -> Loaded:
     """Snapshot ``name``'s weights from ``payload`` (the answer for its blob ``prefix +
     digest``: all of it, or ``acting``, its acting part), checked against their digest; or the
@@ -51,10 +65,9 @@ class BlobReads:
         self.parts = [name for name, snap in wanted.items() if acting and snap.acting]
         self.whole = [name for name, snap in wanted.items() if not (acting and snap.acting)]
         # One hash tag for every blob: one node of a cluster answers them all.
-        self.commands: list[tuple[Any, ...]] = [("MGET", *(prefix + wanted[name].digest for name in self.whole))]
-        if not self.whole:
-            self.commands = []
-        self.commands += [("GETRANGE", prefix + wanted[name].digest, 0, wanted[name].acting - 1) for name in self.parts]
+        whole = [("MGET", *(prefix + wanted[name].digest for name in self.whole))] if self.whole else []
+        parts = [("GETRANGE", prefix + wanted[name].digest, 0, wanted[name].acting - 1) for name in self.parts]
+        self.commands: list[tuple[Any, ...]] = whole + parts
 
     def verified(self, answers: list[Any], known: dict[str, Snapshot]) -> dict[str, Loaded]:
         """The weights in ``answers`` (those of :attr:`commands`, in order), by name."""
@@ -91,12 +104,6 @@ class PendingRead:
         answers = self.early.receive(self.request)
         if answers is None:
             return {}
-        loaded: dict[str, Loaded] = {}
-        metadata = answers.pop(0) if self.unknown else []
-        for name, item in zip(self.unknown, metadata, strict=True):
-            if item is None:
-                loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
-            else:
-                self.known[name] = Snapshot.from_json(item)
+        loaded = take_metadata(self.snapshots_key, self.unknown, answers.pop(0) if self.unknown else [], self.known)
         loaded.update(self.reads.verified(answers, self.known))
         return loaded

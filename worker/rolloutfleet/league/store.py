@@ -34,7 +34,7 @@ from rolloutfleet.data.codec import encode_tensors
 from rolloutfleet.inference.default_mlp import acting_part
 from rolloutfleet.league.matchmaking import League, Record
 from rolloutfleet.league.ratings import DEFAULT_INITIAL, DEFAULT_K, Elo, pair_score
-from rolloutfleet.league.reads import BlobReads, Loaded, PendingRead
+from rolloutfleet.league.reads import BlobReads, Loaded, PendingRead, take_metadata
 from rolloutfleet.league.records import MatchResult, Snapshot
 from rolloutfleet.league.standings import Standings, standings_of
 from rolloutfleet.spec.job import RolloutJob
@@ -158,8 +158,8 @@ class PolicyStore(JobClient):
         state = to_numpy_state(weights)
         acting = acting_part(state)
         if 0 < len(acting) < len(state):  # what acting needs first, readable on its own
-            head = encode_tensors({key: state[key] for key in acting})
-            payload = head + encode_tensors({key: value for key, value in state.items() if key not in set(acting)})
+            head = encode_tensors(acting)
+            payload = head + encode_tensors({key: value for key, value in state.items() if key not in acting})
             split = (len(head), hashlib.sha256(head).hexdigest())
         else:
             payload, split = encode_tensors(state), (0, "")
@@ -215,11 +215,7 @@ class PolicyStore(JobClient):
         unknown = [name for name in unique if name not in known]
         if unknown:
             raw = self._retry.call(lambda: self.client.hmget(self.snapshots_key, unknown))
-            for name, item in zip(unknown, raw, strict=True):
-                if item is None:
-                    loaded[name] = KeyError(f"no snapshot {name!r} in the league {self.snapshots_key}")
-                else:
-                    known[name] = Snapshot.from_json(item)
+            loaded.update(take_metadata(self.snapshots_key, unknown, raw, known))
         wanted = {name: known[name] for name in unique if name not in loaded}
         if not wanted:
             return loaded

@@ -46,7 +46,7 @@ class PolicyActing:
         self._slot_rows: dict[str, int] = {}  # slot id -> its row of the bank
         self._signature: Any = None  # the slots' model (weights_signature), for load_slot
         self._acting_signature: Any = None  # its names that acting needs (without the value function)
-        self._fitting: list[Any] = []  # signature objects found equal to one of those
+        self._fitting: list[Any] = []  # the last two signature objects found equal to one of those
         self._stale: dict[str, CheckedWeights] = {}  # slots loaded into the bank only: their weights
         self._valueless: set[str] = set()  # slots holding a snapshot's acting part only
         self._together = False  # this call: the bank acts (no random actions, none stateful or with OU noise)
@@ -115,7 +115,7 @@ class PolicyActing:
             self._banked = banked
             self._slot_rows = {slot_id: k for k, slot_id in enumerate(slot_ids)}
             self._signature = self.policies[slot_ids[0]].weights_signature()
-            self._acting_signature = {name: self._signature[name] for name in acting_part(self._signature)}
+            self._acting_signature = acting_part(self._signature)
 
     @property
     def slots_banked(self) -> bool:
@@ -149,7 +149,7 @@ class PolicyActing:
         if not any(weights.signature is fitting for fitting in self._fitting):
             if not (weights.fits(self._signature) or weights.fits(self._acting_signature)):
                 return False
-            self._fitting.append(weights.signature)
+            self._fitting = [weights.signature, *self._fitting[:1]]  # a league's two: whole, acting part
         return True
 
     def sync_slots(self, policy_ids: Sequence[str] | None = None) -> None:
